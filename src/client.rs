@@ -1,0 +1,594 @@
+//! The client: connections, configuration, and what outlives a guard.
+//!
+//! A [`Client`] owns two Redis connections:
+//!
+//! * the **command connection** (a fred `Client`) carries every script and
+//!   read. It is built with `max_command_attempts = 1`, so a lock script
+//!   that was in flight when the connection dropped is *never re-sent*:
+//!   the caller gets an error whose outcome is unknown
+//!   ([`Error::is_outcome_unknown`]) instead of a hold counted twice;
+//! * the **subscriber connection** carries every unlock channel (see the
+//!   `pubsub` module).
+//!
+//! Both reconnect forever with exponential back-off (fred's default is to
+//! never reconnect, after which every command hangs), and every command has
+//! a timeout.
+//!
+//! Releases requested by dropped guards go through one background task of
+//! the client, so a guard can be dropped anywhere (another runtime, no
+//! runtime) without panicking. The client also counts every hold it has
+//! handed out, so [`Client::shutdown`] can give them all back.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use dashmap::DashMap;
+use fred::clients::Client as FredClient;
+use fred::interfaces::ClientLike;
+use fred::types::config::{Config, ReconnectPolicy};
+use fred::types::Builder;
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+
+use crate::error::{Error, Result};
+use crate::lock::Lock;
+use crate::pubsub::PubSub;
+use crate::scripts::Scripts;
+use crate::watchdog::Watchdog;
+
+/// A connection to Redis that hands out [`Lock`]s.
+///
+/// Cheap to clone (an `Arc` inside); clones share the connections, the
+/// watchdog and the client id. Call [`Client::shutdown`] when done: it
+/// gives back every hold and closes the connections.
+///
+/// # Example
+///
+/// ```no_run
+/// # async fn f() -> leasehold::Result<()> {
+/// let client = leasehold::Client::connect("redis://127.0.0.1:6379").await?;
+/// let guard = client.lock("orders:42").lock().await?;
+/// // … critical section …
+/// guard.unlock().await?;
+/// client.shutdown().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct Client {
+    pub(crate) inner: Arc<ClientInner>,
+}
+
+/// Configures and connects a [`Client`].
+///
+/// # Example
+///
+/// ```no_run
+/// use std::time::Duration;
+/// # async fn f() -> leasehold::Result<()> {
+/// let client = leasehold::Client::builder()
+///     .url("redis://127.0.0.1:6379")
+///     .watchdog_timeout(Duration::from_secs(30))
+///     .key_prefix("app:")
+///     .build()
+///     .await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Default)]
+pub struct ClientBuilder {
+    url: Option<String>,
+    config: Option<Config>,
+    watchdog_timeout: Option<Duration>,
+    watchdog: Option<Watchdog>,
+    key_prefix: String,
+    recheck_interval: Option<Duration>,
+    command_timeout: Option<Duration>,
+}
+
+/// The command connection as the watchdog and guards see it.
+#[derive(Debug)]
+pub(crate) struct Conn {
+    /// Unique per client in this process; keys the watchdog registry.
+    pub(crate) id: u64,
+    pub(crate) redis: FredClient,
+    pub(crate) clustered: bool,
+}
+
+#[derive(Debug)]
+pub(crate) struct ClientInner {
+    pub(crate) id: uuid::Uuid,
+    pub(crate) conn: Arc<Conn>,
+    pub(crate) pubsub: PubSub,
+    pub(crate) watchdog: Watchdog,
+    pub(crate) key_prefix: String,
+    /// Longest a waiter sleeps without re-checking when the lock has no
+    /// expiry (PTTL -1).
+    pub(crate) recheck_interval: Duration,
+    /// Holds handed out and not yet given back, per (key, field). Changed
+    /// by acquires, releases and shutdown.
+    holds: DashMap<(String, String), HoldRecord>,
+    /// Releases of dropped guards, run by the releaser task.
+    releases: mpsc::UnboundedSender<Release>,
+    shut_down: AtomicBool,
+}
+
+#[derive(Debug)]
+struct HoldRecord {
+    channel: String,
+    lease_ms: i64,
+    count: u32,
+}
+
+/// One release to run in the background.
+#[derive(Debug)]
+pub(crate) struct Release {
+    pub(crate) key: String,
+    pub(crate) channel: String,
+    pub(crate) field: String,
+    pub(crate) lease_ms: i64,
+}
+
+/// Default watchdog timeout (Redisson's `lockWatchdogTimeout`).
+const DEFAULT_WATCHDOG_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default cap on a waiter's sleep between re-checks.
+const DEFAULT_RECHECK: Duration = Duration::from_secs(30);
+/// Default timeout of one Redis command.
+const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
+/// Unlock messages buffered per client before the stream lags.
+const MESSAGE_CAPACITY: usize = 16 * 1024;
+
+static NEXT_CONN: AtomicU64 = AtomicU64::new(1);
+
+// === impl Client ===
+
+impl Client {
+    /// Connects with default settings.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future drops the half-made client, whose connections
+    /// then close in the background.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn f() -> leasehold::Result<()> {
+    /// let client = leasehold::Client::connect("redis://127.0.0.1:6379").await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn connect(url: &str) -> Result<Client> {
+        Client::builder().url(url).build().await
+    }
+
+    /// Starts configuring a client.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn f() -> leasehold::Result<()> {
+    /// let client = leasehold::Client::builder().url("redis://127.0.0.1:6379").build().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn builder() -> ClientBuilder {
+        ClientBuilder::default()
+    }
+
+    /// A handle to the lock called `name` (the key prefix is added). Cheap;
+    /// nothing is sent until it is used. An empty name is reported as
+    /// [`Error::InvalidArgument`] by every call on the lock.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+    /// let lock = client.lock("orders:42");
+    /// assert_eq!(lock.name(), "orders:42");
+    /// # Ok(()) }
+    /// ```
+    pub fn lock(&self, name: &str) -> Lock {
+        Lock::new(self.clone(), name)
+    }
+
+    /// The client's uuid: the first half of every owner field it writes.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn f(client: leasehold::Client) {
+    /// let field = format!("{}:{}", client.id(), leasehold::Owner::current().id());
+    /// # }
+    /// ```
+    pub fn id(&self) -> uuid::Uuid {
+        self.inner.id
+    }
+
+    /// The watchdog renewing this client's leases.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn f(client: leasehold::Client) {
+    /// println!("{} leases renewed", client.watchdog().lease_count());
+    /// # }
+    /// ```
+    pub fn watchdog(&self) -> &Watchdog {
+        &self.inner.watchdog
+    }
+
+    /// The fred client carrying this client's commands, for reads of your
+    /// own. Do not send lock scripts through it by hand.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// use fred::interfaces::KeysInterface;
+    /// # async fn f(client: leasehold::Client) -> Result<(), fred::error::Error> {
+    /// let n: i64 = client.redis().exists("orders:42").await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn redis(&self) -> &FredClient {
+        &self.inner.conn.redis
+    }
+
+    /// Number of unlock channels this client is subscribed to: one per lock
+    /// that at least one of its tasks is waiting for.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn f(client: leasehold::Client) {
+    /// assert_eq!(client.subscribed_channels(), 0);
+    /// # }
+    /// ```
+    pub fn subscribed_channels(&self) -> usize {
+        self.inner.pubsub.channel_count()
+    }
+
+    /// Gives back every hold this client handed out (waking waiters
+    /// elsewhere), stops renewing its leases, and closes its connections.
+    /// Every later call on the client, its locks or its guards returns
+    /// [`Error::Shutdown`]; tasks waiting for a lock through it are woken
+    /// and get `Error::Shutdown` too. Calling it twice is harmless.
+    ///
+    /// # Cancel safety
+    ///
+    /// The client is marked shut down and its leases forgotten at the first
+    /// poll. If the future is dropped before the releases finish, the
+    /// remaining holds expire with their leases and the connections close
+    /// when the last handle is dropped.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+    /// client.shutdown().await?;
+    /// assert!(matches!(client.lock("x").try_lock().await, Err(leasehold::Error::Shutdown)));
+    /// # Ok(()) }
+    /// ```
+    pub async fn shutdown(&self) -> Result<()> {
+        let inner = &self.inner;
+        if inner.shut_down.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        inner.watchdog.forget_conn(inner.conn.id);
+        inner.pubsub.wake_all();
+        let holds: Vec<_> = inner
+            .holds
+            .iter()
+            .map(|e| (e.key().clone(), e.value().channel.clone(), e.value().lease_ms, e.value().count))
+            .collect();
+        inner.holds.clear();
+        let mut releases = JoinSet::new();
+        for ((key, field), channel, lease_ms, count) in holds {
+            let conn = inner.conn.clone();
+            releases.spawn(async move {
+                Scripts::get()
+                    .release
+                    .run::<Option<i64>>(
+                        &conn.redis,
+                        vec![key, channel],
+                        vec![lease_ms.to_string(), field, "0".to_owned(), count.to_string()],
+                    )
+                    .await
+            });
+        }
+        let mut first_error = None;
+        while let Some(done) = releases.join_next().await {
+            if let Ok(Err(e)) = done {
+                first_error.get_or_insert(e);
+            }
+        }
+        inner.pubsub.quit().await;
+        let _ = inner.conn.redis.quit().await;
+        match first_error {
+            Some(e) => Err(Error::Redis(e)),
+            None => Ok(()),
+        }
+    }
+
+    pub(crate) fn check_open(&self) -> Result<()> {
+        if self.inner.shut_down.load(Ordering::Acquire) {
+            Err(Error::Shutdown)
+        } else {
+            Ok(())
+        }
+    }
+}
+
+impl ClientInner {
+    /// Counts a hold handed out.
+    pub(crate) fn add_hold(&self, key: &str, field: &str, channel: &str, lease_ms: i64) {
+        let mut record = self
+            .holds
+            .entry((key.to_owned(), field.to_owned()))
+            .or_insert_with(|| HoldRecord {
+                channel: channel.to_owned(),
+                lease_ms,
+                count: 0,
+            });
+        record.count += 1;
+        record.lease_ms = lease_ms;
+    }
+
+    /// Uncounts a hold given back (or found lost).
+    pub(crate) fn remove_hold(&self, key: &str, field: &str) {
+        self.holds
+            .remove_if_mut(&(key.to_owned(), field.to_owned()), |_, record| {
+                record.count = record.count.saturating_sub(1);
+                record.count == 0
+            });
+    }
+
+    /// Queues a release for the background task; never blocks or panics.
+    pub(crate) fn release_in_background(&self, release: Release) {
+        if !self.shut_down.load(Ordering::Acquire) {
+            let _ = self.releases.send(release);
+        }
+    }
+
+    pub(crate) fn is_shut_down(&self) -> bool {
+        self.shut_down.load(Ordering::Acquire)
+    }
+}
+
+impl Drop for ClientInner {
+    fn drop(&mut self) {
+        // fred's connection tasks outlive their handles unless told to quit.
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            let redis = self.conn.redis.clone();
+            let pubsub = self.pubsub.clone();
+            handle.spawn(async move {
+                pubsub.quit().await;
+                let _ = redis.quit().await;
+            });
+        }
+    }
+}
+
+/// Runs the releases of dropped guards.
+async fn run_releases(conn: Arc<Conn>, mut rx: mpsc::UnboundedReceiver<Release>) {
+    while let Some(release) = rx.recv().await {
+        let conn = conn.clone();
+        tokio::spawn(async move {
+            if let Err(e) = run_release(&conn, &release, 1).await {
+                tracing::warn!(key = %release.key, error = %e, "background release failed; the lease will expire");
+            }
+        });
+    }
+}
+
+/// Gives back `count` holds; `Ok(None)` if the field was not there.
+pub(crate) async fn run_release(
+    conn: &Conn,
+    release: &Release,
+    count: u32,
+) -> std::result::Result<Option<i64>, fred::error::Error> {
+    Scripts::get()
+        .release
+        .run(
+            &conn.redis,
+            vec![release.key.clone(), release.channel.clone()],
+            vec![
+                release.lease_ms.to_string(),
+                release.field.clone(),
+                "0".to_owned(),
+                count.to_string(),
+            ],
+        )
+        .await
+}
+
+// === impl ClientBuilder ===
+
+impl ClientBuilder {
+    /// The Redis URL, e.g. `redis://user:pass@127.0.0.1:6379/0`
+    /// (`rediss://` needs a fred TLS feature).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// let b = leasehold::Client::builder().url("redis://127.0.0.1:6379");
+    /// ```
+    pub fn url(mut self, url: &str) -> Self {
+        self.url = Some(url.to_owned());
+        self
+    }
+
+    /// A full fred [`Config`] instead of a URL.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// let config = fred::types::config::Config::from_url("redis://127.0.0.1:6379").unwrap();
+    /// let b = leasehold::Client::builder().config(config);
+    /// ```
+    pub fn config(mut self, config: Config) -> Self {
+        self.config = Some(config);
+        self
+    }
+
+    /// The lease of locks taken without one: kept alive by the watchdog,
+    /// renewed every `timeout / 3`. Default 30 s. Ignored when a shared
+    /// [`watchdog`](Self::watchdog) is given.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// let b = leasehold::Client::builder().watchdog_timeout(Duration::from_secs(10));
+    /// ```
+    pub fn watchdog_timeout(mut self, timeout: Duration) -> Self {
+        self.watchdog_timeout = Some(timeout);
+        self
+    }
+
+    /// Shares `watchdog` with other clients instead of building one.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// let wd = leasehold::Watchdog::new(Duration::from_secs(30)).unwrap();
+    /// let b = leasehold::Client::builder().watchdog(wd);
+    /// ```
+    pub fn watchdog(mut self, watchdog: Watchdog) -> Self {
+        self.watchdog = Some(watchdog);
+        self
+    }
+
+    /// A prefix put before every lock name (and so in its channel).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// let b = leasehold::Client::builder().key_prefix("app:");
+    /// ```
+    pub fn key_prefix(mut self, prefix: &str) -> Self {
+        self.key_prefix = prefix.to_owned();
+        self
+    }
+
+    /// The longest a waiter sleeps before re-checking a lock that has no
+    /// expiry, or whose remaining lease is longer. Default 30 s.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// let b = leasehold::Client::builder().recheck_interval(Duration::from_secs(5));
+    /// ```
+    pub fn recheck_interval(mut self, interval: Duration) -> Self {
+        self.recheck_interval = Some(interval);
+        self
+    }
+
+    /// Timeout of each Redis command. Default 10 s.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// let b = leasehold::Client::builder().command_timeout(Duration::from_secs(2));
+    /// ```
+    pub fn command_timeout(mut self, timeout: Duration) -> Self {
+        self.command_timeout = Some(timeout);
+        self
+    }
+
+    /// Connects both connections and starts the client's tasks.
+    ///
+    /// Fails with [`Error::InvalidArgument`] for a bad URL or setting, and
+    /// with [`Error::Redis`] if Redis cannot be reached within the command
+    /// timeout (or rejects the credentials).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future closes whatever connections it had opened.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn f() -> leasehold::Result<()> {
+    /// let client = leasehold::Client::builder().url("redis://127.0.0.1:6379").build().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn build(self) -> Result<Client> {
+        let config = match (self.config, self.url) {
+            (Some(config), _) => config,
+            (None, Some(url)) => Config::from_url(&url)
+                .map_err(|e| Error::invalid(format!("bad Redis URL: {}", e.details())))?,
+            (None, None) => return Err(Error::invalid("no Redis URL or config given")),
+        };
+        let watchdog = match self.watchdog {
+            Some(watchdog) => watchdog,
+            None => Watchdog::new(self.watchdog_timeout.unwrap_or(DEFAULT_WATCHDOG_TIMEOUT))?,
+        };
+        let recheck_interval = self.recheck_interval.unwrap_or(DEFAULT_RECHECK);
+        if recheck_interval.is_zero() {
+            return Err(Error::invalid("recheck interval must be above zero"));
+        }
+        let command_timeout = self.command_timeout.unwrap_or(DEFAULT_COMMAND_TIMEOUT);
+        if command_timeout.is_zero() {
+            return Err(Error::invalid("command timeout must be above zero"));
+        }
+
+        let mut builder = Builder::from_config(config);
+        builder
+            .set_policy(ReconnectPolicy::new_exponential(0, 50, 2_000, 2))
+            .with_connection_config(|c| {
+                c.connection_timeout = command_timeout;
+                c.internal_command_timeout = command_timeout;
+                c.max_command_attempts = 1;
+            })
+            .with_performance_config(|p| {
+                p.default_command_timeout = command_timeout;
+                p.broadcast_channel_capacity = MESSAGE_CAPACITY;
+            });
+        let redis = builder.build()?;
+        let subscriber = builder
+            .with_connection_config(|c| c.max_command_attempts = 3)
+            .build_subscriber_client()?;
+
+        let connected = tokio::time::timeout(command_timeout, async {
+            redis.init().await?;
+            subscriber.init().await?;
+            Ok::<_, fred::error::Error>(())
+        })
+        .await;
+        let failure = match connected {
+            Ok(Ok(())) => None,
+            Ok(Err(e)) => Some(Error::Redis(e)),
+            Err(_) => Some(Error::Redis(fred::error::Error::new(
+                fred::error::ErrorKind::Timeout,
+                format!("could not connect to Redis within {command_timeout:?}"),
+            ))),
+        };
+        if let Some(e) = failure {
+            let _ = redis.quit().await;
+            let _ = subscriber.quit().await;
+            return Err(e);
+        }
+
+        let conn = Arc::new(Conn {
+            id: NEXT_CONN.fetch_add(1, Ordering::Relaxed),
+            clustered: redis.is_clustered(),
+            redis,
+        });
+        let (releases, releases_rx) = mpsc::unbounded_channel();
+        tokio::spawn(run_releases(conn.clone(), releases_rx));
+        let inner = ClientInner {
+            id: uuid::Uuid::new_v4(),
+            pubsub: PubSub::start(subscriber),
+            conn,
+            watchdog,
+            key_prefix: self.key_prefix,
+            recheck_interval,
+            holds: DashMap::new(),
+            releases,
+            shut_down: AtomicBool::new(false),
+        };
+        Ok(Client {
+            inner: Arc::new(inner),
+        })
+    }
+}

@@ -1,0 +1,80 @@
+//! The crate's one error type.
+
+/// What can go wrong with a lock.
+///
+/// `Error` is `Send + Sync + 'static` and implements [`std::error::Error`],
+/// so `?` converts it into `anyhow::Error` or `Box<dyn Error>`.
+///
+/// # Example
+///
+/// ```
+/// use leasehold::Error;
+///
+/// fn describe(e: &Error) -> &'static str {
+///     match e {
+///         Error::InvalidArgument(_) => "fix the call",
+///         Error::NotHeld { .. } => "the lease was lost: redo the work under a new lock",
+///         Error::Shutdown => "the client is gone",
+///         Error::Redis(_) => "Redis failed: retry later",
+///         _ => "unknown",
+///     }
+/// }
+/// assert_eq!(describe(&Error::Shutdown), "the client is gone");
+/// ```
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A bad argument (empty lock name, zero lease, …). Returned before
+    /// anything is sent to Redis.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+
+    /// The lock is not held by this guard's owner any more: its lease
+    /// expired, or someone force-unlocked it. Nothing was changed.
+    #[error("lock `{name}` is not held by this owner (lease expired or force-unlocked)")]
+    NotHeld {
+        /// The lock's key, prefix included.
+        name: String,
+    },
+
+    /// The [`Client`](crate::Client) was shut down.
+    #[error("the leasehold client was shut down")]
+    Shutdown,
+
+    /// Redis, or the connection to it, failed.
+    ///
+    /// For an acquire or an unlock, a connection or timeout error means the
+    /// outcome is unknown: the command may or may not have run. leasehold
+    /// never re-sends a lock script blindly, so a hold is never counted
+    /// twice; see [`Error::is_outcome_unknown`].
+    #[error("redis error: {0}")]
+    Redis(#[from] fred::error::Error),
+}
+
+impl Error {
+    /// Whether the command's effect is unknown: the connection dropped or the
+    /// command timed out after it may have reached Redis.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// assert!(!leasehold::Error::Shutdown.is_outcome_unknown());
+    /// ```
+    pub fn is_outcome_unknown(&self) -> bool {
+        use fred::error::ErrorKind;
+        match self {
+            Error::Redis(e) => matches!(
+                e.kind(),
+                ErrorKind::IO | ErrorKind::Timeout | ErrorKind::Canceled | ErrorKind::Unknown
+            ),
+            _ => false,
+        }
+    }
+
+    pub(crate) fn invalid(what: impl Into<String>) -> Error {
+        Error::InvalidArgument(what.into())
+    }
+}
+
+/// `Result` with this crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,103 @@
+//! Reentrant distributed locks for async Rust on Redis, compatible with
+//! Redisson's `RLock`.
+//!
+//! * **Reentrant**: a lock is a Redis hash whose field
+//!   `<client-uuid>:<owner-id>` counts the holds of one [`Owner`] (by
+//!   default the current tokio task), so recursive async code can take the
+//!   same lock again.
+//! * **No polling**: a waiter subscribes to the lock's unlock channel and is
+//!   woken by the release, with a bounded re-check so a lost message cannot
+//!   strand it.
+//! * **One watchdog**: a single task renews every lease the process holds,
+//!   in batches, and tells each guard when its lease is lost.
+//! * **Redisson's key layout**: Java (Redisson) and Rust services can
+//!   contend for the same locks.
+//!
+//! # Example
+//!
+//! ```no_run
+//! # async fn f() -> leasehold::Result<()> {
+//! let client = leasehold::Client::connect("redis://127.0.0.1:6379").await?;
+//! let lock = client.lock("orders:42");
+//!
+//! let guard = lock.lock().await?;      // waits; the watchdog keeps the lease
+//! let again = lock.lock().await?;      // same task: re-enters (2 holds)
+//! drop(again);                         // gives one hold back
+//! guard.unlock().await?;               // frees the lock, wakes one waiter
+//!
+//! client.shutdown().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! # Guarantees and their limits
+//!
+//! * While a guard's lease is valid, no other owner holds the lock, on any
+//!   client in any process, as long as Redis keeps its data (a single
+//!   server, or a primary that does not fail over).
+//! * A lease ends: by unlock or drop; by expiry if the holder stops renewing
+//!   (crash, partition); by [`Lock::force_unlock`]. The holder is told by
+//!   [`LockGuard::lost`] — for watchdog leases *before* Redis can expire the
+//!   lease, when renewal cannot be confirmed in time.
+//! * Not guaranteed: exclusion across a failover with asynchronous
+//!   replication (the replica may not have the lock), or across a process
+//!   pause longer than the lease (a GC-like stall). Protect the resource
+//!   itself with a fencing check where that matters.
+//! * Futures joined inside one task share an owner (see [`Owner`]).
+//!
+//! # Cancel safety
+//!
+//! Every async method documents what a dropped future leaves behind. In
+//! short: a dropped acquire holds nothing, a dropped `unlock` still
+//! releases, and a dropped guard releases in the background.
+
+#![deny(missing_docs, missing_debug_implementations, unreachable_pub, unused_must_use)]
+#![warn(rust_2018_idioms)]
+
+mod client;
+mod error;
+mod lock;
+mod owner;
+mod pubsub;
+mod scripts;
+mod watchdog;
+
+pub use client::{Client, ClientBuilder};
+pub use error::{Error, Result};
+pub use lock::{Lock, LockGuard};
+pub use owner::Owner;
+pub use watchdog::Watchdog;
+
+/// The Redis client crate leasehold is built on, for configuration
+/// ([`ClientBuilder::config`]) and raw commands ([`Client::redis`]).
+pub use fred;
+
+#[cfg(test)]
+mod bounds {
+    //! Which public types may cross tasks.
+    fn is_send_sync<T: Send + Sync>() {}
+    fn is_unpin<T: Unpin>() {}
+
+    #[test]
+    fn public_types_are_send_and_sync() {
+        is_send_sync::<crate::Client>();
+        is_send_sync::<crate::Lock>();
+        is_send_sync::<crate::LockGuard>();
+        is_send_sync::<crate::Owner>();
+        is_send_sync::<crate::Watchdog>();
+        is_send_sync::<crate::Error>();
+        is_unpin::<crate::LockGuard>();
+    }
+
+    #[allow(dead_code)]
+    fn futures_are_send(lock: crate::Lock, guard: crate::LockGuard, client: crate::Client) {
+        fn send<T: Send>(_: T) {}
+        send(lock.lock());
+        send(lock.try_lock_for(std::time::Duration::ZERO));
+        send(lock.force_unlock());
+        send(lock.hold_count());
+        send(guard.lost());
+        send(guard.unlock());
+        send(client.shutdown());
+        send(crate::Client::connect(""));
+    }
+}

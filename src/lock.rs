@@ -1,0 +1,706 @@
+//! The reentrant lock and its guard.
+//!
+//! # Keys, channel and scripts (Redisson `RLock` layout)
+//!
+//! Lock `name` (after the client's key prefix) is a Redis hash at `name`.
+//! Each holder is a field `<client-uuid>:<owner-id>` (see [`Owner`]) whose
+//! value is its hold count. Unlocks are announced with the message `0` on
+//! `redisson_lock__channel:{name}`. The hash is changed only by the
+//! `acquire`, `release` and `force_unlock` scripts; `is_locked`,
+//! `hold_count` and `remaining_lease` are plain reads.
+//!
+//! # The wait loop
+//!
+//! 1. Run `acquire`. It returns nothing when the lock is now held, or the
+//!    lock's remaining time to live.
+//! 2. Subscribe to the unlock channel (shared with every other waiter of this
+//!    client) and wait until Redis confirms it.
+//! 3. Run `acquire` again: it catches an unlock published before step 2.
+//! 4. Sleep until woken by an unlock message, or for `min(ttl, time left,
+//!    recheck interval)`; then go to 3. A lock with no expiry (TTL -1) is
+//!    re-checked every recheck interval, never waited on forever.
+//! 5. Leave: drop the subscription reference (the last one unsubscribes),
+//!    passing on a wake-up that was not used.
+//!
+//! Waiters of one client are woken one at a time, oldest first. Across
+//! clients there is no queue: every client wakes its oldest waiter and they
+//! race, so the lock is not fair between processes.
+//!
+//! # Drop and cancellation
+//!
+//! Each `acquire` or `release` runs in a task of its own, so dropping the
+//! caller's future never leaves a reply unread: if an acquire succeeds for
+//! a caller that is gone, that task gives the hold straight back. Dropping
+//! a [`LockGuard`] stops its renewal at once and releases its hold in the
+//! background.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fred::interfaces::{HashesInterface, KeysInterface};
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+use crate::client::{run_release, Client, Release};
+use crate::error::{Error, Result};
+use crate::owner::Owner;
+use crate::scripts::Scripts;
+use crate::watchdog::{LeaseState, Registration};
+
+/// A reentrant distributed lock, by name. Cheap to clone; nothing is sent
+/// until a method is called.
+///
+/// Locks are held by an [`Owner`] (by default the current tokio task), and
+/// the same owner can take the same lock again: each acquire adds a hold,
+/// each guard gives one back, and the lock is free when the count reaches
+/// zero. Read the [`Owner`] docs before using locks inside `join!` or
+/// `select!`: futures joined in one task share one owner.
+///
+/// A lock taken with [`lock`](Lock::lock), [`try_lock`](Lock::try_lock) or
+/// [`try_lock_for`](Lock::try_lock_for) keeps a lease of the watchdog
+/// timeout that the [`Watchdog`](crate::Watchdog) renews while the guard
+/// lives; the `_with_lease` variants set a fixed lease that is never
+/// renewed.
+///
+/// # Example
+///
+/// ```no_run
+/// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+/// let lock = client.lock("orders:42");
+/// let outer = lock.lock().await?;
+/// let inner = lock.lock().await?; // same task: re-enters
+/// assert_eq!(lock.hold_count().await?, 2);
+/// inner.unlock().await?;
+/// outer.unlock().await?;
+/// assert!(!lock.is_locked().await?);
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct Lock {
+    client: Client,
+    name: Arc<str>,
+    key: Arc<str>,
+    channel: Arc<str>,
+}
+
+/// One hold on a [`Lock`], released when dropped.
+///
+/// The guard carries its owner, so it can be moved to and unlocked from
+/// any task. [`unlock`](LockGuard::unlock) releases and reports the
+/// outcome; dropping releases in the background. Either way the lease stops
+/// being renewed at once.
+///
+/// [`is_lost`](LockGuard::is_lost) and [`lost`](LockGuard::lost) tell the
+/// holder when the lease is gone (another process may then hold the lock):
+/// for a watchdog lease, when a renewal finds the lock gone or cannot be
+/// confirmed in time; for a fixed lease, when it runs out.
+///
+/// # Example
+///
+/// ```no_run
+/// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+/// let guard = client.lock("orders:42").lock().await?;
+/// tokio::select! {
+///     _ = guard.lost() => eprintln!("lease lost: abandon the work"),
+///     _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => guard.unlock().await?,
+/// }
+/// # Ok(()) }
+/// ```
+#[must_use = "dropping the guard releases the lock at once (in the background)"]
+#[clippy::has_significant_drop]
+#[derive(Debug)]
+pub struct LockGuard {
+    /// `Some` until `unlock` takes it (see `skip_drop`). When adding a
+    /// field, update `skip_drop`.
+    hold: Option<Hold>,
+}
+
+/// What one hold needs to be given back.
+#[derive(Debug)]
+struct Hold {
+    lock: Lock,
+    owner: Owner,
+    field: String,
+    lease_ms: i64,
+    state: Arc<LeaseState>,
+    /// Watchdog claim; `None` for a fixed lease. Dropped before the release
+    /// is sent, so renewal never outlives an unlock.
+    registration: Option<Registration>,
+}
+
+/// The longest lease accepted, about 34 years: Redis stores expiry times
+/// in milliseconds since the epoch and rejects overflowing ones.
+const MAX_LEASE: Duration = Duration::from_millis(1 << 40);
+
+/// A lease in whole milliseconds, validated.
+pub(crate) fn lease_millis(lease: Duration) -> Result<i64> {
+    if lease < Duration::from_millis(1) {
+        return Err(Error::invalid(format!("lease {lease:?} is under 1 ms")));
+    }
+    if lease > MAX_LEASE {
+        return Err(Error::invalid(format!(
+            "lease {lease:?} is over the maximum {MAX_LEASE:?}"
+        )));
+    }
+    Ok(lease.as_millis() as i64)
+}
+
+enum Attempt {
+    Acquired(LockGuard),
+    /// Held by someone else; the lock's PTTL in ms (-1: no expiry).
+    Held(i64),
+}
+
+// === impl Lock ===
+
+impl Lock {
+    pub(crate) fn new(client: Client, name: &str) -> Lock {
+        let key = format!("{}{}", client.inner.key_prefix, name);
+        let channel = format!("redisson_lock__channel:{{{key}}}");
+        Lock {
+            client,
+            name: name.into(),
+            key: key.into(),
+            channel: channel.into(),
+        }
+    }
+
+    /// The name given to [`Client::lock`] (without the key prefix).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # fn f(client: leasehold::Client) {
+    /// assert_eq!(client.lock("a").name(), "a");
+    /// # }
+    /// ```
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The Redis key of the lock hash (prefix included).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # fn f(client: leasehold::Client) {
+    /// let key = client.lock("a").key().to_owned();
+    /// # }
+    /// ```
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The unlock channel: `redisson_lock__channel:{<key>}`.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # fn f(client: leasehold::Client) {
+    /// assert!(client.lock("a").channel().starts_with("redisson_lock__channel:{"));
+    /// # }
+    /// ```
+    pub fn channel(&self) -> &str {
+        &self.channel
+    }
+
+    /// Waits until the lock is held by the current owner, with a lease the
+    /// watchdog renews while the guard lives.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a dropped future holds nothing. If an acquire it sent
+    /// succeeds after it was dropped, the hold is given back at once; its
+    /// subscription reference is released and an unused wake-up is passed
+    /// to the next waiter. It loses only its place in the local queue.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+    /// let guard = client.lock("orders:42").lock().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn lock(&self) -> Result<LockGuard> {
+        self.acquire(None, None).await.map(must_acquire)
+    }
+
+    /// Like [`lock`](Self::lock), with a fixed `lease`: the lock expires
+    /// `lease` after it was taken unless unlocked before; it is never
+    /// renewed. [`Error::InvalidArgument`] if `lease` is under 1 ms.
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`lock`](Self::lock).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+    /// let guard = client.lock("report").lock_with_lease(Duration::from_secs(10)).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn lock_with_lease(&self, lease: Duration) -> Result<LockGuard> {
+        self.acquire(Some(lease), None).await.map(must_acquire)
+    }
+
+    /// Takes the lock if it is free (or already held by the current owner),
+    /// without waiting. `Ok(None)` if someone else holds it.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: if the future is dropped while the acquire is in
+    /// flight and it succeeds, the hold is given back at once.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+    /// match client.lock("orders:42").try_lock().await? {
+    ///     Some(guard) => { /* got it */ guard.unlock().await? }
+    ///     None => { /* busy */ }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn try_lock(&self) -> Result<Option<LockGuard>> {
+        self.acquire(None, Some(Duration::ZERO)).await
+    }
+
+    /// Waits up to `wait` for the lock. `Ok(None)` if it was not acquired
+    /// in time. `Duration::MAX` waits forever.
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`lock`](Self::lock).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+    /// if let Some(guard) = client.lock("orders:42").try_lock_for(Duration::from_millis(500)).await? {
+    ///     guard.unlock().await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn try_lock_for(&self, wait: Duration) -> Result<Option<LockGuard>> {
+        self.acquire(None, Some(wait)).await
+    }
+
+    /// Waits until `deadline` for the lock. `Ok(None)` if it was not
+    /// acquired in time.
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`lock`](Self::lock).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+    /// let deadline = tokio::time::Instant::now() + Duration::from_secs(1);
+    /// let guard = client.lock("orders:42").try_lock_until(deadline).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn try_lock_until(&self, deadline: Instant) -> Result<Option<LockGuard>> {
+        let wait = deadline.saturating_duration_since(Instant::now());
+        self.acquire(None, Some(wait)).await
+    }
+
+    /// Waits up to `wait` for the lock, then holds it with a fixed `lease`
+    /// (never renewed). `Ok(None)` if it was not acquired in time.
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`lock`](Self::lock).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+    /// let lock = client.lock("orders:42");
+    /// let guard = lock.try_lock_with_lease(Duration::from_secs(1), Duration::from_secs(10)).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn try_lock_with_lease(
+        &self,
+        wait: Duration,
+        lease: Duration,
+    ) -> Result<Option<LockGuard>> {
+        self.acquire(Some(lease), Some(wait)).await
+    }
+
+    /// Whether anyone holds the lock.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe (a read).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+    /// let busy = client.lock("orders:42").is_locked().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn is_locked(&self) -> Result<bool> {
+        self.check()?;
+        let n: i64 = self.redis().exists(&*self.key).await?;
+        Ok(n > 0)
+    }
+
+    /// Whether the current owner ([`Owner::current`]) holds the lock.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe (a read).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+    /// let lock = client.lock("orders:42");
+    /// let g = lock.lock().await?;
+    /// assert!(lock.is_held_by_current_task().await?);
+    /// # Ok(()) }
+    /// ```
+    pub async fn is_held_by_current_task(&self) -> Result<bool> {
+        Ok(self.hold_count().await? > 0)
+    }
+
+    /// How many holds the current owner has on the lock (0 if none).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe (a read).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+    /// let lock = client.lock("orders:42");
+    /// assert_eq!(lock.hold_count().await?, 0);
+    /// # Ok(()) }
+    /// ```
+    pub async fn hold_count(&self) -> Result<u32> {
+        self.check()?;
+        let field = self.field(Owner::current());
+        let count: Option<i64> = self.redis().hget(&*self.key, field).await?;
+        Ok(count.unwrap_or(0).clamp(0, u32::MAX as i64) as u32)
+    }
+
+    /// The lock's remaining lease, or `None` if it is not held or has no
+    /// expiry.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe (a read).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+    /// let left = client.lock("orders:42").remaining_lease().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn remaining_lease(&self) -> Result<Option<Duration>> {
+        self.check()?;
+        let ttl: i64 = self.redis().pttl(&*self.key).await?;
+        Ok((ttl >= 0).then(|| Duration::from_millis(ttl as u64)))
+    }
+
+    /// Deletes the lock whoever holds it, and wakes its waiters. Returns
+    /// whether there was a lock to delete. The holders' guards report
+    /// `lost` at their watchdog's next renewal.
+    ///
+    /// # Cancel safety
+    ///
+    /// If the future is dropped, the delete may or may not have happened.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+    /// let was_locked = client.lock("orders:42").force_unlock().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn force_unlock(&self) -> Result<bool> {
+        self.check()?;
+        let deleted: i64 = Scripts::get()
+            .force_unlock
+            .run(
+                self.redis(),
+                vec![self.key.to_string(), self.channel.to_string()],
+                vec!["0".to_owned()],
+            )
+            .await?;
+        Ok(deleted == 1)
+    }
+
+    fn redis(&self) -> &fred::clients::Client {
+        &self.client.inner.conn.redis
+    }
+
+    fn field(&self, owner: Owner) -> String {
+        format!("{}:{}", self.client.inner.id, owner.id())
+    }
+
+    fn check(&self) -> Result<()> {
+        self.client.check_open()?;
+        if self.name.is_empty() {
+            return Err(Error::invalid("lock name is empty"));
+        }
+        Ok(())
+    }
+
+    /// The wait loop (see the module docs). `wait: None` waits forever.
+    async fn acquire(&self, lease: Option<Duration>, wait: Option<Duration>) -> Result<Option<LockGuard>> {
+        self.check()?;
+        let lease_ms = lease_millis(lease.unwrap_or(self.client.inner.watchdog.timeout()))?;
+        let deadline = wait.and_then(|w| Instant::now().checked_add(w));
+        let fixed = lease.is_some();
+        let owner = Owner::current();
+        let field = self.field(owner);
+
+        // 1. First try.
+        if let Attempt::Acquired(guard) = self.attempt(owner, &field, lease_ms, fixed).await? {
+            return Ok(Some(guard));
+        }
+        if wait == Some(Duration::ZERO) || deadline.is_some_and(|d| Instant::now() >= d) {
+            return Ok(None);
+        }
+        // 2. Subscribe (confirmed by Redis).
+        let subscription = self.client.inner.pubsub.subscribe(&self.channel).await?;
+        // 5. Every return drops `subscription`, leaving the queue.
+        loop {
+            self.client.check_open()?;
+            // 3. Try again: catches an unlock published before we listened.
+            let ttl = match self.attempt(owner, &field, lease_ms, fixed).await? {
+                Attempt::Acquired(guard) => return Ok(Some(guard)),
+                Attempt::Held(ttl) => ttl,
+            };
+            // 4. Sleep until woken, or until the lease could have run out.
+            let mut bound = self.client.inner.recheck_interval;
+            if ttl >= 0 {
+                bound = bound.min(Duration::from_millis(ttl as u64 + 1));
+            }
+            if let Some(deadline) = deadline {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Ok(None);
+                }
+                bound = bound.min(left);
+            }
+            subscription.wait(bound).await;
+        }
+    }
+
+    /// Runs `acquire` once, in its own task so that a reply is never lost
+    /// to a cancelled caller.
+    async fn attempt(&self, owner: Owner, field: &str, lease_ms: i64, fixed: bool) -> Result<Attempt> {
+        let inner = &self.client.inner;
+        let conn = inner.conn.clone();
+        let (tx, rx) = oneshot::channel();
+        let key = self.key.to_string();
+        let args = vec![lease_ms.to_string(), field.to_owned()];
+        let release = Release {
+            key: key.clone(),
+            channel: self.channel.to_string(),
+            field: field.to_owned(),
+            lease_ms,
+        };
+        let sent = Instant::now();
+        tokio::spawn(async move {
+            let reply = Scripts::get()
+                .acquire
+                .run::<Option<i64>>(&conn.redis, key, args)
+                .await;
+            if let Err(Ok(None)) = tx.send(reply) {
+                // Acquired for a caller that has gone: give it back.
+                if let Err(e) = run_release(&conn, &release, 1).await {
+                    tracing::warn!(key = %release.key, error = %e, "could not give back an abandoned acquire");
+                }
+            }
+        });
+        let reply = rx.await.map_err(|_| Error::Shutdown)??;
+        // No await from here on: the guard exists before we can be dropped.
+        Ok(match reply {
+            Some(ttl) => Attempt::Held(ttl),
+            None => Attempt::Acquired(self.new_guard(owner, field, lease_ms, fixed, sent)),
+        })
+    }
+
+    fn new_guard(&self, owner: Owner, field: &str, lease_ms: i64, fixed: bool, sent: Instant) -> LockGuard {
+        let inner = &self.client.inner;
+        inner.add_hold(&self.key, field, &self.channel, lease_ms);
+        let (state, registration) = if fixed {
+            let until = sent + Duration::from_millis(lease_ms as u64);
+            (LeaseState::new(until, true), None)
+        } else {
+            let registration = inner.watchdog.register(&inner.conn, &self.key, field, sent);
+            (registration.state().clone(), Some(registration))
+        };
+        LockGuard {
+            hold: Some(Hold {
+                lock: self.clone(),
+                owner,
+                field: field.to_owned(),
+                lease_ms,
+                state,
+                registration,
+            }),
+        }
+    }
+}
+
+fn must_acquire(guard: Option<LockGuard>) -> LockGuard {
+    // `acquire` with no deadline only returns once it holds the lock.
+    guard.unwrap_or_else(|| unreachable!("acquire without a deadline returned no guard"))
+}
+
+// === impl LockGuard ===
+
+impl LockGuard {
+    /// Releases this hold and reports the outcome. The lease stops being
+    /// renewed at once.
+    ///
+    /// Returns [`Error::NotHeld`] (changing nothing) if the lease was
+    /// already lost, so a lock now held by someone else is left alone.
+    ///
+    /// # Cancel safety
+    ///
+    /// The release runs in its own task: if this future is dropped, the
+    /// hold is still given back; only the outcome is not reported.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+    /// let guard = client.lock("orders:42").lock().await?;
+    /// guard.unlock().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn unlock(self) -> Result<()> {
+        let mut hold = self.skip_drop();
+        let inner = hold.lock.client.inner.clone();
+        drop(hold.registration.take());
+        inner.remove_hold(&hold.lock.key, &hold.field);
+        if inner.is_shut_down() {
+            return Err(Error::Shutdown);
+        }
+        let not_held = || Error::NotHeld {
+            name: hold.lock.key.to_string(),
+        };
+        if hold.state.is_lost() {
+            return Err(not_held());
+        }
+        let release = hold.release();
+        let conn = inner.conn.clone();
+        let reply = tokio::spawn(async move { run_release(&conn, &release, 1).await })
+            .await
+            .map_err(|_| Error::Shutdown)??;
+        match reply {
+            Some(_) => Ok(()),
+            None => Err(not_held()),
+        }
+    }
+
+    /// Whether the lease is known to be lost (see the type docs).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+    /// let guard = client.lock("orders:42").lock().await?;
+    /// assert!(!guard.is_lost());
+    /// # Ok(()) }
+    /// ```
+    pub fn is_lost(&self) -> bool {
+        self.hold().state.is_lost()
+    }
+
+    /// Completes when the lease is lost: at once if it already is.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only watches.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+    /// let guard = client.lock("orders:42").lock().await?;
+    /// tokio::select! {
+    ///     _ = guard.lost() => { /* stop writing */ }
+    ///     _ = async { /* work */ } => {}
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn lost(&self) {
+        self.hold().state.lost().await
+    }
+
+    /// The lock this guard holds.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+    /// let guard = client.lock("orders:42").lock().await?;
+    /// assert_eq!(guard.lock().name(), "orders:42");
+    /// # Ok(()) }
+    /// ```
+    pub fn lock(&self) -> &Lock {
+        &self.hold().lock
+    }
+
+    /// The owner the hold belongs to.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+    /// let guard = client.lock("orders:42").lock().await?;
+    /// assert_eq!(guard.owner(), leasehold::Owner::current());
+    /// # Ok(()) }
+    /// ```
+    pub fn owner(&self) -> Owner {
+        self.hold().owner
+    }
+
+    fn hold(&self) -> &Hold {
+        // Only `skip_drop` (which consumes the guard) takes the hold.
+        self.hold.as_ref().unwrap_or_else(|| unreachable!("guard without a hold"))
+    }
+
+    /// Takes the hold out so that `Drop` does nothing.
+    fn skip_drop(mut self) -> Hold {
+        self.hold.take().unwrap_or_else(|| unreachable!("guard without a hold"))
+    }
+}
+
+impl Hold {
+    fn release(&self) -> Release {
+        Release {
+            key: self.lock.key.to_string(),
+            channel: self.lock.channel.to_string(),
+            field: self.field.clone(),
+            lease_ms: self.lease_ms,
+        }
+    }
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        let Some(mut hold) = self.hold.take() else { return };
+        let inner = hold.lock.client.inner.clone();
+        drop(hold.registration.take());
+        inner.remove_hold(&hold.lock.key, &hold.field);
+        if !hold.state.is_lost() {
+            inner.release_in_background(hold.release());
+        }
+    }
+}

@@ -1,0 +1,428 @@
+//! Unlock channels and wake-ups: one subscription per channel per client,
+//! however many tasks wait.
+//!
+//! # What it uses
+//!
+//! One fred `SubscriberClient` connection carries every unlock channel
+//! (`redisson_lock__channel:{name}`) this client waits on. Nothing here
+//! sends commands on the command connection.
+//!
+//! # How waiting works
+//!
+//! A waiting task holds a [`Subscription`]: a counted reference to the
+//! channel's [`Channel`] entry plus its own [`Waiter`] slot. The first
+//! reference to a channel sends `SUBSCRIBE`; the last one to leave sends
+//! `UNSUBSCRIBE`. Both go through one ordered queue and one task, so an
+//! `UNSUBSCRIBE` of a channel's old entry can never overtake the
+//! `SUBSCRIBE` of its new one. fred resolves `SUBSCRIBE` when the frame is
+//! written, not when Redis has processed it, so after each batch of
+//! `SUBSCRIBE`s the task sends a `PING` on the same connection and waits
+//! for its reply: when it arrives, Redis has processed the subscription,
+//! and only then is [`PubSub::subscribe`] complete.
+//!
+//! Each message on a channel wakes **one** local waiter, the oldest (FIFO).
+//! A waiter that was woken and lost the race for the lock goes back to the
+//! *front* of the queue. When no waiter is queued (all are between a
+//! wake-up and their next wait), the wake-up is kept as a permit that the
+//! next [`Subscription::wait`] takes at once, so no message is lost between
+//! a failed acquire and the next wait.
+//!
+//! # Drop, cancel and reconnect
+//!
+//! * Dropping a `Subscription` removes its waiter from the queue; if it had
+//!   been woken and had not used the wake-up yet, the wake-up passes to the
+//!   next waiter. The last reference unsubscribes.
+//! * On a reconnect of the subscriber connection, messages published while
+//!   it was down are lost: every channel is subscribed again and then every
+//!   local waiter is woken to re-check at once. A lagging message stream
+//!   (tokio broadcast `Lagged`) also wakes every waiter.
+//! * The caller bounds every wait by the lock's remaining TTL, so even a
+//!   lost message cannot strand a waiter past the lease.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use dashmap::DashMap;
+use fred::clients::SubscriberClient;
+use fred::interfaces::{ClientLike, EventInterface, PubsubInterface};
+use fred::types::Value;
+use parking_lot::Mutex;
+use tokio::sync::{broadcast::error::RecvError, mpsc, watch, Notify};
+
+use crate::error::{Error, Result};
+
+/// The subscription registry of one client.
+#[derive(Clone, Debug)]
+pub(crate) struct PubSub {
+    shared: Arc<Shared>,
+}
+
+/// A waiting task's reference to a channel. Dropping it leaves the queue
+/// (passing on an unused wake-up) and, for the last reference, unsubscribes.
+#[derive(Debug)]
+pub(crate) struct Subscription {
+    shared: Arc<Shared>,
+    channel: Arc<Channel>,
+    waiter: Arc<Waiter>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    subscriber: SubscriberClient,
+    /// Live channel entries. An entry is inserted by the first subscriber
+    /// and removed by the last one to leave, under the map's shard lock,
+    /// which is also where its SUBSCRIBE / UNSUBSCRIBE is queued.
+    channels: DashMap<String, Arc<Channel>>,
+    /// Ordered subscription commands for the `run_ops` task.
+    ops: mpsc::UnboundedSender<Op>,
+}
+
+#[derive(Debug)]
+struct Channel {
+    name: String,
+    /// Whether Redis confirmed the SUBSCRIBE. Written by the `run_ops` task.
+    ready: watch::Sender<Ready>,
+    /// Everything else, changed only under this lock.
+    state: Mutex<ChannelState>,
+}
+
+#[derive(Debug, Default)]
+struct ChannelState {
+    /// Live `Subscription`s of this entry.
+    refs: usize,
+    /// Waiters blocked in `wait`, oldest first.
+    queue: VecDeque<Arc<Waiter>>,
+    /// A wake-up that found no queued waiter, kept for the next `wait`.
+    permit: bool,
+    /// Set when `refs` reached zero; the entry is leaving the map.
+    closed: bool,
+}
+
+#[derive(Clone, Debug)]
+enum Ready {
+    Pending,
+    Subscribed,
+    Failed(fred::error::Error),
+}
+
+#[derive(Debug, Default)]
+struct Waiter {
+    /// Woken and not yet consumed; set by wakers under the channel lock.
+    woken: AtomicBool,
+    notify: Notify,
+}
+
+#[derive(Debug)]
+enum Op {
+    Subscribe(Arc<Channel>),
+    Unsubscribe(String),
+    /// The connection came back: subscribe to everything again, then wake
+    /// every waiter.
+    Resubscribe,
+}
+
+/// Most channels sent in one SUBSCRIBE / UNSUBSCRIBE.
+const OPS_BATCH: usize = 1024;
+
+// === impl PubSub ===
+
+impl PubSub {
+    /// Starts the registry's two tasks on the current runtime: the ordered
+    /// subscription queue and the message loop. Both end when the
+    /// subscriber connection is closed (`quit`).
+    pub(crate) fn start(subscriber: SubscriberClient) -> PubSub {
+        let (ops, ops_rx) = mpsc::unbounded_channel();
+        let shared = Arc::new(Shared {
+            subscriber,
+            channels: DashMap::new(),
+            ops,
+        });
+        let messages = shared.subscriber.message_rx();
+        let reconnects = shared.subscriber.reconnect_rx();
+        tokio::spawn(run_ops(Arc::downgrade(&shared), shared.subscriber.clone(), ops_rx));
+        tokio::spawn(run_messages(Arc::downgrade(&shared), messages, reconnects));
+        PubSub { shared }
+    }
+
+    /// Joins `channel`'s waiters, subscribing if this is the first one, and
+    /// returns once Redis has confirmed the subscription.
+    ///
+    /// The waiter is queued from this moment, so an unlock published right
+    /// after the subscription is confirmed is not missed.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future drops the `Subscription` it was building, which
+    /// releases its reference (and unsubscribes if it was the last).
+    pub(crate) async fn subscribe(&self, channel: &str) -> Result<Subscription> {
+        let waiter = Arc::new(Waiter::default());
+        let entry = loop {
+            let entry = self
+                .shared
+                .channels
+                .entry(channel.to_owned())
+                .or_insert_with(|| {
+                    let entry = Arc::new(Channel::new(channel));
+                    let _ = self.shared.ops.send(Op::Subscribe(entry.clone()));
+                    entry
+                })
+                .clone();
+            let joined = {
+                let mut state = entry.state.lock();
+                if !state.closed {
+                    state.refs += 1;
+                    state.queue.push_back(waiter.clone());
+                }
+                !state.closed
+            };
+            if !joined {
+                // The last waiter is removing it right now; a fresh entry
+                // will be made once it is gone.
+                tokio::task::yield_now().await;
+                continue;
+            }
+            break entry;
+        };
+        let sub = Subscription {
+            shared: self.shared.clone(),
+            channel: entry,
+            waiter,
+        };
+        let mut ready = sub.channel.ready.subscribe();
+        let outcome = ready
+            .wait_for(|r| !matches!(r, Ready::Pending))
+            .await
+            .map(|r| r.clone());
+        match outcome {
+            Ok(Ready::Failed(e)) => Err(Error::Redis(e)),
+            Ok(_) => Ok(sub),
+            Err(_) => Err(Error::Shutdown),
+        }
+    }
+
+    /// Wakes every waiter of every channel (reconnect, lag, shutdown).
+    pub(crate) fn wake_all(&self) {
+        self.shared.wake_all();
+    }
+
+    /// Number of channels this client is subscribed to (or subscribing).
+    pub(crate) fn channel_count(&self) -> usize {
+        self.shared.channels.len()
+    }
+
+    /// Closes the subscriber connection; the registry's tasks then end.
+    pub(crate) async fn quit(&self) {
+        let _ = self.shared.subscriber.quit().await;
+    }
+}
+
+impl Shared {
+    fn wake_one(&self, channel: &str) {
+        if let Some(entry) = self.channels.get(channel) {
+            entry.state.lock().wake_one();
+        }
+    }
+
+    fn wake_all(&self) {
+        for entry in self.channels.iter() {
+            let mut state = entry.state.lock();
+            while !state.queue.is_empty() {
+                state.wake_one();
+            }
+            state.permit = true;
+        }
+    }
+}
+
+// === impl Subscription ===
+
+impl Subscription {
+    /// Waits for a wake-up (an unlock message, a reconnect) or for `bound`
+    /// to pass, whichever is first. Returns whether it was woken.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe. A wake-up delivered to a cancelled wait stays with this
+    /// subscription: the next `wait` returns at once, or dropping the
+    /// subscription passes it on.
+    pub(crate) async fn wait(&self, bound: Duration) -> bool {
+        {
+            let mut state = self.channel.state.lock();
+            if state.permit && !self.waiter.woken.load(Ordering::Acquire) {
+                state.permit = false;
+                return true;
+            }
+            let queued = state.queue.iter().any(|w| Arc::ptr_eq(w, &self.waiter));
+            if !queued && !self.waiter.woken.load(Ordering::Acquire) {
+                // Woken before and lost the race: keep the place at the front.
+                state.queue.push_front(self.waiter.clone());
+            }
+        }
+        let woken = tokio::time::timeout(bound, self.waiter.notify.notified())
+            .await
+            .is_ok();
+        if woken {
+            self.waiter.woken.store(false, Ordering::Release);
+        }
+        woken
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        let mut state = self.channel.state.lock();
+        state.queue.retain(|w| !Arc::ptr_eq(w, &self.waiter));
+        if self.waiter.woken.swap(false, Ordering::AcqRel) {
+            // A wake-up this waiter never used: hand it on.
+            state.wake_one();
+        }
+        state.refs -= 1;
+        if state.refs > 0 {
+            return;
+        }
+        state.closed = true;
+        drop(state);
+        let name = &self.channel.name;
+        let ops = &self.shared.ops;
+        self.shared.channels.remove_if(name, |_, entry| {
+            let ours = Arc::ptr_eq(entry, &self.channel);
+            if ours {
+                // Queued under the shard lock, so it precedes any SUBSCRIBE
+                // of a newer entry for this channel.
+                let _ = ops.send(Op::Unsubscribe(name.clone()));
+            }
+            ours
+        });
+    }
+}
+
+// === impl Channel ===
+
+impl Channel {
+    fn new(name: &str) -> Channel {
+        Channel {
+            name: name.to_owned(),
+            ready: watch::Sender::new(Ready::Pending),
+            state: Mutex::new(ChannelState::default()),
+        }
+    }
+}
+
+impl ChannelState {
+    /// Wakes the oldest queued waiter, or keeps a permit if none is queued.
+    fn wake_one(&mut self) {
+        match self.queue.pop_front() {
+            Some(waiter) => {
+                waiter.woken.store(true, Ordering::Release);
+                waiter.notify.notify_one();
+            }
+            None => self.permit = true,
+        }
+    }
+}
+
+// === background tasks ===
+
+/// Runs subscription commands in order, batching runs of the same kind.
+async fn run_ops(
+    shared: std::sync::Weak<Shared>,
+    subscriber: SubscriberClient,
+    mut rx: mpsc::UnboundedReceiver<Op>,
+) {
+    let mut batch = Vec::with_capacity(OPS_BATCH);
+    while rx.recv_many(&mut batch, OPS_BATCH).await > 0 {
+        let mut ops = batch.drain(..).peekable();
+        while let Some(op) = ops.next() {
+            match op {
+                Op::Subscribe(first) => {
+                    let mut entries = vec![first];
+                    while let Some(Op::Subscribe(_)) = ops.peek() {
+                        if let Some(Op::Subscribe(next)) = ops.next() {
+                            entries.push(next);
+                        }
+                    }
+                    let names: Vec<String> = entries.iter().map(|e| e.name.clone()).collect();
+                    let outcome = subscribe_confirmed(&subscriber, names).await;
+                    for entry in entries {
+                        entry.ready.send_replace(match &outcome {
+                            Ok(()) => Ready::Subscribed,
+                            Err(e) => Ready::Failed(e.clone()),
+                        });
+                    }
+                }
+                Op::Unsubscribe(first) => {
+                    let mut names = vec![first];
+                    while let Some(Op::Unsubscribe(_)) = ops.peek() {
+                        if let Some(Op::Unsubscribe(next)) = ops.next() {
+                            names.push(next);
+                        }
+                    }
+                    if let Err(e) = subscriber.unsubscribe(names).await {
+                        tracing::debug!(error = %e, "UNSUBSCRIBE failed");
+                    }
+                }
+                Op::Resubscribe => {
+                    let Some(shared) = shared.upgrade() else { return };
+                    let names: Vec<String> =
+                        shared.channels.iter().map(|e| e.key().clone()).collect();
+                    for chunk in names.chunks(OPS_BATCH) {
+                        if let Err(e) = subscribe_confirmed(&subscriber, chunk.to_vec()).await {
+                            tracing::warn!(error = %e, "re-subscribing after a reconnect failed");
+                        }
+                    }
+                    shared.wake_all();
+                }
+            }
+        }
+    }
+}
+
+/// SUBSCRIBE, then a PING on the same connection: its reply proves Redis
+/// processed the SUBSCRIBE before it.
+async fn subscribe_confirmed(
+    subscriber: &SubscriberClient,
+    names: Vec<String>,
+) -> std::result::Result<(), fred::error::Error> {
+    if names.is_empty() {
+        return Ok(());
+    }
+    subscriber.subscribe(names).await?;
+    subscriber.ping::<Value>(None).await?;
+    Ok(())
+}
+
+/// Routes unlock messages to their channel's waiters; wakes everybody on
+/// lag or reconnect.
+async fn run_messages(
+    shared: std::sync::Weak<Shared>,
+    mut messages: tokio::sync::broadcast::Receiver<fred::types::Message>,
+    mut reconnects: tokio::sync::broadcast::Receiver<fred::types::config::Server>,
+) {
+    loop {
+        tokio::select! {
+            message = messages.recv() => {
+                let Some(shared) = shared.upgrade() else { return };
+                match message {
+                    Ok(message) => shared.wake_one(&message.channel),
+                    Err(RecvError::Lagged(missed)) => {
+                        tracing::warn!(missed, "unlock messages lagged: waking every waiter");
+                        shared.wake_all();
+                    }
+                    Err(RecvError::Closed) => return,
+                }
+            }
+            reconnect = reconnects.recv() => {
+                let Some(shared) = shared.upgrade() else { return };
+                match reconnect {
+                    Ok(_) | Err(RecvError::Lagged(_)) => {
+                        tracing::debug!("subscriber reconnected: re-subscribing");
+                        let _ = shared.ops.send(Op::Resubscribe);
+                    }
+                    Err(RecvError::Closed) => return,
+                }
+            }
+        }
+    }
+}
