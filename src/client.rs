@@ -275,7 +275,14 @@ impl Client {
         let holds: Vec<_> = inner
             .holds
             .iter()
-            .map(|e| (e.key().clone(), e.value().channel.clone(), e.value().lease_ms, e.value().count))
+            .map(|e| {
+                (
+                    e.key().clone(),
+                    e.value().channel.clone(),
+                    e.value().lease_ms,
+                    e.value().count,
+                )
+            })
             .collect();
         inner.holds.clear();
         let mut releases = JoinSet::new();
@@ -287,7 +294,12 @@ impl Client {
                     .run::<Option<i64>>(
                         &conn.redis,
                         vec![key, channel],
-                        vec![lease_ms.to_string(), field, "0".to_owned(), count.to_string()],
+                        vec![
+                            lease_ms.to_string(),
+                            field,
+                            "0".to_owned(),
+                            count.to_string(),
+                        ],
                     )
                     .await
             });

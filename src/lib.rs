@@ -50,7 +50,12 @@
 //! short: a dropped acquire holds nothing, a dropped `unlock` still
 //! releases, and a dropped guard releases in the background.
 
-#![deny(missing_docs, missing_debug_implementations, unreachable_pub, unused_must_use)]
+#![deny(
+    missing_docs,
+    missing_debug_implementations,
+    unreachable_pub,
+    unused_must_use
+)]
 #![warn(rust_2018_idioms)]
 
 mod client;

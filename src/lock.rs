@@ -457,7 +457,11 @@ impl Lock {
     }
 
     /// The wait loop (see the module docs). `wait: None` waits forever.
-    async fn acquire(&self, lease: Option<Duration>, wait: Option<Duration>) -> Result<Option<LockGuard>> {
+    async fn acquire(
+        &self,
+        lease: Option<Duration>,
+        wait: Option<Duration>,
+    ) -> Result<Option<LockGuard>> {
         self.check()?;
         let lease_ms = lease_millis(lease.unwrap_or(self.client.inner.watchdog.timeout()))?;
         let deadline = wait.and_then(|w| Instant::now().checked_add(w));
@@ -500,7 +504,13 @@ impl Lock {
 
     /// Runs `acquire` once, in its own task so that a reply is never lost
     /// to a cancelled caller.
-    async fn attempt(&self, owner: Owner, field: &str, lease_ms: i64, fixed: bool) -> Result<Attempt> {
+    async fn attempt(
+        &self,
+        owner: Owner,
+        field: &str,
+        lease_ms: i64,
+        fixed: bool,
+    ) -> Result<Attempt> {
         let inner = &self.client.inner;
         let conn = inner.conn.clone();
         let (tx, rx) = oneshot::channel();
@@ -533,7 +543,14 @@ impl Lock {
         })
     }
 
-    fn new_guard(&self, owner: Owner, field: &str, lease_ms: i64, fixed: bool, sent: Instant) -> LockGuard {
+    fn new_guard(
+        &self,
+        owner: Owner,
+        field: &str,
+        lease_ms: i64,
+        fixed: bool,
+        sent: Instant,
+    ) -> LockGuard {
         let inner = &self.client.inner;
         inner.add_hold(&self.key, field, &self.channel, lease_ms);
         let (state, registration) = if fixed {
@@ -673,12 +690,16 @@ impl LockGuard {
 
     fn hold(&self) -> &Hold {
         // Only `skip_drop` (which consumes the guard) takes the hold.
-        self.hold.as_ref().unwrap_or_else(|| unreachable!("guard without a hold"))
+        self.hold
+            .as_ref()
+            .unwrap_or_else(|| unreachable!("guard without a hold"))
     }
 
     /// Takes the hold out so that `Drop` does nothing.
     fn skip_drop(mut self) -> Hold {
-        self.hold.take().unwrap_or_else(|| unreachable!("guard without a hold"))
+        self.hold
+            .take()
+            .unwrap_or_else(|| unreachable!("guard without a hold"))
     }
 }
 
@@ -695,7 +716,9 @@ impl Hold {
 
 impl Drop for LockGuard {
     fn drop(&mut self) {
-        let Some(mut hold) = self.hold.take() else { return };
+        let Some(mut hold) = self.hold.take() else {
+            return;
+        };
         let inner = hold.lock.client.inner.clone();
         drop(hold.registration.take());
         inner.remove_hold(&hold.lock.key, &hold.field);

@@ -141,7 +141,11 @@ impl PubSub {
         });
         let messages = shared.subscriber.message_rx();
         let reconnects = shared.subscriber.reconnect_rx();
-        tokio::spawn(run_ops(Arc::downgrade(&shared), shared.subscriber.clone(), ops_rx));
+        tokio::spawn(run_ops(
+            Arc::downgrade(&shared),
+            shared.subscriber.clone(),
+            ops_rx,
+        ));
         tokio::spawn(run_messages(Arc::downgrade(&shared), messages, reconnects));
         PubSub { shared }
     }
@@ -364,7 +368,9 @@ async fn run_ops(
                     }
                 }
                 Op::Resubscribe => {
-                    let Some(shared) = shared.upgrade() else { return };
+                    let Some(shared) = shared.upgrade() else {
+                        return;
+                    };
                     let names: Vec<String> =
                         shared.channels.iter().map(|e| e.key().clone()).collect();
                     for chunk in names.chunks(OPS_BATCH) {

@@ -332,7 +332,10 @@ impl Inner {
             } else {
                 0
             };
-            groups.entry((lease.conn.id, slot_id)).or_default().push(lease);
+            groups
+                .entry((lease.conn.id, slot_id))
+                .or_default()
+                .push(lease);
         }
         let mut batches = JoinSet::new();
         for (_, leases) in groups {
@@ -348,7 +351,11 @@ impl Inner {
         let conn = batch[0].conn.clone();
         let mut keys = Vec::with_capacity(batch.len());
         let mut args = Vec::with_capacity(batch.len() + 1);
-        args.push(crate::lock::lease_millis(self.timeout).unwrap_or(i64::MAX).to_string());
+        args.push(
+            crate::lock::lease_millis(self.timeout)
+                .unwrap_or(i64::MAX)
+                .to_string(),
+        );
         for lease in &batch {
             keys.push(lease.key.clone());
             args.push(lease.field.clone());
@@ -357,7 +364,9 @@ impl Inner {
         self.calls.fetch_add(1, Ordering::Relaxed);
         let reply = tokio::time::timeout(
             self.timeout / 6,
-            Scripts::get().renew.run::<Vec<i64>>(&conn.redis, keys, args),
+            Scripts::get()
+                .renew
+                .run::<Vec<i64>>(&conn.redis, keys, args),
         )
         .await;
         match reply {

@@ -1,0 +1,274 @@
+//! A flash sale ("seckill") across OS processes, guarded by one leasehold
+//! lock.
+//!
+//! The coordinator puts `--stock` items on sale, then starts `--processes`
+//! copies of itself as workers. Each worker runs `--tasks` tasks that
+//! together make their share of `--attempts` purchase attempts: lock,
+//! read the stock, sell one if any is left, unlock. The stock is read and
+//! written with plain GET/SET, so only the lock keeps the count right.
+//!
+//! ```text
+//! cargo run --example seckill                     # private redis-server
+//! REDIS_URL=redis://127.0.0.1:6379 cargo run --example seckill -- --processes 8
+//! ```
+//!
+//! With no `REDIS_URL`, a private `redis-server` is started on a free
+//! loopback port and stopped at exit. The exit code is non-zero if more or
+//! fewer items were sold than were on sale.
+
+#[path = "../tests/support/server.rs"]
+mod server;
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use leasehold::fred::interfaces::KeysInterface;
+
+const STOCK_KEY: &str = "seckill:stock";
+const SOLD_KEY: &str = "seckill:sold";
+const OVERSOLD_KEY: &str = "seckill:oversold";
+const LOCK_NAME: &str = "seckill:lock";
+
+#[derive(Debug, Clone)]
+struct Args {
+    processes: u32,
+    stock: i64,
+    attempts: u64,
+    tasks: u64,
+    worker: bool,
+    url: Option<String>,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut args = Args {
+        processes: 4,
+        stock: 200,
+        attempts: 1600,
+        tasks: 8,
+        worker: false,
+        url: None,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut value = || it.next().ok_or(format!("{flag} needs a value"));
+        match flag.as_str() {
+            "--processes" => {
+                args.processes = value()?.parse().map_err(|e| format!("--processes: {e}"))?
+            }
+            "--stock" => args.stock = value()?.parse().map_err(|e| format!("--stock: {e}"))?,
+            "--attempts" => {
+                args.attempts = value()?.parse().map_err(|e| format!("--attempts: {e}"))?
+            }
+            "--tasks" => args.tasks = value()?.parse().map_err(|e| format!("--tasks: {e}"))?,
+            "--url" => args.url = Some(value()?),
+            "--worker" => args.worker = true,
+            "-h" | "--help" => {
+                return Err(
+                    "usage: seckill [--processes N] [--stock N] [--attempts N] [--tasks N]".into(),
+                )
+            }
+            other => return Err(format!("unknown argument {other}")),
+        }
+    }
+    if args.processes == 0 || args.tasks == 0 {
+        return Err("--processes and --tasks must be at least 1".into());
+    }
+    Ok(args)
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let args = match parse_args() {
+        Ok(args) => args,
+        Err(msg) => {
+            eprintln!("{msg}");
+            std::process::exit(2);
+        }
+    };
+    if args.worker {
+        return worker(args).await;
+    }
+    coordinator(args).await
+}
+
+/// Sets up the sale, runs the workers, prints the summary.
+async fn coordinator(args: Args) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let (_server, url) = match std::env::var("REDIS_URL") {
+        Ok(url) => (None, url),
+        Err(_) => {
+            let server = server::RedisServer::start();
+            let url = server.url();
+            println!("started a private redis-server at {url}");
+            (Some(server), url)
+        }
+    };
+    let client = leasehold::Client::connect(&url).await?;
+    let redis = client.redis();
+    let () = redis.set(STOCK_KEY, args.stock, None, None, false).await?;
+    let _: i64 = redis.del(vec![SOLD_KEY, OVERSOLD_KEY]).await?;
+
+    let started = Instant::now();
+    let exe = std::env::current_exe()?;
+    let mut children = Vec::new();
+    for i in 0..u64::from(args.processes) {
+        // Spread the attempts: the first `rest` workers make one more.
+        let share = args.attempts / u64::from(args.processes)
+            + u64::from(i < args.attempts % u64::from(args.processes));
+        let child = Command::new(&exe)
+            .args(["--worker", "--url", &url])
+            .args([
+                "--attempts",
+                &share.to_string(),
+                "--tasks",
+                &args.tasks.to_string(),
+            ])
+            .stdout(Stdio::piped())
+            .spawn()?;
+        children.push(child);
+    }
+    let mut totals = WorkerReport::default();
+    for child in children {
+        let out = child.wait_with_output()?;
+        if !out.status.success() {
+            return Err(format!("a worker failed: {}", out.status).into());
+        }
+        let text = String::from_utf8_lossy(&out.stdout);
+        let report = text
+            .lines()
+            .find_map(WorkerReport::parse)
+            .ok_or("a worker printed no report")?;
+        totals.add(&report);
+    }
+    let wall = started.elapsed();
+
+    let stock_left: i64 = redis.get(STOCK_KEY).await?;
+    let sold_in_redis: Option<i64> = redis.get(SOLD_KEY).await?;
+    let oversold: Option<i64> = redis.get(OVERSOLD_KEY).await?;
+    client.shutdown().await?;
+
+    println!();
+    println!("| seckill | value |");
+    println!("| --- | --- |");
+    println!("| processes | {} |", args.processes);
+    println!("| tasks per process | {} |", args.tasks);
+    println!("| stock on sale | {} |", args.stock);
+    println!("| attempts | {} |", totals.attempts);
+    println!("| sold | {} |", totals.sold);
+    println!("| stock left | {stock_left} |");
+    println!("| lock waits (try_lock found it busy) | {} |", totals.waits);
+    println!("| mean time to acquire | {:.2?} |", totals.mean_acquire());
+    println!("| wall time | {wall:.2?} |");
+    println!(
+        "| lock acquisitions per second | {:.0} |",
+        totals.attempts as f64 / wall.as_secs_f64()
+    );
+
+    let expected = args.stock.min(args.attempts as i64).max(0);
+    let ok = totals.sold as i64 == expected
+        && sold_in_redis.unwrap_or(0) == expected
+        && stock_left == args.stock.max(0) - expected
+        && oversold.is_none();
+    if ok {
+        println!("\nOK: exactly {expected} sold, stock never below zero.");
+        Ok(())
+    } else {
+        Err(format!(
+            "WRONG: sold {} (redis {:?}), stock left {stock_left}, oversold flag {oversold:?}",
+            totals.sold, sold_in_redis
+        )
+        .into())
+    }
+}
+
+/// One process's share of the attempts.
+async fn worker(args: Args) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let url = args.url.clone().ok_or("--worker needs --url")?;
+    let client = leasehold::Client::connect(&url).await?;
+    let mut tasks = Vec::new();
+    for t in 0..args.tasks {
+        let attempts = args.attempts / args.tasks + u64::from(t < args.attempts % args.tasks);
+        let client = client.clone();
+        tasks.push(tokio::spawn(async move {
+            let lock = client.lock(LOCK_NAME);
+            let redis = client.redis();
+            let mut report = WorkerReport::default();
+            for _ in 0..attempts {
+                let asked = Instant::now();
+                let guard = match lock.try_lock().await? {
+                    Some(guard) => guard,
+                    None => {
+                        report.waits += 1;
+                        lock.lock().await?
+                    }
+                };
+                report.acquire_time += asked.elapsed();
+                report.attempts += 1;
+                let stock: i64 = redis.get(STOCK_KEY).await?;
+                if stock > 0 {
+                    let () = redis.set(STOCK_KEY, stock - 1, None, None, false).await?;
+                    let _: i64 = redis.incr(SOLD_KEY).await?;
+                    report.sold += 1;
+                } else if stock < 0 {
+                    let _: i64 = redis.incr(OVERSOLD_KEY).await?;
+                }
+                guard.unlock().await?;
+            }
+            Ok::<_, leasehold::Error>(report)
+        }));
+    }
+    let mut total = WorkerReport::default();
+    for task in tasks {
+        total.add(&task.await??);
+    }
+    client.shutdown().await?;
+    println!("{}", total.line());
+    Ok(())
+}
+
+#[derive(Debug, Default)]
+struct WorkerReport {
+    attempts: u64,
+    sold: u64,
+    waits: u64,
+    acquire_time: Duration,
+}
+
+impl WorkerReport {
+    fn add(&mut self, other: &WorkerReport) {
+        self.attempts += other.attempts;
+        self.sold += other.sold;
+        self.waits += other.waits;
+        self.acquire_time += other.acquire_time;
+    }
+
+    fn mean_acquire(&self) -> Duration {
+        self.acquire_time / self.attempts.max(1) as u32
+    }
+
+    fn line(&self) -> String {
+        format!(
+            "REPORT attempts={} sold={} waits={} acquire_us={}",
+            self.attempts,
+            self.sold,
+            self.waits,
+            self.acquire_time.as_micros()
+        )
+    }
+
+    fn parse(line: &str) -> Option<WorkerReport> {
+        let rest = line.strip_prefix("REPORT ")?;
+        let mut report = WorkerReport::default();
+        for pair in rest.split_whitespace() {
+            let (k, v) = pair.split_once('=')?;
+            let v: u64 = v.parse().ok()?;
+            match k {
+                "attempts" => report.attempts = v,
+                "sold" => report.sold = v,
+                "waits" => report.waits = v,
+                "acquire_us" => report.acquire_time = Duration::from_micros(v),
+                _ => {}
+            }
+        }
+        Some(report)
+    }
+}

@@ -1,0 +1,184 @@
+//! The shared watchdog: renewal, batching, loss detection.
+
+mod support;
+
+use std::time::Duration;
+
+use leasehold::{Error, Watchdog};
+use support::fixture::{calls, client, client_with, eventually, exists, within};
+use support::RedisServer;
+
+/// With a 1 s watchdog timeout, a lock held for 5 s stays held: its TTL
+/// keeps being pushed back and the guard is never lost.
+#[tokio::test]
+async fn lease_is_renewed_while_held() {
+    let server = RedisServer::start();
+    let c = client_with(&server, |b| b.watchdog_timeout(Duration::from_secs(1))).await;
+    let lock = c.lock("renewed");
+    let guard = lock.lock().await.unwrap();
+    for _ in 0..10 {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert!(exists(&server, "renewed"), "lease expired while held");
+        assert!(!guard.is_lost());
+    }
+    let ttl = lock.remaining_lease().await.unwrap().expect("has a lease");
+    assert!(ttl <= Duration::from_secs(1));
+    guard.unlock().await.unwrap();
+    assert!(!exists(&server, "renewed"));
+    assert_eq!(c.watchdog().lease_count(), 0, "registry empty after unlock");
+    c.shutdown().await.unwrap();
+}
+
+/// 1,000 held locks are renewed with at most ceil(1000 / batch) + 1 script
+/// calls per interval; after unlocking, keys and registry are empty.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thousand_leases_renew_in_batches() {
+    const LOCKS: usize = 1000;
+    const BATCH: usize = 100;
+    let server = RedisServer::start();
+    let watchdog = Watchdog::new(Duration::from_millis(900))
+        .unwrap()
+        .with_batch_size(BATCH)
+        .unwrap();
+    let c = client_with(&server, |b| b.watchdog(watchdog.clone())).await;
+    let mut guards = Vec::new();
+    for i in 0..LOCKS {
+        guards.push(c.lock(&format!("many:{i}")).lock().await.unwrap());
+    }
+    assert_eq!(watchdog.lease_count(), LOCKS);
+
+    let interval = watchdog.renew_interval(); // 300 ms
+    let window = interval * 10;
+    let (ours_before, server_before) = (watchdog.renewal_calls(), calls(&server, "evalsha"));
+    tokio::time::sleep(window).await;
+    let ours = watchdog.renewal_calls() - ours_before;
+    let seen = calls(&server, "evalsha") - server_before;
+    // Cycles that can start in the window: 10, plus one at an edge.
+    let cycles = 11u64;
+    let per_cycle = LOCKS.div_ceil(BATCH) as u64 + 1;
+    assert!(
+        ours >= 5 * (LOCKS / BATCH) as u64,
+        "renewal barely ran: {ours} calls"
+    );
+    assert!(
+        seen <= cycles * per_cycle,
+        "{seen} renew calls in {cycles} cycles"
+    );
+    assert!(
+        seen <= ours + per_cycle,
+        "Redis saw {seen}, the watchdog sent {ours}"
+    );
+    for i in (0..LOCKS).step_by(97) {
+        assert!(
+            exists(&server, &format!("many:{i}")),
+            "lease of many:{i} expired"
+        );
+    }
+    for g in guards {
+        g.unlock().await.unwrap();
+    }
+    assert_eq!(watchdog.lease_count(), 0);
+    assert_eq!(server.cmd(&["DBSIZE"]), "0");
+    c.shutdown().await.unwrap();
+}
+
+/// Another client force-unlocks: the holder's `lost()` completes within
+/// about one renewal interval; its `unlock()` reports `NotHeld` and leaves
+/// the new holder's lock alone.
+#[tokio::test]
+async fn force_unlock_is_reported_as_lost() {
+    let server = RedisServer::start();
+    let a = client_with(&server, |b| b.watchdog_timeout(Duration::from_secs(1))).await;
+    let b = client(&server).await;
+    let guard = a.lock("stolen").lock().await.unwrap();
+    assert!(b.lock("stolen").force_unlock().await.unwrap());
+    let new_holder = b
+        .lock("stolen")
+        .try_lock()
+        .await
+        .unwrap()
+        .expect("free after force_unlock");
+
+    within(
+        Duration::from_secs(10),
+        "lost() after force_unlock",
+        guard.lost(),
+    )
+    .await;
+    assert!(guard.is_lost());
+    assert_eq!(
+        a.watchdog().lease_count(),
+        0,
+        "a lost lease leaves the registry"
+    );
+    match guard.unlock().await {
+        Err(Error::NotHeld { name }) => assert_eq!(name, "stolen"),
+        other => panic!("expected NotHeld, got {other:?}"),
+    }
+    assert!(
+        b.lock("stolen").is_locked().await.unwrap(),
+        "the new holder keeps it"
+    );
+    assert!(!new_holder.is_lost());
+    new_holder.unlock().await.unwrap();
+    assert!(
+        !b.lock("stolen").force_unlock().await.unwrap(),
+        "nothing left to delete"
+    );
+    a.shutdown().await.unwrap();
+    b.shutdown().await.unwrap();
+}
+
+/// A fixed lease is not renewed: the key expires and the guard reports
+/// lost at its deadline.
+#[tokio::test]
+async fn fixed_lease_expires_and_reports_lost() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let guard = c
+        .lock("fixed")
+        .lock_with_lease(Duration::from_millis(400))
+        .await
+        .unwrap();
+    assert_eq!(
+        c.watchdog().lease_count(),
+        0,
+        "fixed leases are not renewed"
+    );
+    within(
+        Duration::from_secs(10),
+        "fixed lease deadline",
+        guard.lost(),
+    )
+    .await;
+    eventually(Duration::from_secs(10), "key expired", || {
+        !exists(&server, "fixed")
+    })
+    .await;
+    assert!(matches!(guard.unlock().await, Err(Error::NotHeld { .. })));
+    c.shutdown().await.unwrap();
+}
+
+/// One watchdog shared by two clients renews both clients' leases.
+#[tokio::test]
+async fn one_watchdog_serves_two_clients() {
+    let server = RedisServer::start();
+    let other = RedisServer::start();
+    let watchdog = Watchdog::new(Duration::from_millis(600)).unwrap();
+    let a = client_with(&server, |b| b.watchdog(watchdog.clone())).await;
+    let b = client_with(&other, |b| b.watchdog(watchdog.clone())).await;
+    let ga = a.lock("wd").lock().await.unwrap();
+    let gb = b.lock("wd").lock().await.unwrap();
+    assert_eq!(watchdog.lease_count(), 2);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(exists(&server, "wd") && exists(&other, "wd"));
+    drop(ga);
+    gb.unlock().await.unwrap();
+    eventually(Duration::from_secs(10), "both released", || {
+        !exists(&server, "wd") && !exists(&other, "wd")
+    })
+    .await;
+    assert_eq!(watchdog.lease_count(), 0);
+    a.shutdown().await.unwrap();
+    b.shutdown().await.unwrap();
+}
