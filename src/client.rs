@@ -83,6 +83,7 @@ pub struct ClientBuilder {
     key_prefix: String,
     recheck_interval: Option<Duration>,
     command_timeout: Option<Duration>,
+    message_capacity: Option<usize>,
 }
 
 /// The command connection as the watchdog and guards see it.
@@ -134,8 +135,8 @@ const DEFAULT_WATCHDOG_TIMEOUT: Duration = Duration::from_secs(30);
 const DEFAULT_RECHECK: Duration = Duration::from_secs(30);
 /// Default timeout of one Redis command.
 const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
-/// Unlock messages buffered per client before the stream lags.
-const MESSAGE_CAPACITY: usize = 16 * 1024;
+/// Default number of unlock messages buffered before the stream lags.
+const DEFAULT_MESSAGE_CAPACITY: usize = 4096;
 
 static NEXT_CONN: AtomicU64 = AtomicU64::new(1);
 
@@ -507,6 +508,22 @@ impl ClientBuilder {
         self
     }
 
+    /// How many unlock messages the subscriber connection buffers before
+    /// the message stream lags (default 4096). A lag is not a loss of
+    /// safety — every waiter then re-checks at once — but it costs one
+    /// script call per waiter, so size it to the bursts of unlocks you
+    /// expect.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// let b = leasehold::Client::builder().message_capacity(16 * 1024);
+    /// ```
+    pub fn message_capacity(mut self, capacity: usize) -> Self {
+        self.message_capacity = Some(capacity);
+        self
+    }
+
     /// Connects both connections and starts the client's tasks.
     ///
     /// Fails with [`Error::InvalidArgument`] for a bad URL or setting, and
@@ -544,6 +561,11 @@ impl ClientBuilder {
             return Err(Error::invalid("command timeout must be above zero"));
         }
 
+        let message_capacity = self.message_capacity.unwrap_or(DEFAULT_MESSAGE_CAPACITY);
+        if message_capacity == 0 {
+            return Err(Error::invalid("message capacity must be at least 1"));
+        }
+
         let mut builder = Builder::from_config(config);
         builder
             .set_policy(ReconnectPolicy::new_exponential(0, 50, 2_000, 2))
@@ -554,7 +576,7 @@ impl ClientBuilder {
             })
             .with_performance_config(|p| {
                 p.default_command_timeout = command_timeout;
-                p.broadcast_channel_capacity = MESSAGE_CAPACITY;
+                p.broadcast_channel_capacity = message_capacity;
             });
         let redis = builder.build()?;
         let subscriber = builder
