@@ -23,7 +23,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use dashmap::DashMap;
 use fred::clients::Client as FredClient;
 use fred::interfaces::ClientLike;
 use fred::types::config::{Config, ReconnectPolicy};
@@ -32,10 +31,11 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
 use crate::error::{Error, Result};
+use crate::holds::{self, Holds, Release};
 use crate::lock::Lock;
 use crate::pubsub::PubSub;
 use crate::scripts::Scripts;
-use crate::watchdog::Watchdog;
+use crate::watchdog::{LeaseState, Watchdog};
 
 /// A connection to Redis that hands out [`Lock`]s.
 ///
@@ -105,28 +105,11 @@ pub(crate) struct ClientInner {
     /// Longest a waiter sleeps without re-checking when the lock has no
     /// expiry (PTTL -1).
     pub(crate) recheck_interval: Duration,
-    /// Holds handed out and not yet given back, per (key, field). Changed
-    /// by acquires, releases and shutdown.
-    holds: DashMap<(String, String), HoldRecord>,
+    /// Holds handed out and not yet given back (see `holds`).
+    pub(crate) holds: Holds,
     /// Releases of dropped guards, run by the releaser task.
-    releases: mpsc::UnboundedSender<Release>,
+    releases: mpsc::UnboundedSender<(Release, Arc<LeaseState>)>,
     shut_down: AtomicBool,
-}
-
-#[derive(Debug)]
-struct HoldRecord {
-    channel: String,
-    lease_ms: i64,
-    count: u32,
-}
-
-/// One release to run in the background.
-#[derive(Debug)]
-pub(crate) struct Release {
-    pub(crate) key: String,
-    pub(crate) channel: String,
-    pub(crate) field: String,
-    pub(crate) lease_ms: i64,
 }
 
 /// Default watchdog timeout (Redisson's `lockWatchdogTimeout`).
@@ -273,37 +256,10 @@ impl Client {
         }
         inner.watchdog.forget_conn(inner.conn.id);
         inner.pubsub.wake_all();
-        let holds: Vec<_> = inner
-            .holds
-            .iter()
-            .map(|e| {
-                (
-                    e.key().clone(),
-                    e.value().channel.clone(),
-                    e.value().lease_ms,
-                    e.value().count,
-                )
-            })
-            .collect();
-        inner.holds.clear();
         let mut releases = JoinSet::new();
-        for ((key, field), channel, lease_ms, count) in holds {
+        for (release, count) in inner.holds.drain() {
             let conn = inner.conn.clone();
-            releases.spawn(async move {
-                Scripts::get()
-                    .release
-                    .run::<Option<i64>>(
-                        &conn.redis,
-                        vec![key, channel],
-                        vec![
-                            lease_ms.to_string(),
-                            field,
-                            "0".to_owned(),
-                            count.to_string(),
-                        ],
-                    )
-                    .await
-            });
+            releases.spawn(async move { holds::release(&conn, &release, count, count).await });
         }
         let mut first_error = None;
         while let Some(done) = releases.join_next().await {
@@ -329,33 +285,11 @@ impl Client {
 }
 
 impl ClientInner {
-    /// Counts a hold handed out.
-    pub(crate) fn add_hold(&self, key: &str, field: &str, channel: &str, lease_ms: i64) {
-        let mut record = self
-            .holds
-            .entry((key.to_owned(), field.to_owned()))
-            .or_insert_with(|| HoldRecord {
-                channel: channel.to_owned(),
-                lease_ms,
-                count: 0,
-            });
-        record.count += 1;
-        record.lease_ms = lease_ms;
-    }
-
-    /// Uncounts a hold given back (or found lost).
-    pub(crate) fn remove_hold(&self, key: &str, field: &str) {
-        self.holds
-            .remove_if_mut(&(key.to_owned(), field.to_owned()), |_, record| {
-                record.count = record.count.saturating_sub(1);
-                record.count == 0
-            });
-    }
-
-    /// Queues a release for the background task; never blocks or panics.
-    pub(crate) fn release_in_background(&self, release: Release) {
-        if !self.shut_down.load(Ordering::Acquire) {
-            let _ = self.releases.send(release);
+    /// Queues the release of a dropped guard's hold; never blocks or
+    /// panics. The hold stays counted until the release completes.
+    pub(crate) fn release_in_background(&self, release: Release, epoch: Arc<LeaseState>) {
+        if !self.is_shut_down() {
+            let _ = self.releases.send((release, epoch));
         }
     }
 
@@ -366,6 +300,9 @@ impl ClientInner {
 
 impl Drop for ClientInner {
     fn drop(&mut self) {
+        if self.is_shut_down() {
+            return;
+        }
         // fred's connection tasks outlive their handles unless told to quit.
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
             let redis = self.conn.redis.clone();
@@ -378,37 +315,21 @@ impl Drop for ClientInner {
     }
 }
 
-/// Runs the releases of dropped guards.
-async fn run_releases(conn: Arc<Conn>, mut rx: mpsc::UnboundedReceiver<Release>) {
-    while let Some(release) = rx.recv().await {
-        let conn = conn.clone();
+/// Runs the releases of dropped guards, each in its own task.
+async fn run_releases(
+    inner: std::sync::Weak<ClientInner>,
+    mut rx: mpsc::UnboundedReceiver<(Release, Arc<LeaseState>)>,
+) {
+    while let Some((release, epoch)) = rx.recv().await {
+        let Some(inner) = inner.upgrade() else { return };
         tokio::spawn(async move {
-            if let Err(e) = run_release(&conn, &release, 1).await {
+            let before = inner.holds.count(&release.key, &release.field);
+            if let Err(e) = holds::release(&inner.conn, &release, 1, before).await {
                 tracing::warn!(key = %release.key, error = %e, "background release failed; the lease will expire");
             }
+            inner.holds.released(&release.key, &release.field, &epoch);
         });
     }
-}
-
-/// Gives back `count` holds; `Ok(None)` if the field was not there.
-pub(crate) async fn run_release(
-    conn: &Conn,
-    release: &Release,
-    count: u32,
-) -> std::result::Result<Option<i64>, fred::error::Error> {
-    Scripts::get()
-        .release
-        .run(
-            &conn.redis,
-            vec![release.key.clone(), release.channel.clone()],
-            vec![
-                release.lease_ms.to_string(),
-                release.field.clone(),
-                "0".to_owned(),
-                count.to_string(),
-            ],
-        )
-        .await
 }
 
 // === impl ClientBuilder ===
@@ -573,6 +494,10 @@ impl ClientBuilder {
                 c.connection_timeout = command_timeout;
                 c.internal_command_timeout = command_timeout;
                 c.max_command_attempts = 1;
+                // A connection that stops answering is closed and
+                // reconnected, failing what was in flight on it.
+                c.unresponsive.max_timeout = Some(command_timeout);
+                c.unresponsive.interval = (command_timeout / 4).max(Duration::from_millis(10));
             })
             .with_performance_config(|p| {
                 p.default_command_timeout = command_timeout;
@@ -580,12 +505,17 @@ impl ClientBuilder {
             });
         let redis = builder.build()?;
         let subscriber = builder
-            .with_connection_config(|c| c.max_command_attempts = 3)
+            .with_connection_config(|c| {
+                c.max_command_attempts = 3;
+                // The subscriber connection is quiet for long stretches.
+                c.unresponsive.max_timeout = None;
+            })
             .build_subscriber_client()?;
 
         let connected = tokio::time::timeout(command_timeout, async {
             redis.init().await?;
             subscriber.init().await?;
+            Scripts::get().load_all(&redis).await?;
             Ok::<_, fred::error::Error>(())
         })
         .await;
@@ -609,7 +539,6 @@ impl ClientBuilder {
             redis,
         });
         let (releases, releases_rx) = mpsc::unbounded_channel();
-        tokio::spawn(run_releases(conn.clone(), releases_rx));
         let inner = ClientInner {
             id: uuid::Uuid::new_v4(),
             pubsub: PubSub::start(subscriber),
@@ -617,12 +546,12 @@ impl ClientBuilder {
             watchdog,
             key_prefix: self.key_prefix,
             recheck_interval,
-            holds: DashMap::new(),
+            holds: Holds::default(),
             releases,
             shut_down: AtomicBool::new(false),
         };
-        Ok(Client {
-            inner: Arc::new(inner),
-        })
+        let inner = Arc::new(inner);
+        tokio::spawn(run_releases(Arc::downgrade(&inner), releases_rx));
+        Ok(Client { inner })
     }
 }

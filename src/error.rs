@@ -61,12 +61,22 @@ impl Error {
     /// assert!(!leasehold::Error::Shutdown.is_outcome_unknown());
     /// ```
     pub fn is_outcome_unknown(&self) -> bool {
+        match self {
+            Error::Redis(e) => outcome_unknown(e),
+            _ => false,
+        }
+    }
+
+    /// Whether the error is a connection problem that may pass (a dropped
+    /// or stalled connection, a reconnect in progress): waiting calls retry
+    /// those until their deadline.
+    pub(crate) fn is_transient(&self) -> bool {
         use fred::error::ErrorKind;
         match self {
-            Error::Redis(e) => matches!(
-                e.kind(),
-                ErrorKind::IO | ErrorKind::Timeout | ErrorKind::Canceled | ErrorKind::Unknown
-            ),
+            Error::Redis(e) => {
+                outcome_unknown(e)
+                    || matches!(e.kind(), ErrorKind::Routing | ErrorKind::Backpressure)
+            }
             _ => false,
         }
     }
@@ -74,6 +84,16 @@ impl Error {
     pub(crate) fn invalid(what: impl Into<String>) -> Error {
         Error::InvalidArgument(what.into())
     }
+}
+
+/// Whether a failed command may still have run: the connection dropped or
+/// the command timed out after it may have been written.
+pub(crate) fn outcome_unknown(e: &fred::error::Error) -> bool {
+    use fred::error::ErrorKind;
+    matches!(
+        e.kind(),
+        ErrorKind::IO | ErrorKind::Timeout | ErrorKind::Canceled | ErrorKind::Unknown
+    )
 }
 
 /// `Result` with this crate's [`Error`].

@@ -60,6 +60,7 @@
 
 mod client;
 mod error;
+mod holds;
 mod lock;
 mod owner;
 mod pubsub;

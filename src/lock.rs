@@ -41,8 +41,9 @@ use fred::interfaces::{HashesInterface, KeysInterface};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use crate::client::{run_release, Client, Release};
+use crate::client::Client;
 use crate::error::{Error, Result};
+use crate::holds::{self, Acquire, Release};
 use crate::owner::Owner;
 use crate::scripts::Scripts;
 use crate::watchdog::{LeaseState, Registration};
@@ -122,7 +123,12 @@ struct Hold {
     owner: Owner,
     field: String,
     lease_ms: i64,
+    /// The lease's lost signal (watchdog, or fixed deadline).
     state: Arc<LeaseState>,
+    /// The epoch of this owner's holds (see `holds`): lost once the owner
+    /// re-acquired after this hold had expired. A stale hold gives nothing
+    /// back.
+    epoch: Arc<LeaseState>,
     /// Watchdog claim; `None` for a fixed lease. Dropped before the release
     /// is sent, so renewal never outlives an unlock.
     registration: Option<Registration>,
@@ -150,6 +156,11 @@ enum Attempt {
     /// Held by someone else; the lock's PTTL in ms (-1: no expiry).
     Held(i64),
 }
+
+/// First pause before retrying after a connection error while waiting.
+const RETRY_FIRST: Duration = Duration::from_millis(50);
+/// Longest pause between such retries.
+const RETRY_MAX: Duration = Duration::from_secs(1);
 
 // === impl Lock ===
 
@@ -457,6 +468,10 @@ impl Lock {
     }
 
     /// The wait loop (see the module docs). `wait: None` waits forever.
+    ///
+    /// Connection errors while waiting are retried (with back-off, and at
+    /// once when the subscriber reconnects) until the deadline; then the
+    /// last one is returned. Other errors are returned at once.
     async fn acquire(
         &self,
         lease: Option<Duration>,
@@ -465,108 +480,130 @@ impl Lock {
         self.check()?;
         let lease_ms = lease_millis(lease.unwrap_or(self.client.inner.watchdog.timeout()))?;
         let deadline = wait.and_then(|w| Instant::now().checked_add(w));
-        let fixed = lease.is_some();
         let owner = Owner::current();
-        let field = self.field(owner);
-
-        // 1. First try.
-        if let Attempt::Acquired(guard) = self.attempt(owner, &field, lease_ms, fixed).await? {
-            return Ok(Some(guard));
-        }
-        if wait == Some(Duration::ZERO) || deadline.is_some_and(|d| Instant::now() >= d) {
-            return Ok(None);
-        }
-        // 2. Subscribe (confirmed by Redis).
-        let subscription = self.client.inner.pubsub.subscribe(&self.channel).await?;
+        let target = Release {
+            key: self.key.to_string(),
+            channel: self.channel.to_string(),
+            field: self.field(owner),
+            lease_ms,
+        };
+        let fixed = lease.is_some();
+        let mut subscription = None;
+        let mut backoff = RETRY_FIRST;
         // 5. Every return drops `subscription`, leaving the queue.
         loop {
             self.client.check_open()?;
-            // 3. Try again: catches an unlock published before we listened.
-            let ttl = match self.attempt(owner, &field, lease_ms, fixed).await? {
-                Attempt::Acquired(guard) => return Ok(Some(guard)),
-                Attempt::Held(ttl) => ttl,
+            // 1. / 3. Try (again, after subscribing or being woken).
+            let outcome = match self.attempt(owner, &target, fixed).await {
+                Ok(Attempt::Acquired(guard)) => return Ok(Some(guard)),
+                Ok(Attempt::Held(_)) if subscription.is_none() && wait != Some(Duration::ZERO) => {
+                    // 2. Subscribe, then try again at once.
+                    match self.client.inner.pubsub.subscribe(&self.channel).await {
+                        Ok(s) => {
+                            subscription = Some(s);
+                            continue;
+                        }
+                        Err(e) => Err(e),
+                    }
+                }
+                Ok(Attempt::Held(ttl)) => Ok(ttl),
+                Err(e) => Err(e),
             };
             // 4. Sleep until woken, or until the lease could have run out.
             let mut bound = self.client.inner.recheck_interval;
-            if ttl >= 0 {
-                bound = bound.min(Duration::from_millis(ttl as u64 + 1));
-            }
+            let last_error = match outcome {
+                Ok(ttl) => {
+                    backoff = RETRY_FIRST;
+                    if ttl >= 0 {
+                        bound = bound.min(Duration::from_millis(ttl as u64 + 1));
+                    }
+                    None
+                }
+                Err(e) if e.is_transient() && wait != Some(Duration::ZERO) => {
+                    tracing::debug!(key = %self.key, error = %e, "retrying after a connection error");
+                    bound = bound.min(backoff);
+                    backoff = (backoff * 2).min(RETRY_MAX);
+                    Some(e)
+                }
+                Err(e) => return Err(e),
+            };
             if let Some(deadline) = deadline {
                 let left = deadline.saturating_duration_since(Instant::now());
                 if left.is_zero() {
-                    return Ok(None);
+                    return last_error.map_or(Ok(None), Err);
                 }
                 bound = bound.min(left);
             }
-            subscription.wait(bound).await;
+            match &subscription {
+                Some(s) => {
+                    s.wait(bound).await;
+                }
+                None => tokio::time::sleep(bound).await,
+            }
         }
     }
 
     /// Runs `acquire` once, in its own task so that a reply is never lost
-    /// to a cancelled caller.
-    async fn attempt(
-        &self,
-        owner: Owner,
-        field: &str,
-        lease_ms: i64,
-        fixed: bool,
-    ) -> Result<Attempt> {
-        let inner = &self.client.inner;
-        let conn = inner.conn.clone();
+    /// to a cancelled caller: the task counts the hold, and gives it back
+    /// if the caller has gone.
+    async fn attempt(&self, owner: Owner, target: &Release, fixed: bool) -> Result<Attempt> {
+        let inner = self.client.inner.clone();
         let (tx, rx) = oneshot::channel();
-        let key = self.key.to_string();
-        let args = vec![lease_ms.to_string(), field.to_owned()];
-        let release = Release {
-            key: key.clone(),
-            channel: self.channel.to_string(),
-            field: field.to_owned(),
-            lease_ms,
-        };
         let sent = Instant::now();
+        let task_target = target.clone();
         tokio::spawn(async move {
-            let reply = Scripts::get()
-                .acquire
-                .run::<Option<i64>>(&conn.redis, key, args)
-                .await;
-            if let Err(Ok(None)) = tx.send(reply) {
+            let target = task_target;
+            let before = inner.holds.count(&target.key, &target.field);
+            let reply = match holds::acquire(&inner.conn, &target, before).await {
+                Ok(Acquire::Held(count)) => Ok(Ok(inner.holds.acquired(&target, count))),
+                Ok(Acquire::Busy(ttl)) => Ok(Err(ttl)),
+                Err(e) => Err(e),
+            };
+            if let Err(Ok(Ok(epoch))) = tx.send(reply) {
                 // Acquired for a caller that has gone: give it back.
-                if let Err(e) = run_release(&conn, &release, 1).await {
-                    tracing::warn!(key = %release.key, error = %e, "could not give back an abandoned acquire");
+                let before = inner.holds.count(&target.key, &target.field);
+                if let Err(e) = holds::release(&inner.conn, &target, 1, before).await {
+                    tracing::warn!(key = %target.key, error = %e, "could not give back an abandoned acquire");
                 }
+                inner.holds.released(&target.key, &target.field, &epoch);
             }
         });
         let reply = rx.await.map_err(|_| Error::Shutdown)??;
         // No await from here on: the guard exists before we can be dropped.
         Ok(match reply {
-            Some(ttl) => Attempt::Held(ttl),
-            None => Attempt::Acquired(self.new_guard(owner, field, lease_ms, fixed, sent)),
+            Err(ttl) => Attempt::Held(ttl),
+            Ok(epoch) => {
+                Attempt::Acquired(self.new_guard(owner, target.clone(), epoch, fixed, sent))
+            }
         })
     }
 
     fn new_guard(
         &self,
         owner: Owner,
-        field: &str,
-        lease_ms: i64,
+        target: Release,
+        epoch: Arc<LeaseState>,
         fixed: bool,
         sent: Instant,
     ) -> LockGuard {
         let inner = &self.client.inner;
-        inner.add_hold(&self.key, field, &self.channel, lease_ms);
         let (state, registration) = if fixed {
-            let until = sent + Duration::from_millis(lease_ms as u64);
+            let until = sent + Duration::from_millis(target.lease_ms as u64);
             (LeaseState::new(until, true), None)
         } else {
-            let registration = inner.watchdog.register(&inner.conn, &self.key, field, sent);
+            let registration = inner
+                .watchdog
+                .register(&inner.conn, &self.key, &target.field, sent);
             (registration.state().clone(), Some(registration))
         };
         LockGuard {
             hold: Some(Hold {
                 lock: self.clone(),
                 owner,
-                field: field.to_owned(),
-                lease_ms,
+                field: target.field,
+                lease_ms: target.lease_ms,
                 state,
+                epoch,
                 registration,
             }),
         }
@@ -602,26 +639,32 @@ impl LockGuard {
     /// ```
     pub async fn unlock(self) -> Result<()> {
         let mut hold = self.skip_drop();
-        let inner = hold.lock.client.inner.clone();
         drop(hold.registration.take());
-        inner.remove_hold(&hold.lock.key, &hold.field);
+        let inner = hold.lock.client.inner.clone();
         if inner.is_shut_down() {
             return Err(Error::Shutdown);
         }
-        let not_held = || Error::NotHeld {
+        let not_held = Error::NotHeld {
             name: hold.lock.key.to_string(),
         };
-        if hold.state.is_lost() {
-            return Err(not_held());
+        if hold.epoch.is_lost() {
+            // Re-acquired since this hold expired: it is not in Redis.
+            return Err(not_held);
         }
-        let release = hold.release();
-        let conn = inner.conn.clone();
-        let reply = tokio::spawn(async move { run_release(&conn, &release, 1).await })
-            .await
-            .map_err(|_| Error::Shutdown)??;
-        match reply {
-            Some(_) => Ok(()),
-            None => Err(not_held()),
+        let target = hold.release();
+        let epoch = hold.epoch.clone();
+        let released = tokio::spawn(async move {
+            let before = inner.holds.count(&target.key, &target.field);
+            let released = holds::release(&inner.conn, &target, 1, before).await;
+            inner.holds.released(&target.key, &target.field, &epoch);
+            released
+        })
+        .await
+        .map_err(|_| Error::Shutdown)??;
+        if released {
+            Ok(())
+        } else {
+            Err(not_held)
         }
     }
 
@@ -636,7 +679,8 @@ impl LockGuard {
     /// # Ok(()) }
     /// ```
     pub fn is_lost(&self) -> bool {
-        self.hold().state.is_lost()
+        let hold = self.hold();
+        hold.state.is_lost() || hold.epoch.is_lost()
     }
 
     /// Completes when the lease is lost: at once if it already is.
@@ -657,7 +701,11 @@ impl LockGuard {
     /// # Ok(()) }
     /// ```
     pub async fn lost(&self) {
-        self.hold().state.lost().await
+        let hold = self.hold();
+        tokio::select! {
+            _ = hold.state.lost() => {}
+            _ = hold.epoch.lost() => {}
+        }
     }
 
     /// The lock this guard holds.
@@ -719,11 +767,13 @@ impl Drop for LockGuard {
         let Some(mut hold) = self.hold.take() else {
             return;
         };
-        let inner = hold.lock.client.inner.clone();
         drop(hold.registration.take());
-        inner.remove_hold(&hold.lock.key, &hold.field);
-        if !hold.state.is_lost() {
-            inner.release_in_background(hold.release());
+        if !hold.epoch.is_lost() {
+            let release = hold.release();
+            hold.lock
+                .client
+                .inner
+                .release_in_background(release, hold.epoch.clone());
         }
     }
 }

@@ -50,6 +50,22 @@ impl Scripts {
     }
 }
 
+impl Scripts {
+    /// Loads every script into the server's cache (`SCRIPT LOAD`), so the
+    /// first calls need no NOSCRIPT round trip.
+    pub(crate) async fn load_all(&self, client: &FredClient) -> Result<(), fred::error::Error> {
+        for script in [
+            &self.acquire,
+            &self.release,
+            &self.renew,
+            &self.force_unlock,
+        ] {
+            client.script_load::<(), _>(script.source).await?;
+        }
+        Ok(())
+    }
+}
+
 impl Script {
     fn new(name: &'static str, source: &'static str) -> Script {
         Script {

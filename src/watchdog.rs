@@ -473,6 +473,11 @@ impl LeaseState {
         })
     }
 
+    /// A lost signal with no deadline (an epoch of holds).
+    pub(crate) fn signal() -> Arc<LeaseState> {
+        LeaseState::new(Instant::now(), false)
+    }
+
     pub(crate) fn is_lost(&self) -> bool {
         self.lost.load(Ordering::Acquire) || (self.fixed && Instant::now() >= self.valid_until())
     }

@@ -133,3 +133,42 @@ async fn owner_scope_reenters_and_separates() {
     .await;
     c.shutdown().await.unwrap();
 }
+
+/// A hold that expired while its guard lived, then the same task locks
+/// again: the stale guard reports lost, and its unlock gives back nothing
+/// (the new hold stays).
+#[tokio::test]
+async fn stale_guard_cannot_release_a_newer_hold() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let lock = c.lock("epoch");
+    let stale = lock.lock().await.unwrap();
+    server.cmd(&["DEL", "epoch"]); // the lease ran out
+    let fresh = lock.lock().await.unwrap();
+    assert!(
+        stale.is_lost(),
+        "re-acquiring from zero marks older holds stale"
+    );
+    within(Duration::from_secs(5), "stale lost()", stale.lost()).await;
+    assert!(!fresh.is_lost());
+    assert!(matches!(
+        stale.unlock().await,
+        Err(leasehold::Error::NotHeld { .. })
+    ));
+    assert_eq!(
+        lock.hold_count().await.unwrap(),
+        1,
+        "the new hold is intact"
+    );
+    // Dropping a stale guard gives back nothing either.
+    let stale2 = lock.lock().await.unwrap(); // count 2, same epoch as `fresh`
+    server.cmd(&["DEL", "epoch"]);
+    let fresh2 = lock.lock().await.unwrap();
+    drop(stale2);
+    drop(fresh);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(lock.hold_count().await.unwrap(), 1, "only fresh2's hold");
+    fresh2.unlock().await.unwrap();
+    assert!(!exists(&server, "epoch"));
+    c.shutdown().await.unwrap();
+}

@@ -13,7 +13,8 @@
 -- published).
 --
 -- Retry policy: never re-sent blindly; a second run would give back a hold
--- twice. NOSCRIPT proves it did not run.
+-- twice. NOSCRIPT proves it did not run; after any other failure the client
+-- reads the field's count and sends it again only if it did not run.
 if redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
     return nil
 end

@@ -1,0 +1,162 @@
+//! A lock script that reached Redis but whose reply was lost: never
+//! counted twice, never left behind.
+
+mod support;
+
+use std::time::Duration;
+
+use leasehold::Owner;
+use support::fixture::{client_with, eventually, exists, within};
+use support::{Proxy, RedisServer};
+
+const HANG: Duration = Duration::from_secs(60);
+
+async fn through_proxy(server: &RedisServer) -> (Proxy, leasehold::Client) {
+    let proxy = Proxy::start(&server.addr()).await;
+    let url = proxy.url();
+    let c = client_with(server, |b| {
+        b.url(&url).command_timeout(Duration::from_secs(2))
+    })
+    .await;
+    // Scripts are cached and the connection is warm: a dropped reply below
+    // is the reply of a script that ran.
+    let warm = c.lock("warm-up").lock().await.unwrap();
+    warm.unlock().await.unwrap();
+    (proxy, c)
+}
+
+/// The acquire ran but its reply was lost with the connection: the caller
+/// gets the lock (found by reconciling), and the count is 1, not 2.
+#[tokio::test]
+async fn acquire_reply_lost_is_counted_once() {
+    let server = RedisServer::start();
+    let (proxy, c) = through_proxy(&server).await;
+    let lock = c.lock("cut");
+    let field = format!("{}:{}", c.id(), Owner::current().id());
+
+    proxy.drop_replies_once();
+    let guard = within(HANG, "acquire across a cut", lock.lock())
+        .await
+        .unwrap();
+    assert_eq!(
+        server.cmd(&["HGET", "cut", &field]),
+        "1",
+        "incremented exactly once"
+    );
+
+    // Re-entry across another cut: 2, not 3.
+    proxy.drop_replies_once();
+    let again = within(HANG, "re-entry across a cut", lock.try_lock())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(server.cmd(&["HGET", "cut", &field]), "2");
+
+    // Unlocks whose replies are lost: decremented once each, then gone.
+    proxy.drop_replies_once();
+    within(HANG, "unlock across a cut", again.unlock())
+        .await
+        .unwrap();
+    assert_eq!(
+        server.cmd(&["HGET", "cut", &field]),
+        "1",
+        "decremented exactly once"
+    );
+    proxy.drop_replies_once();
+    within(HANG, "last unlock across a cut", guard.unlock())
+        .await
+        .unwrap();
+    assert!(
+        !exists(&server, "cut"),
+        "no stray hold left until lease expiry"
+    );
+    c.shutdown().await.unwrap();
+}
+
+/// A dropped guard whose background release loses its reply: the key is
+/// still gone, and a later lock by the same task starts from 1.
+#[tokio::test]
+async fn background_release_reply_lost() {
+    let server = RedisServer::start();
+    let (proxy, c) = through_proxy(&server).await;
+    let lock = c.lock("cut-drop");
+    let guard = lock.lock().await.unwrap();
+    proxy.drop_replies_once();
+    drop(guard);
+    eventually(HANG, "background release across a cut", || {
+        !exists(&server, "cut-drop")
+    })
+    .await;
+    let g = within(HANG, "lock again", lock.lock()).await.unwrap();
+    assert_eq!(lock.hold_count().await.unwrap(), 1);
+    g.unlock().await.unwrap();
+    c.shutdown().await.unwrap();
+}
+
+/// The connection is cut while many tasks contend: the counter stays exact
+/// and nothing is left held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cuts_under_contention_keep_counts_exact() {
+    use leasehold::fred::interfaces::KeysInterface;
+    let server = RedisServer::start();
+    let (proxy, c) = through_proxy(&server).await;
+    let direct = client_with(&server, |b| b).await;
+    let mut tasks = Vec::new();
+    for t in 0..8 {
+        let (c, direct) = (
+            if t % 2 == 0 {
+                c.clone()
+            } else {
+                direct.clone()
+            },
+            direct.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            let mut done = 0u32;
+            for _ in 0..40 {
+                let Ok(g) = c.lock("contended").lock().await else {
+                    continue;
+                };
+                let n: i64 = direct
+                    .redis()
+                    .get::<Option<i64>, _>("n")
+                    .await
+                    .unwrap()
+                    .unwrap_or(0);
+                let () = direct
+                    .redis()
+                    .set("n", n + 1, None, None, false)
+                    .await
+                    .unwrap();
+                done += 1;
+                // An unlock whose outcome stays unknown leaves the lease to
+                // expire; count it as done either way.
+                let _ = g.unlock().await;
+            }
+            done
+        }));
+    }
+    let cutter = tokio::spawn(async move {
+        for _ in 0..10 {
+            tokio::time::sleep(Duration::from_millis(150)).await;
+            proxy.cut_all();
+        }
+        proxy
+    });
+    let mut done = 0;
+    for t in tasks {
+        done += within(HANG, "contenders", t).await.unwrap();
+    }
+    let _proxy = cutter.await.unwrap();
+    assert_eq!(
+        server.cmd(&["GET", "n"]),
+        done.to_string(),
+        "exact under cuts"
+    );
+    eventually(HANG, "nothing held at the end", || {
+        !exists(&server, "contended")
+    })
+    .await;
+    c.shutdown().await.unwrap();
+    direct.shutdown().await.unwrap();
+}
