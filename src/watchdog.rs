@@ -20,9 +20,12 @@
 //! * field gone: the lease is lost; it leaves the registry and its guards'
 //!   `lost()` completes;
 //! * no answer (timeout, connection down): if the lease would expire before
-//!   the next cycle could confirm it, it is declared lost *now*, while Redis
-//!   still keeps it for about `timeout / 6`. A holder cut off from Redis
-//!   is therefore told before another process can take the lock.
+//!   the next cycle's verdict, it is declared lost *now*. With renewals
+//!   every `timeout / 3`, each bounded by `timeout / 6`, that is the second
+//!   failed renewal in a row, at the latest `5/6 · timeout` after the last
+//!   confirmed one: Redis still keeps the lease for at least `timeout / 6`.
+//!   A holder cut off from Redis is therefore told before another process
+//!   can take the lock (unless its own clock or process stalls for longer).
 //!
 //! # Registration
 //!
@@ -57,7 +60,8 @@ use crate::scripts::Scripts;
 /// lease and ends when the last handle is dropped.
 ///
 /// Renewal runs every `timeout / 3`. A lease that cannot be confirmed in
-/// time is declared lost about `timeout / 6` before Redis would expire it.
+/// time (two failed renewals in a row) is declared lost at least
+/// `timeout / 6` before Redis would expire it.
 ///
 /// # Example
 ///
@@ -322,6 +326,11 @@ impl Inner {
         self.timeout / 3
     }
 
+    /// How long one renewal call may take before it counts as failed.
+    fn renew_timeout(&self) -> Duration {
+        self.timeout / 6
+    }
+
     /// One renewal cycle over a snapshot of the registry.
     async fn cycle(self: &Arc<Self>) {
         let mut groups: BTreeMap<(u64, u16), Vec<Arc<Lease>>> = BTreeMap::new();
@@ -363,7 +372,7 @@ impl Inner {
         let sent = Instant::now();
         self.calls.fetch_add(1, Ordering::Relaxed);
         let reply = tokio::time::timeout(
-            self.timeout / 6,
+            self.renew_timeout(),
             Scripts::get()
                 .renew
                 .run::<Vec<i64>>(&conn.redis, keys, args),
@@ -386,10 +395,14 @@ impl Inner {
                     Err(_) => "renewal timed out".to_owned(),
                 };
                 tracing::warn!(error = %why, leases = batch.len(), "lease renewal failed");
-                // Lost if the next cycle could not confirm it in time.
-                let horizon = Instant::now() + self.interval() + self.timeout / 6;
+                // The next cycle sends at about `sent + interval` and has
+                // its verdict `renew_timeout` later. A lease that would not
+                // outlive that verdict (with some slack for a late tick) is
+                // declared lost now, while Redis still keeps it.
+                let next_verdict =
+                    sent + self.interval() + self.renew_timeout() + self.timeout / 12;
                 for lease in &batch {
-                    if lease.state.valid_until() <= horizon {
+                    if lease.state.valid_until() <= next_verdict {
                         self.declare_lost(lease, "renewal could not be confirmed in time");
                     }
                 }
