@@ -497,8 +497,18 @@ impl Lock {
             let outcome = match self.attempt(owner, &target, fixed).await {
                 Ok(Attempt::Acquired(guard)) => return Ok(Some(guard)),
                 Ok(Attempt::Held(_)) if subscription.is_none() && wait != Some(Duration::ZERO) => {
-                    // 2. Subscribe, then try again at once.
-                    match self.client.inner.pubsub.subscribe(&self.channel).await {
+                    // 2. Subscribe, then try again at once. A subscription
+                    // that cannot be confirmed before the deadline (the
+                    // subscriber is reconnecting) ends the wait.
+                    let subscribing = self.client.inner.pubsub.subscribe(&self.channel);
+                    let subscribed = match deadline {
+                        Some(d) => match tokio::time::timeout_at(d, subscribing).await {
+                            Ok(subscribed) => subscribed,
+                            Err(_) => return Ok(None),
+                        },
+                        None => subscribing.await,
+                    };
+                    match subscribed {
                         Ok(s) => {
                             subscription = Some(s);
                             continue;

@@ -105,6 +105,8 @@ enum Ready {
     Pending,
     Subscribed,
     Failed(fred::error::Error),
+    /// The registry's tasks are gone.
+    Closed,
 }
 
 #[derive(Debug, Default)]
@@ -169,7 +171,10 @@ impl PubSub {
                 .entry(channel.to_owned())
                 .or_insert_with(|| {
                     let entry = Arc::new(Channel::new(channel));
-                    let _ = self.shared.ops.send(Op::Subscribe(entry.clone()));
+                    if self.shared.ops.send(Op::Subscribe(entry.clone())).is_err() {
+                        // The queue's task is gone (runtime shut down).
+                        entry.ready.send_replace(Ready::Closed);
+                    }
                     entry
                 })
                 .clone();
@@ -201,8 +206,8 @@ impl PubSub {
             .map(|r| r.clone());
         match outcome {
             Ok(Ready::Failed(e)) => Err(Error::Redis(e)),
-            Ok(_) => Ok(sub),
-            Err(_) => Err(Error::Shutdown),
+            Ok(Ready::Subscribed) => Ok(sub),
+            Ok(_) | Err(_) => Err(Error::Shutdown),
         }
     }
 

@@ -313,9 +313,11 @@ impl Watchdog {
         self.inner.leases.retain(|k, _| k.conn != conn);
     }
 
+    /// Starts the renewal task, or starts it again if the runtime it ran
+    /// on has shut down.
     fn start_task(&self) {
         let mut task = self.inner.task.lock();
-        if task.is_none() {
+        if task.as_ref().map_or(true, |t| t.is_finished()) {
             *task = Some(tokio::spawn(run(Arc::downgrade(&self.inner))));
         }
     }

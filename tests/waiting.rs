@@ -210,7 +210,7 @@ async fn cancelled_acquires_leave_nothing_behind() {
         .unwrap();
     }
     eventually(
-        Duration::from_secs(20),
+        Duration::from_secs(30),
         "every abandoned hold given back",
         || !exists(&server, "cancel"),
     )
@@ -223,7 +223,7 @@ async fn cancelled_acquires_leave_nothing_behind() {
         let l = lock.clone();
         waiters.push(tokio::spawn(async move { l.lock().await.map(drop) }));
     }
-    eventually(Duration::from_secs(10), "waiters subscribed", || {
+    eventually(Duration::from_secs(30), "waiters subscribed", || {
         c.subscribed_channels() == 1
     })
     .await;
@@ -234,7 +234,7 @@ async fn cancelled_acquires_leave_nothing_behind() {
     for w in waiters {
         assert!(w.await.unwrap_err().is_cancelled());
     }
-    eventually(Duration::from_secs(10), "subscription dropped", || {
+    eventually(Duration::from_secs(30), "subscription dropped", || {
         c.subscribed_channels() == 0 && numsub(&server, "redisson_lock__channel:{cancel}") == 0
     })
     .await;
@@ -244,18 +244,18 @@ async fn cancelled_acquires_leave_nothing_behind() {
     let guard = other.lock("cancel").lock().await.unwrap();
     let l = lock.clone();
     let w = tokio::spawn(async move { l.lock().await.map(drop) });
-    eventually(Duration::from_secs(10), "waiter subscribed", || {
+    eventually(Duration::from_secs(30), "waiter subscribed", || {
         c.subscribed_channels() == 1
     })
     .await;
     guard.unlock().await.unwrap();
     w.abort();
     let _ = w.await;
-    eventually(Duration::from_secs(10), "nothing held", || {
+    eventually(Duration::from_secs(30), "nothing held", || {
         !exists(&server, "cancel")
     })
     .await;
-    eventually(Duration::from_secs(10), "no subscription", || {
+    eventually(Duration::from_secs(30), "no subscription", || {
         c.subscribed_channels() == 0
     })
     .await;
