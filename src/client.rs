@@ -323,6 +323,7 @@ async fn run_releases(
     while let Some((release, epoch)) = rx.recv().await {
         let Some(inner) = inner.upgrade() else { return };
         tokio::spawn(async move {
+            let _turn = inner.holds.turn(&release.key, &release.field).await;
             let before = inner.holds.count(&release.key, &release.field);
             if let Err(e) = holds::release(&inner.conn, &release, 1, before).await {
                 tracing::warn!(key = %release.key, error = %e, "background release failed; the lease will expire");

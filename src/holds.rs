@@ -22,9 +22,16 @@
 //!   to have run is sent again, now safely. If Redis cannot be read in time,
 //!   the error is returned; the hold, if any, expires with its lease.
 //!
-//! The comparison assumes no other acquire or release of the same owner on
-//! the same lock runs at the same moment through this client (which only
-//! futures joined in one task, sharing an owner, could do).
+//! # One call at a time per owner and lock
+//!
+//! Acquires and releases of one (key, field) take a *turn*: they run one
+//! after the other, each from its script call to its update of the table.
+//! Several can be under way for one owner (a cancelled acquire still
+//! running while the same task retries; futures joined in one task), and
+//! without turns their updates could reach the table out of Redis order,
+//! and a reconciliation could read a count another call had moved. With
+//! turns the table and Redis agree at every step of every call. Different
+//! owners and locks never wait for each other.
 //!
 //! Shutdown drains the table and gives every counted hold back at once.
 
@@ -47,6 +54,18 @@ pub(crate) struct Holds {
     /// Changed by acquires (`acquired`), completed releases (`released`)
     /// and shutdown (`drain`).
     map: DashMap<(String, String), Record>,
+    /// The turn of each (key, field) with a call under way or waiting;
+    /// an entry leaves when its last user is done (`Turn::drop`).
+    turns: DashMap<(String, String), Arc<tokio::sync::Mutex<()>>>,
+}
+
+/// The right to run the one acquire or release of a (key, field) under
+/// way. Dropping it lets the next call go.
+#[derive(Debug)]
+pub(crate) struct Turn<'a> {
+    holds: &'a Holds,
+    key: (String, String),
+    guard: Option<tokio::sync::OwnedMutexGuard<()>>,
 }
 
 #[derive(Debug)]
@@ -82,6 +101,31 @@ const RECONCILE_FOR: Duration = Duration::from_secs(5);
 // === impl Holds ===
 
 impl Holds {
+    /// Waits for the turn of (key, field).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a dropped wait takes no turn and leaves the queue.
+    pub(crate) async fn turn(&self, key: &str, field: &str) -> Turn<'_> {
+        let key = (key.to_owned(), field.to_owned());
+        // Declared before the wait: if the wait is dropped, it goes first
+        // (releasing its reference) and the turn's drop can then remove
+        // the entry.
+        let mut turn = Turn {
+            holds: self,
+            key,
+            guard: None,
+        };
+        let wait = self
+            .turns
+            .entry(turn.key.clone())
+            .or_default()
+            .clone()
+            .lock_owned();
+        turn.guard = Some(wait.await);
+        turn
+    }
+
     /// Holds counted for (key, field): live guards plus releases in flight.
     pub(crate) fn count(&self, key: &str, field: &str) -> u32 {
         self.map
@@ -144,6 +188,16 @@ impl Holds {
             }
         }
         out
+    }
+}
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        drop(self.guard.take());
+        // The map's own reference is the last one: nobody waits.
+        self.holds
+            .turns
+            .remove_if(&self.key, |_, mutex| Arc::strong_count(mutex) == 1);
     }
 }
 

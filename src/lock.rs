@@ -157,6 +157,15 @@ enum Attempt {
     Held(i64),
 }
 
+/// A hold acquired by an attempt's task and not yet turned into a guard.
+/// Dropped unclaimed (its caller was cancelled), it gives itself back.
+struct Unclaimed {
+    inner: Arc<crate::client::ClientInner>,
+    target: Release,
+    /// `Some` until claimed.
+    epoch: Option<Arc<LeaseState>>,
+}
+
 /// First pause before retrying after a connection error while waiting.
 const RETRY_FIRST: Duration = Duration::from_millis(50);
 /// Longest pause between such retries.
@@ -554,8 +563,8 @@ impl Lock {
     }
 
     /// Runs `acquire` once, in its own task so that a reply is never lost
-    /// to a cancelled caller: the task counts the hold, and gives it back
-    /// if the caller has gone.
+    /// to a cancelled caller: the task counts the hold and hands it over as
+    /// an [`Unclaimed`] hold, which gives itself back if nobody claims it.
     async fn attempt(&self, owner: Owner, target: &Release, fixed: bool) -> Result<Attempt> {
         let inner = self.client.inner.clone();
         let (tx, rx) = oneshot::channel();
@@ -563,26 +572,31 @@ impl Lock {
         let task_target = target.clone();
         tokio::spawn(async move {
             let target = task_target;
+            let turn = inner.holds.turn(&target.key, &target.field).await;
             let before = inner.holds.count(&target.key, &target.field);
             let reply = match holds::acquire(&inner.conn, &target, before).await {
-                Ok(Acquire::Held(count)) => Ok(Ok(inner.holds.acquired(&target, count))),
+                Ok(Acquire::Held(count)) => {
+                    let epoch = inner.holds.acquired(&target, count);
+                    Ok(Ok(Unclaimed {
+                        inner: inner.clone(),
+                        target,
+                        epoch: Some(epoch),
+                    }))
+                }
                 Ok(Acquire::Busy(ttl)) => Ok(Err(ttl)),
                 Err(e) => Err(e),
             };
-            if let Err(Ok(Ok(epoch))) = tx.send(reply) {
-                // Acquired for a caller that has gone: give it back.
-                let before = inner.holds.count(&target.key, &target.field);
-                if let Err(e) = holds::release(&inner.conn, &target, 1, before).await {
-                    tracing::warn!(key = %target.key, error = %e, "could not give back an abandoned acquire");
-                }
-                inner.holds.released(&target.key, &target.field, &epoch);
-            }
+            drop(turn);
+            // If the caller has gone, or goes before reading the reply, the
+            // `Unclaimed` hold is dropped and gives itself back.
+            let _ = tx.send(reply);
         });
         let reply = rx.await.map_err(|_| Error::Shutdown)??;
         // No await from here on: the guard exists before we can be dropped.
         Ok(match reply {
             Err(ttl) => Attempt::Held(ttl),
-            Ok(epoch) => {
+            Ok(mut unclaimed) => {
+                let epoch = unclaimed.claim();
                 Attempt::Acquired(self.new_guard(owner, target.clone(), epoch, fixed, sent))
             }
         })
@@ -664,6 +678,7 @@ impl LockGuard {
         let target = hold.release();
         let epoch = hold.epoch.clone();
         let released = tokio::spawn(async move {
+            let _turn = inner.holds.turn(&target.key, &target.field).await;
             let before = inner.holds.count(&target.key, &target.field);
             let released = holds::release(&inner.conn, &target, 1, before).await;
             inner.holds.released(&target.key, &target.field, &epoch);
@@ -768,6 +783,24 @@ impl Hold {
             channel: self.lock.channel.to_string(),
             field: self.field.clone(),
             lease_ms: self.lease_ms,
+        }
+    }
+}
+
+// === impl Unclaimed ===
+
+impl Unclaimed {
+    fn claim(&mut self) -> Arc<LeaseState> {
+        self.epoch
+            .take()
+            .unwrap_or_else(|| unreachable!("a hold is claimed once"))
+    }
+}
+
+impl Drop for Unclaimed {
+    fn drop(&mut self) {
+        if let Some(epoch) = self.epoch.take() {
+            self.inner.release_in_background(self.target.clone(), epoch);
         }
     }
 }
