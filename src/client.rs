@@ -84,6 +84,7 @@ pub struct ClientBuilder {
     recheck_interval: Option<Duration>,
     command_timeout: Option<Duration>,
     message_capacity: Option<usize>,
+    sharded_pubsub: Option<bool>,
 }
 
 /// The command connection as the watchdog and guards see it.
@@ -93,6 +94,19 @@ pub(crate) struct Conn {
     pub(crate) id: u64,
     pub(crate) redis: FredClient,
     pub(crate) clustered: bool,
+    /// Unlock messages go through sharded pub/sub (SPUBLISH/SSUBSCRIBE).
+    pub(crate) sharded: bool,
+}
+
+impl Conn {
+    /// The command the scripts publish unlock messages with.
+    pub(crate) fn publish_command(&self) -> &'static str {
+        if self.sharded {
+            "spublish"
+        } else {
+            "publish"
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -446,6 +460,26 @@ impl ClientBuilder {
         self
     }
 
+    /// Whether unlock messages use sharded pub/sub (`SPUBLISH` /
+    /// `SSUBSCRIBE`, Redis 7+). By default they do on a Redis Cluster whose
+    /// servers support it, as Redisson's default subscription mode does, so
+    /// both contend through the same channels; on a single server or
+    /// Sentinel they use plain `PUBLISH` / `SUBSCRIBE`. Sharded messages
+    /// stay on the lock's shard instead of crossing the whole cluster.
+    ///
+    /// Returns an error at [`build`](Self::build) if sharded pub/sub is
+    /// forced on a server that is not a cluster.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// let b = leasehold::Client::builder().sharded_pubsub(false); // plain pub/sub even on a cluster
+    /// ```
+    pub fn sharded_pubsub(mut self, sharded: bool) -> Self {
+        self.sharded_pubsub = Some(sharded);
+        self
+    }
+
     /// Connects both connections and starts the client's tasks.
     ///
     /// Fails with [`Error::InvalidArgument`] for a bad URL or setting, and
@@ -534,15 +568,27 @@ impl ClientBuilder {
             return Err(e);
         }
 
+        let clustered = redis.is_clustered();
+        let supports_sharded = redis.server_version().map_or(true, |v| v.major >= 7);
+        let sharded = match self.sharded_pubsub {
+            Some(true) if !clustered => {
+                let _ = redis.quit().await;
+                let _ = subscriber.quit().await;
+                return Err(Error::invalid("sharded pub/sub needs a Redis Cluster"));
+            }
+            Some(forced) => forced,
+            None => clustered && supports_sharded,
+        };
         let conn = Arc::new(Conn {
             id: NEXT_CONN.fetch_add(1, Ordering::Relaxed),
-            clustered: redis.is_clustered(),
+            clustered,
+            sharded,
             redis,
         });
         let (releases, releases_rx) = mpsc::unbounded_channel();
         let inner = ClientInner {
             id: uuid::Uuid::new_v4(),
-            pubsub: PubSub::start(subscriber),
+            pubsub: PubSub::start(subscriber, sharded),
             conn,
             watchdog,
             key_prefix: self.key_prefix,

@@ -274,6 +274,7 @@ async fn run_release(conn: &Conn, target: &Release, count: u32) -> FredResult<Op
                 target.field.clone(),
                 "0".to_owned(),
                 count.to_string(),
+                conn.publish_command().to_owned(),
             ],
         )
         .await

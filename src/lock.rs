@@ -454,7 +454,10 @@ impl Lock {
             .run(
                 self.redis(),
                 vec![self.key.to_string(), self.channel.to_string()],
-                vec!["0".to_owned()],
+                vec![
+                    "0".to_owned(),
+                    self.client.inner.conn.publish_command().to_owned(),
+                ],
             )
             .await?;
         Ok(deleted == 1)

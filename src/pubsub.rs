@@ -3,9 +3,11 @@
 //!
 //! # What it uses
 //!
-//! One fred `SubscriberClient` connection carries every unlock channel
-//! (`redisson_lock__channel:{name}`) this client waits on. Nothing here
-//! sends commands on the command connection.
+//! One fred `SubscriberClient` carries every unlock channel
+//! (`redisson_lock__channel:{name}`) this client waits on: one connection,
+//! or on a cluster with sharded pub/sub (SSUBSCRIBE, Redis 7+) one per
+//! node owning a channel's slot. Nothing here sends commands on the
+//! command connection.
 //!
 //! # How waiting works
 //!
@@ -47,7 +49,8 @@ use std::time::Duration;
 use dashmap::DashMap;
 use fred::clients::SubscriberClient;
 use fred::interfaces::{ClientLike, EventInterface, PubsubInterface};
-use fred::types::Value;
+use fred::types::config::Options;
+use fred::types::{ClusterHash, Value};
 use parking_lot::Mutex;
 use tokio::sync::{broadcast::error::RecvError, mpsc, watch, Notify};
 
@@ -134,7 +137,7 @@ impl PubSub {
     /// Starts the registry's two tasks on the current runtime: the ordered
     /// subscription queue and the message loop. Both end when the
     /// subscriber connection is closed (`quit`).
-    pub(crate) fn start(subscriber: SubscriberClient) -> PubSub {
+    pub(crate) fn start(subscriber: SubscriberClient, sharded: bool) -> PubSub {
         let (ops, ops_rx) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared {
             subscriber,
@@ -146,6 +149,7 @@ impl PubSub {
         tokio::spawn(run_ops(
             Arc::downgrade(&shared),
             shared.subscriber.clone(),
+            sharded,
             ops_rx,
         ));
         tokio::spawn(run_messages(Arc::downgrade(&shared), messages, reconnects));
@@ -338,6 +342,7 @@ impl ChannelState {
 async fn run_ops(
     shared: std::sync::Weak<Shared>,
     subscriber: SubscriberClient,
+    sharded: bool,
     mut rx: mpsc::UnboundedReceiver<Op>,
 ) {
     let mut batch = Vec::with_capacity(OPS_BATCH);
@@ -353,7 +358,7 @@ async fn run_ops(
                         }
                     }
                     let names: Vec<String> = entries.iter().map(|e| e.name.clone()).collect();
-                    let outcome = subscribe_confirmed(&subscriber, names).await;
+                    let outcome = subscribe_confirmed(&subscriber, sharded, names).await;
                     for entry in entries {
                         entry.ready.send_replace(match &outcome {
                             Ok(()) => Ready::Subscribed,
@@ -368,7 +373,7 @@ async fn run_ops(
                             names.push(next);
                         }
                     }
-                    if let Err(e) = subscriber.unsubscribe(names).await {
+                    if let Err(e) = unsubscribe(&subscriber, sharded, names).await {
                         tracing::debug!(error = %e, "UNSUBSCRIBE failed");
                     }
                 }
@@ -379,7 +384,9 @@ async fn run_ops(
                     let names: Vec<String> =
                         shared.channels.iter().map(|e| e.key().clone()).collect();
                     for chunk in names.chunks(OPS_BATCH) {
-                        if let Err(e) = subscribe_confirmed(&subscriber, chunk.to_vec()).await {
+                        if let Err(e) =
+                            subscribe_confirmed(&subscriber, sharded, chunk.to_vec()).await
+                        {
                             tracing::warn!(error = %e, "re-subscribing after a reconnect failed");
                         }
                     }
@@ -390,18 +397,69 @@ async fn run_ops(
     }
 }
 
-/// SUBSCRIBE, then a PING on the same connection: its reply proves Redis
-/// processed the SUBSCRIBE before it.
+/// Subscribes to `names` and returns once Redis has processed it.
+///
+/// Plain: SUBSCRIBE resolves when written, so a PING follows on the same
+/// connection (on a cluster, to the node fred sends this client's
+/// SUBSCRIBEs to): its reply proves the SUBSCRIBE was processed. Sharded:
+/// one SSUBSCRIBE per hash slot, each routed to the slot's node, and fred
+/// resolves it with the server's reply.
 async fn subscribe_confirmed(
     subscriber: &SubscriberClient,
+    sharded: bool,
     names: Vec<String>,
 ) -> std::result::Result<(), fred::error::Error> {
     if names.is_empty() {
         return Ok(());
     }
+    if sharded {
+        for (_, group) in by_slot(names) {
+            subscriber.ssubscribe(group).await?;
+        }
+        return Ok(());
+    }
     subscriber.subscribe(names).await?;
-    subscriber.ping::<Value>(None).await?;
+    if subscriber.is_clustered() {
+        let slot = fred::util::redis_keyslot(subscriber.id().as_bytes());
+        let same_node = Options {
+            cluster_hash: Some(ClusterHash::Custom(slot)),
+            ..Options::default()
+        };
+        subscriber
+            .with_options(&same_node)
+            .ping::<Value>(None)
+            .await?;
+    } else {
+        subscriber.ping::<Value>(None).await?;
+    }
     Ok(())
+}
+
+async fn unsubscribe(
+    subscriber: &SubscriberClient,
+    sharded: bool,
+    names: Vec<String>,
+) -> std::result::Result<(), fred::error::Error> {
+    if sharded {
+        for (_, group) in by_slot(names) {
+            subscriber.sunsubscribe(group).await?;
+        }
+        Ok(())
+    } else {
+        subscriber.unsubscribe(names).await
+    }
+}
+
+/// Channels grouped by hash slot (a sharded command takes one slot).
+fn by_slot(names: Vec<String>) -> std::collections::BTreeMap<u16, Vec<String>> {
+    let mut groups: std::collections::BTreeMap<u16, Vec<String>> = Default::default();
+    for name in names {
+        groups
+            .entry(fred::util::redis_keyslot(name.as_bytes()))
+            .or_default()
+            .push(name);
+    }
+    groups
 }
 
 /// Routes unlock messages to their channel's waiters; wakes everybody on

@@ -13,7 +13,7 @@
 //! own (see each `.lua` header).
 
 use fred::clients::Client as FredClient;
-use fred::interfaces::LuaInterface;
+use fred::interfaces::{ClientLike, LuaInterface};
 use fred::types::{FromValue, MultipleKeys, Value};
 
 /// A Lua script: its source and the SHA-1 that `EVALSHA` names it by.
@@ -81,6 +81,15 @@ impl Script {
         &self.sha1
     }
 
+    /// `SCRIPT LOAD` on the server, or on every primary of a cluster.
+    async fn load(&self, client: &FredClient) -> Result<(), fred::error::Error> {
+        if client.is_clustered() {
+            client.script_load_cluster::<(), _>(self.source).await
+        } else {
+            client.script_load::<(), _>(self.source).await
+        }
+    }
+
     /// Runs the script with `EVALSHA`, loading it first if the server
     /// answers `NOSCRIPT` (which proves it did not run).
     pub(crate) async fn run<R: FromValue>(
@@ -97,7 +106,7 @@ impl Script {
         {
             Err(error) if error.details().starts_with("NOSCRIPT") => {
                 tracing::debug!(script = self.name, "NOSCRIPT: loading the script");
-                client.script_load::<(), _>(self.source).await?;
+                self.load(client).await?;
                 client.evalsha(self.sha1.as_str(), keys, args).await
             }
             result => result,

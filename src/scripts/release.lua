@@ -7,6 +7,7 @@
 -- ARGV[3]  unlock message ("0", as Redisson sends)
 -- ARGV[4]  how many holds to give back (1 for an unlock; all of them on
 --          shutdown)
+-- ARGV[5]  "publish", or "spublish" for sharded pub/sub on a cluster
 --
 -- Returns nil when the field is missing (the caller does not hold the lock),
 -- 0 when holds remain, 1 when the lock was freed (key deleted, message
@@ -24,5 +25,5 @@ if count > 0 then
     return 0
 end
 redis.call('del', KEYS[1])
-redis.call('publish', KEYS[2], ARGV[3])
+redis.call(ARGV[5], KEYS[2], ARGV[3])
 return 1
