@@ -85,6 +85,16 @@ pub struct ClientBuilder {
     command_timeout: Option<Duration>,
     message_capacity: Option<usize>,
     sharded_pubsub: Option<bool>,
+    replicas: Option<ReplicaWait>,
+}
+
+/// `WAIT` after each acquire (see [`ClientBuilder::wait_for_replicas`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ReplicaWait {
+    pub(crate) replicas: u32,
+    pub(crate) timeout: Duration,
+    /// Retry (as after a connection error) instead of failing at once.
+    pub(crate) retry: bool,
 }
 
 /// The command connection as the watchdog and guards see it.
@@ -119,6 +129,8 @@ pub(crate) struct ClientInner {
     /// Longest a waiter sleeps without re-checking when the lock has no
     /// expiry (PTTL -1).
     pub(crate) recheck_interval: Duration,
+    /// Replica acknowledgements required after each acquire, if any.
+    pub(crate) replicas: Option<ReplicaWait>,
     /// Holds handed out and not yet given back (see `holds`).
     pub(crate) holds: Holds,
     /// Releases of dropped guards, run by the releaser task.
@@ -480,6 +492,62 @@ impl ClientBuilder {
         self
     }
 
+    /// Replica-safe acquire: after each acquire, `WAIT` until `replicas`
+    /// replicas have acknowledged the write, for at most `timeout`. If
+    /// fewer do, the hold is given back and the acquire fails with
+    /// [`Error::ReplicasMissing`] (or is retried, see
+    /// [`retry_when_replicas_missing`](Self::retry_when_replicas_missing)).
+    ///
+    /// This narrows, but does not close, the failover window of
+    /// asynchronous replication: a lock acknowledged by `replicas` replicas
+    /// survives the failure of the primary if one of those replicas is
+    /// promoted, and the lease's later renewals are not waited for.
+    /// `WAIT` holds the command connection for the time it takes (about a
+    /// round trip to the slowest replica when they are healthy), delaying
+    /// other commands of the client queued behind it.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// let b = leasehold::Client::builder().wait_for_replicas(1, Duration::from_millis(100));
+    /// ```
+    pub fn wait_for_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
+        let retry = self.replicas.is_some_and(|r| r.retry);
+        self.replicas = Some(ReplicaWait {
+            replicas,
+            timeout,
+            retry,
+        });
+        self
+    }
+
+    /// With [`wait_for_replicas`](Self::wait_for_replicas): instead of
+    /// failing an acquire that too few replicas acknowledged, give the hold
+    /// back and try again (with back-off) until the call's deadline, like
+    /// after a connection error. `try_lock` still fails at once.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// let b = leasehold::Client::builder()
+    ///     .wait_for_replicas(1, Duration::from_millis(100))
+    ///     .retry_when_replicas_missing(true);
+    /// ```
+    pub fn retry_when_replicas_missing(mut self, retry: bool) -> Self {
+        if let Some(r) = &mut self.replicas {
+            r.retry = retry;
+        } else {
+            self.replicas = Some(ReplicaWait {
+                replicas: 0,
+                timeout: Duration::ZERO,
+                retry,
+            });
+        }
+        self
+    }
+
     /// Connects both connections and starts the client's tasks.
     ///
     /// Fails with [`Error::InvalidArgument`] for a bad URL or setting, and
@@ -517,6 +585,14 @@ impl ClientBuilder {
             return Err(Error::invalid("command timeout must be above zero"));
         }
 
+        let replicas =
+            match self.replicas {
+                Some(r) if r.replicas == 0 => None,
+                Some(r) if r.timeout < Duration::from_millis(1) => return Err(Error::invalid(
+                    "the replica wait timeout must be at least 1 ms (WAIT 0 would block forever)",
+                )),
+                other => other,
+            };
         let message_capacity = self.message_capacity.unwrap_or(DEFAULT_MESSAGE_CAPACITY);
         if message_capacity == 0 {
             return Err(Error::invalid("message capacity must be at least 1"));
@@ -593,6 +669,7 @@ impl ClientBuilder {
             watchdog,
             key_prefix: self.key_prefix,
             recheck_interval,
+            replicas,
             holds: Holds::default(),
             releases,
             shut_down: AtomicBool::new(false),

@@ -16,6 +16,7 @@
 ///         Error::NotHeld { .. } => "the lease was lost: redo the work under a new lock",
 ///         Error::Shutdown => "the client is gone",
 ///         Error::Redis(_) => "Redis failed: retry later",
+///         Error::ReplicasMissing { .. } => "replicas lag: the lock was not taken",
 ///         _ => "unknown",
 ///     }
 /// }
@@ -49,6 +50,19 @@ pub enum Error {
     /// twice; see [`Error::is_outcome_unknown`].
     #[error("redis error: {0}")]
     Redis(#[from] fred::error::Error),
+
+    /// Fewer replicas than required acknowledged an acquire in time
+    /// ([`ClientBuilder::wait_for_replicas`](crate::ClientBuilder::wait_for_replicas)).
+    /// The hold was given back: the caller does not hold the lock.
+    #[error("only {acked} of {wanted} replicas acknowledged the lock `{name}` in time")]
+    ReplicasMissing {
+        /// The lock's key, prefix included.
+        name: String,
+        /// Replicas required.
+        wanted: u32,
+        /// Replicas that acknowledged.
+        acked: u32,
+    },
 }
 
 impl Error {

@@ -280,6 +280,26 @@ async fn run_release(conn: &Conn, target: &Release, count: u32) -> FredResult<Op
         .await
 }
 
+/// `WAIT replicas timeout` on the connection (and, on a cluster, the node)
+/// that ran the acquire; returns how many replicas acknowledged.
+pub(crate) async fn wait_replicas(
+    conn: &Conn,
+    key: &str,
+    replicas: u32,
+    timeout: Duration,
+) -> FredResult<u32> {
+    use fred::interfaces::ClientLike;
+    use fred::types::{ClusterHash, CustomCommand};
+    let slot = fred::util::redis_keyslot(key.as_bytes());
+    let wait = CustomCommand::new_static("WAIT", ClusterHash::Custom(slot), true);
+    let timeout_ms = timeout.as_millis().max(1).to_string();
+    let acked: i64 = conn
+        .redis
+        .custom(wait, vec![replicas.to_string(), timeout_ms])
+        .await?;
+    Ok(clamp_count(acked))
+}
+
 /// Reads the field's hold count, retrying for a while; `None` if Redis
 /// could not be read.
 async fn read_count(conn: &Conn, target: &Release) -> Option<u32> {

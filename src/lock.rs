@@ -463,6 +463,14 @@ impl Lock {
         Ok(deleted == 1)
     }
 
+    /// Whether the wait loop retries after `e` (until its deadline).
+    fn retries(&self, e: &Error) -> bool {
+        match e {
+            Error::ReplicasMissing { .. } => self.client.inner.replicas.is_some_and(|r| r.retry),
+            e => e.is_transient(),
+        }
+    }
+
     fn redis(&self) -> &fred::clients::Client {
         &self.client.inner.conn.redis
     }
@@ -541,7 +549,7 @@ impl Lock {
                     }
                     None
                 }
-                Err(e) if e.is_transient() && wait != Some(Duration::ZERO) => {
+                Err(e) if self.retries(&e) && wait != Some(Duration::ZERO) => {
                     tracing::debug!(key = %self.key, error = %e, "retrying after a connection error");
                     bound = bound.min(backoff);
                     backoff = (backoff * 2).min(RETRY_MAX);
@@ -580,14 +588,25 @@ impl Lock {
             let reply = match holds::acquire(&inner.conn, &target, before).await {
                 Ok(Acquire::Held(count)) => {
                     let epoch = inner.holds.acquired(&target, count);
-                    Ok(Ok(Unclaimed {
-                        inner: inner.clone(),
-                        target,
-                        epoch: Some(epoch),
-                    }))
+                    match replicas_acked(&inner, &target).await {
+                        Ok(()) => Ok(Ok(Unclaimed {
+                            inner: inner.clone(),
+                            target,
+                            epoch: Some(epoch),
+                        })),
+                        Err(e) => {
+                            // Not replicated enough: give the hold back.
+                            let before = inner.holds.count(&target.key, &target.field);
+                            if let Err(r) = holds::release(&inner.conn, &target, 1, before).await {
+                                tracing::warn!(key = %target.key, error = %r, "could not give back an unreplicated hold");
+                            }
+                            inner.holds.released(&target.key, &target.field, &epoch);
+                            Err(e)
+                        }
+                    }
                 }
                 Ok(Acquire::Busy(ttl)) => Ok(Err(ttl)),
-                Err(e) => Err(e),
+                Err(e) => Err(Error::Redis(e)),
             };
             drop(turn);
             // If the caller has gone, or goes before reading the reply, the
@@ -634,6 +653,24 @@ impl Lock {
                 registration,
             }),
         }
+    }
+}
+
+/// With `wait_for_replicas`: whether enough replicas acknowledged the
+/// acquire just made on this connection.
+async fn replicas_acked(inner: &crate::client::ClientInner, target: &Release) -> Result<()> {
+    let Some(wait) = inner.replicas else {
+        return Ok(());
+    };
+    let acked = holds::wait_replicas(&inner.conn, &target.key, wait.replicas, wait.timeout).await?;
+    if acked >= wait.replicas {
+        Ok(())
+    } else {
+        Err(Error::ReplicasMissing {
+            name: target.key.clone(),
+            wanted: wait.replicas,
+            acked,
+        })
     }
 }
 
