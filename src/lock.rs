@@ -176,7 +176,13 @@ const RETRY_MAX: Duration = Duration::from_secs(1);
 impl Lock {
     pub(crate) fn new(client: Client, name: &str) -> Lock {
         let key = format!("{}{}", client.inner.key_prefix, name);
-        let channel = format!("redisson_lock__channel:{{{key}}}");
+        // Redisson's rule: braces are added only to a name that has none,
+        // so the channel shares the key's hash slot either way.
+        let channel = if key.contains('{') {
+            format!("redisson_lock__channel:{key}")
+        } else {
+            format!("redisson_lock__channel:{{{key}}}")
+        };
         Lock {
             client,
             name: name.into(),
@@ -211,7 +217,9 @@ impl Lock {
         &self.key
     }
 
-    /// The unlock channel: `redisson_lock__channel:{<key>}`.
+    /// The unlock channel: `redisson_lock__channel:{<key>}`, or
+    /// `redisson_lock__channel:<key>` if the key contains `{` (Redisson's
+    /// rule; key and channel then share the hash tag already in the key).
     ///
     /// # Example
     ///

@@ -94,3 +94,23 @@ async fn unlock_publishes_zero_on_the_redisson_channel() {
     listener.quit().await.unwrap();
     c.shutdown().await.unwrap();
 }
+
+/// Redisson adds braces to the channel only when the name has none, so key
+/// and channel share a cluster slot; we name channels the same way.
+#[tokio::test]
+async fn channel_names_follow_redissons_brace_rule() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    assert_eq!(c.lock("plain").channel(), "redisson_lock__channel:{plain}");
+    assert_eq!(
+        c.lock("user:{42}:cart").channel(),
+        "redisson_lock__channel:user:{42}:cart"
+    );
+    let prefixed = support::fixture::client_with(&server, |b| b.key_prefix("app:")).await;
+    assert_eq!(
+        prefixed.lock("x").channel(),
+        "redisson_lock__channel:{app:x}"
+    );
+    c.shutdown().await.unwrap();
+    prefixed.shutdown().await.unwrap();
+}
