@@ -357,3 +357,76 @@ async fn eventually_value<T>(limit: Duration, mut f: impl FnMut() -> Option<T>) 
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// The slot of a held lock migrates to another primary (IMPORTING /
+/// MIGRATING, MIGRATE, SETSLOT NODE: the ASK and MOVED redirections of a
+/// resharding): renewals and the unlock follow the slot, and the waiter
+/// gets the lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_resharding_under_a_held_lock() {
+    let cluster = RedisCluster::start(3, 0);
+    let connect = || async {
+        Client::builder()
+            .url(&cluster.url())
+            .watchdog_timeout(Duration::from_secs(2))
+            .build()
+            .await
+            .unwrap()
+    };
+    let (a, b) = (connect().await, connect().await);
+    let name = "reshard:held";
+    let guard = a.lock(name).lock().await.unwrap();
+    let waiter = {
+        let lock = b.lock(name);
+        tokio::spawn(async move { lock.lock().await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let src = cluster.primary_for_key(name);
+    let dst = cluster.primaries().into_iter().find(|&p| p != src).unwrap();
+    let node = |i: usize| &cluster.nodes()[i];
+    let slot = node(src).cmd(&["CLUSTER", "KEYSLOT", name]);
+    let (src_id, dst_id) = (
+        node(src).cmd(&["CLUSTER", "MYID"]),
+        node(dst).cmd(&["CLUSTER", "MYID"]),
+    );
+    assert_eq!(
+        node(dst).cmd(&["CLUSTER", "SETSLOT", &slot, "IMPORTING", &src_id]),
+        "OK"
+    );
+    assert_eq!(
+        node(src).cmd(&["CLUSTER", "SETSLOT", &slot, "MIGRATING", &dst_id]),
+        "OK"
+    );
+    // Renewals meet ASK redirections while the slot is half-moved.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let keys = node(src).cmd(&["CLUSTER", "GETKEYSINSLOT", &slot, "100"]);
+    for key in keys.lines().filter(|k| !k.is_empty()) {
+        let port = node(dst).port().to_string();
+        let r = node(src).cmd(&["MIGRATE", "127.0.0.1", &port, key, "0", "5000"]);
+        assert_eq!(r, "OK", "MIGRATE {key}");
+    }
+    for i in cluster.primaries() {
+        assert_eq!(
+            node(i).cmd(&["CLUSTER", "SETSLOT", &slot, "NODE", &dst_id]),
+            "OK"
+        );
+    }
+    assert_eq!(cluster.primary_for_key(name), dst, "the slot moved");
+
+    // Several lease lengths later the hold is still renewed, now on `dst`.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(!guard.is_lost(), "renewals follow the slot (MOVED)");
+    assert_eq!(node(dst).cmd(&["EXISTS", name]), "1");
+    within(HANG, "unlock after resharding", guard.unlock())
+        .await
+        .unwrap();
+    let got = within(HANG, "waiter after resharding", waiter)
+        .await
+        .unwrap()
+        .unwrap();
+    got.unlock().await.unwrap();
+    assert_eq!(node(dst).cmd(&["EXISTS", name]), "0");
+    a.shutdown().await.unwrap();
+    b.shutdown().await.unwrap();
+}
