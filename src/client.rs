@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fred::clients::Client as FredClient;
-use fred::interfaces::ClientLike;
+use fred::interfaces::{ClientLike, EventInterface};
 use fred::types::config::{Config, ReconnectPolicy};
 use fred::types::Builder;
 use tokio::sync::mpsc;
@@ -664,7 +664,11 @@ impl ClientBuilder {
         let (releases, releases_rx) = mpsc::unbounded_channel();
         let inner = ClientInner {
             id: uuid::Uuid::new_v4(),
-            pubsub: PubSub::start(subscriber, sharded),
+            pubsub: PubSub::start(
+                subscriber,
+                sharded,
+                clustered.then(|| conn.redis.cluster_change_rx()),
+            ),
             conn,
             watchdog,
             key_prefix: self.key_prefix,

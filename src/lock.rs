@@ -574,7 +574,9 @@ impl Lock {
             }
             match &subscription {
                 Some(s) => {
-                    s.wait(bound).await;
+                    if !s.wait(bound).await {
+                        s.refresh();
+                    }
                 }
                 None => tokio::time::sleep(bound).await,
             }

@@ -36,7 +36,10 @@
 //!   next waiter. The last reference unsubscribes.
 //! * On a reconnect of the subscriber connection, messages published while
 //!   it was down are lost: every channel is subscribed again and then every
-//!   local waiter is woken to re-check at once. A lagging message stream
+//!   local waiter is woken to re-check at once. The same happens when the
+//!   command connection sees a cluster topology change (a slot moved, a
+//!   failover): Redis drops sharded subscriptions of a slot that moves,
+//!   and re-subscribing follows the slot to its new owner. A lagging message stream
 //!   (tokio broadcast `Lagged`) also wakes every waiter.
 //! * The caller bounds every wait by the lock's remaining TTL, so even a
 //!   lost message cannot strand a waiter past the lease.
@@ -50,9 +53,10 @@ use dashmap::DashMap;
 use fred::clients::SubscriberClient;
 use fred::interfaces::{ClientLike, EventInterface, PubsubInterface};
 use fred::types::config::Options;
-use fred::types::{ClusterHash, Value};
+use fred::types::{ClusterHash, ClusterStateChange, Value};
 use parking_lot::Mutex;
-use tokio::sync::{broadcast::error::RecvError, mpsc, watch, Notify};
+use tokio::sync::broadcast::{error::RecvError, Receiver as Broadcast};
+use tokio::sync::{mpsc, watch, Notify};
 
 use crate::error::{Error, Result};
 
@@ -74,6 +78,8 @@ pub(crate) struct Subscription {
 #[derive(Debug)]
 struct Shared {
     subscriber: SubscriberClient,
+    /// Channels are sharded (SSUBSCRIBE); see `Subscription::refresh`.
+    sharded: bool,
     /// Live channel entries. An entry is inserted by the first subscriber
     /// and removed by the last one to leave, under the map's shard lock,
     /// which is also where its SUBSCRIBE / UNSUBSCRIBE is queued.
@@ -85,6 +91,8 @@ struct Shared {
 #[derive(Debug)]
 struct Channel {
     name: String,
+    /// When the subscription was last renewed by `refresh`.
+    refreshed: Mutex<std::time::Instant>,
     /// Whether Redis confirmed the SUBSCRIBE. Written by the `run_ops` task.
     ready: watch::Sender<Ready>,
     /// Everything else, changed only under this lock.
@@ -122,11 +130,16 @@ struct Waiter {
 #[derive(Debug)]
 enum Op {
     Subscribe(Arc<Channel>),
+    /// Subscribe again to a sharded channel that may have moved.
+    Refresh(String),
     Unsubscribe(String),
     /// The connection came back: subscribe to everything again, then wake
     /// every waiter.
     Resubscribe,
 }
+
+/// Shortest time between two refreshes of one sharded channel.
+const REFRESH_EVERY: Duration = Duration::from_secs(1);
 
 /// Most channels sent in one SUBSCRIBE / UNSUBSCRIBE.
 const OPS_BATCH: usize = 1024;
@@ -137,10 +150,20 @@ impl PubSub {
     /// Starts the registry's two tasks on the current runtime: the ordered
     /// subscription queue and the message loop. Both end when the
     /// subscriber connection is closed (`quit`).
-    pub(crate) fn start(subscriber: SubscriberClient, sharded: bool) -> PubSub {
+    /// `cluster_changes`: topology changes seen by the command connection
+    /// (a cluster client re-syncs its slot map after MOVED, failovers,
+    /// resharding); each one re-subscribes every channel, which moves
+    /// sharded subscriptions to the slot's new owner, and wakes every
+    /// waiter.
+    pub(crate) fn start(
+        subscriber: SubscriberClient,
+        sharded: bool,
+        cluster_changes: Option<Broadcast<Vec<ClusterStateChange>>>,
+    ) -> PubSub {
         let (ops, ops_rx) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared {
             subscriber,
+            sharded,
             channels: DashMap::new(),
             ops,
         });
@@ -152,7 +175,12 @@ impl PubSub {
             sharded,
             ops_rx,
         ));
-        tokio::spawn(run_messages(Arc::downgrade(&shared), messages, reconnects));
+        tokio::spawn(run_messages(
+            Arc::downgrade(&shared),
+            messages,
+            reconnects,
+            cluster_changes,
+        ));
         PubSub { shared }
     }
 
@@ -283,6 +311,26 @@ impl Subscription {
     }
 }
 
+impl Subscription {
+    /// Call after a wait that ended without a message. On a sharded
+    /// channel, subscribes again (at most once a second per channel): when
+    /// a slot moves to another node, Redis drops its shard subscriptions
+    /// without a word to fred, and only a client that itself hits MOVED
+    /// learns of it. SSUBSCRIBE is idempotent and follows MOVED to the
+    /// slot's new owner.
+    pub(crate) fn refresh(&self) {
+        if !self.shared.sharded {
+            return;
+        }
+        let mut refreshed = self.channel.refreshed.lock();
+        if refreshed.elapsed() < REFRESH_EVERY {
+            return;
+        }
+        *refreshed = std::time::Instant::now();
+        let _ = self.shared.ops.send(Op::Refresh(self.channel.name.clone()));
+    }
+}
+
 impl Drop for Subscription {
     fn drop(&mut self) {
         let mut state = self.channel.state.lock();
@@ -317,6 +365,7 @@ impl Channel {
     fn new(name: &str) -> Channel {
         Channel {
             name: name.to_owned(),
+            refreshed: Mutex::new(std::time::Instant::now()),
             ready: watch::Sender::new(Ready::Pending),
             state: Mutex::new(ChannelState::default()),
         }
@@ -364,6 +413,17 @@ async fn run_ops(
                             Ok(()) => Ready::Subscribed,
                             Err(e) => Ready::Failed(e.clone()),
                         });
+                    }
+                }
+                Op::Refresh(first) => {
+                    let mut names = vec![first];
+                    while let Some(Op::Refresh(_)) = ops.peek() {
+                        if let Some(Op::Refresh(next)) = ops.next() {
+                            names.push(next);
+                        }
+                    }
+                    if let Err(e) = subscribe_confirmed(&subscriber, sharded, names).await {
+                        tracing::debug!(error = %e, "refreshing sharded subscriptions failed");
                     }
                 }
                 Op::Unsubscribe(first) => {
@@ -463,11 +523,12 @@ fn by_slot(names: Vec<String>) -> std::collections::BTreeMap<u16, Vec<String>> {
 }
 
 /// Routes unlock messages to their channel's waiters; wakes everybody on
-/// lag or reconnect.
+/// lag, reconnect or cluster topology change (after re-subscribing).
 async fn run_messages(
     shared: std::sync::Weak<Shared>,
-    mut messages: tokio::sync::broadcast::Receiver<fred::types::Message>,
-    mut reconnects: tokio::sync::broadcast::Receiver<fred::types::config::Server>,
+    mut messages: Broadcast<fred::types::Message>,
+    mut reconnects: Broadcast<fred::types::config::Server>,
+    mut cluster_changes: Option<Broadcast<Vec<ClusterStateChange>>>,
 ) {
     loop {
         tokio::select! {
@@ -492,6 +553,27 @@ async fn run_messages(
                     Err(RecvError::Closed) => return,
                 }
             }
+            change = next_change(&mut cluster_changes) => {
+                let Some(shared) = shared.upgrade() else { return };
+                match change {
+                    Ok(_) | Err(RecvError::Lagged(_)) => {
+                        tracing::debug!("cluster topology changed: re-subscribing");
+                        let _ = shared.ops.send(Op::Resubscribe);
+                    }
+                    // The command connection is gone; keep serving messages.
+                    Err(RecvError::Closed) => cluster_changes = None,
+                }
+            }
         }
+    }
+}
+
+/// The next topology change, or never for a client that is not a cluster.
+async fn next_change(
+    rx: &mut Option<Broadcast<Vec<ClusterStateChange>>>,
+) -> std::result::Result<Vec<ClusterStateChange>, RecvError> {
+    match rx {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
     }
 }

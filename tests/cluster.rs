@@ -417,6 +417,19 @@ async fn cluster_resharding_under_a_held_lock() {
     // Several lease lengths later the hold is still renewed, now on `dst`.
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert!(!guard.is_lost(), "renewals follow the slot (MOVED)");
+    // Redis dropped the waiter's shard subscription when the slot moved;
+    // the waiter subscribes again, now on the slot's new owner.
+    let channel = "redisson_lock__channel:{reshard:held}";
+    eventually(
+        Duration::from_secs(20),
+        "subscription on the new owner",
+        || {
+            node(dst)
+                .cmd(&["PUBSUB", "SHARDNUMSUB", channel])
+                .ends_with("\n1")
+        },
+    )
+    .await;
     assert_eq!(node(dst).cmd(&["EXISTS", name]), "1");
     within(HANG, "unlock after resharding", guard.unlock())
         .await
