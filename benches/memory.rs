@@ -1,0 +1,231 @@
+//! Process memory per held lock and per waiting task, against a real
+//! loopback `redis-server` started here.
+//!
+//! A counting global allocator (a wrapper around `System`) gives the bytes
+//! allocated and still live; RSS (`/proc/self/statm`) is shown beside it.
+//! Each figure is a delta over N = 20,000 items, divided by N:
+//!
+//! * held lock: N guards from `lock()` on distinct names, kept in a `Vec`
+//!   (the `Vec`'s own buffer is subtracted: it is the caller's container,
+//!   while the guard's inline size is counted);
+//! * waiting task: N spawned tasks blocked in `lock()` on one held lock; the
+//!   cost of N tasks blocked on `std::future::pending()` is shown and
+//!   subtracted, leaving what the wait itself adds;
+//! * after release (or cancelling the waiters) the live bytes must come
+//!   back: the remainder is printed as "retained".
+//!
+//! `cargo bench --bench memory`. Not a criterion bench (one-shot).
+
+#[path = "../tests/support/server.rs"]
+mod server;
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use leasehold::{Client, LockGuard};
+use server::RedisServer;
+
+/// Live heap bytes, counted around the system allocator.
+struct Counting;
+
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+
+// SAFETY: forwards to `System` unchanged; only counts sizes.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let p = System.alloc(layout);
+        if !p.is_null() {
+            LIVE.fetch_add(layout.size(), Ordering::Relaxed);
+        }
+        p
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        let p = System.alloc_zeroed(layout);
+        if !p.is_null() {
+            LIVE.fetch_add(layout.size(), Ordering::Relaxed);
+        }
+        p
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        System.dealloc(ptr, layout);
+        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let p = System.realloc(ptr, layout, new_size);
+        if !p.is_null() {
+            LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
+            LIVE.fetch_add(new_size, Ordering::Relaxed);
+        }
+        p
+    }
+}
+
+#[global_allocator]
+static ALLOC: Counting = Counting;
+
+const N: usize = 20_000;
+const ACQUIRERS: usize = 64;
+
+fn live() -> i64 {
+    LIVE.load(Ordering::Relaxed) as i64
+}
+
+fn rss() -> i64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+    let pages: i64 = statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    pages * 4096
+}
+
+/// Lets background tasks (releases, unsubscribes) finish.
+async fn settle() {
+    tokio::time::sleep(Duration::from_millis(500)).await;
+}
+
+fn main() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(run());
+}
+
+async fn run() {
+    let server = RedisServer::start();
+    // default 30 s watchdog: no renewal runs during the measurement
+    let client = Client::connect(&server.url()).await.expect("connect");
+    // warm-up: scripts, connections, the watchdog task, the release task
+    for i in 0..100 {
+        let g = client
+            .lock(&format!("warm:{i}"))
+            .lock()
+            .await
+            .expect("lock");
+        g.unlock().await.expect("unlock");
+    }
+    settle().await;
+
+    println!("| item (N = {N}) | live heap bytes / item | RSS bytes / item | retained after release, bytes total |");
+    println!("| --- | ---: | ---: | ---: |");
+
+    // --- held locks, twice: what the first round leaves behind is capacity
+    //     (maps keep their size) if the second round does not add to it
+    let (live0, rss0) = (live(), rss());
+    let (mut per_lock, mut rss_per_lock) = (0.0, 0.0);
+    let mut retained = Vec::new();
+    for round in 0..2 {
+        let (live_a, rss_a) = (live(), rss());
+        let (held, container) = hold_all(&client, round).await;
+        settle().await;
+        let (live_b, rss_b) = (live(), rss());
+        if round == 0 {
+            per_lock = (live_b - live_a - container) as f64 / N as f64;
+            rss_per_lock = (rss_b - rss_a) as f64 / N as f64;
+        }
+        assert_eq!(client.watchdog().lease_count(), N);
+        for g in held {
+            g.unlock().await.expect("unlock");
+        }
+        settle().await;
+        retained.push(live() - live0);
+    }
+    let _ = rss0;
+    println!(
+        "| held lock (`lock()`, watchdog lease; guard = {} B inline) | {per_lock:.0} | {rss_per_lock:.0} | {} after round 1, {} after round 2 |",
+        std::mem::size_of::<LockGuard>(),
+        retained[0],
+        retained[1]
+    );
+
+    // --- baseline: N tasks parked on a pending future
+    let (live2, rss2) = (live(), rss());
+    let mut parked = tokio::task::JoinSet::new();
+    for _ in 0..N {
+        parked.spawn(std::future::pending::<()>());
+    }
+    settle().await;
+    let (live3, rss3) = (live(), rss());
+    let per_parked = (live3 - live2) as f64 / N as f64;
+    let rss_per_parked = (rss3 - rss2) as f64 / N as f64;
+    parked.abort_all();
+    while parked.join_next().await.is_some() {}
+    settle().await;
+
+    // --- waiting tasks: N tasks in lock() on one held lock
+    let holder = client.lock("busy").lock().await.expect("lock");
+    let lock = client.lock("busy");
+    let future_size = std::mem::size_of_val(&lock.lock());
+    settle().await;
+    let (live4, rss4) = (live(), rss());
+    let mut waiters = tokio::task::JoinSet::new();
+    for _ in 0..N {
+        let lock = lock.clone();
+        waiters.spawn(async move {
+            let g = lock.lock().await.expect("lock");
+            g.unlock().await.expect("unlock");
+        });
+    }
+    // every waiter has run its two attempts and is parked
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (live5, rss5) = (live(), rss());
+    let per_waiter = (live5 - live4) as f64 / N as f64;
+    let rss_per_waiter = (rss5 - rss4) as f64 / N as f64;
+    let channels = client.subscribed_channels();
+    waiters.abort_all();
+    while waiters.join_next().await.is_some() {}
+    holder.unlock().await.expect("unlock");
+    settle().await;
+    let retained_waiters = live() - live4;
+    println!(
+        "| waiting task, total (spawned task in `lock()`; the `lock()` future is {future_size} B) | {per_waiter:.0} | {rss_per_waiter:.0} | {retained_waiters} |"
+    );
+    println!(
+        "| of which a bare tokio task parked on `pending()` | {per_parked:.0} | {rss_per_parked:.0} | |"
+    );
+    println!(
+        "| **waiting task, leasehold's share** (total − bare task) | **{:.0}** | {:.0} | |",
+        per_waiter - per_parked,
+        rss_per_waiter - rss_per_parked
+    );
+    println!("| **held lock** | **{per_lock:.0}** | {rss_per_lock:.0} | |");
+    println!();
+    println!("subscribed channels while the {N} tasks waited: {channels}");
+    client.shutdown().await.expect("shutdown");
+}
+
+/// Holds N locks (distinct names), taken by 64 tasks; returns the guards and
+/// the size of the `Vec` buffer holding them.
+async fn hold_all(client: &Client, round: usize) -> (Vec<LockGuard>, i64) {
+    let mut guards: Vec<LockGuard> = Vec::with_capacity(N);
+    let container = (guards.capacity() * std::mem::size_of::<LockGuard>()) as i64;
+    let mut set = tokio::task::JoinSet::new();
+    for t in 0..ACQUIRERS {
+        let client = client.clone();
+        set.spawn(async move {
+            let mut mine = Vec::with_capacity(N / ACQUIRERS + 1);
+            for i in (t..N).step_by(ACQUIRERS) {
+                mine.push(
+                    client
+                        .lock(&format!("held:{round}:{i}"))
+                        .lock()
+                        .await
+                        .expect("lock"),
+                );
+            }
+            mine
+        });
+    }
+    while let Some(mine) = set.join_next().await {
+        guards.extend(mine.expect("acquirer"));
+    }
+    // the per-task Vecs are gone; the result Vec is the caller's container
+    (guards, container)
+}

@@ -1,0 +1,273 @@
+//! The locks under test, behind one enum so every scenario runs the same
+//! code for each of them.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use fred::clients::Client as FredClient;
+use fred::interfaces::{ClientLike, KeysInterface, LuaInterface};
+use fred::types::config::Config;
+use fred::types::{Builder, Expiration, SetOptions, Value};
+
+/// leasehold's own scripts: the raw-fred baseline sends exactly these.
+const ACQUIRE_LUA: &str = include_str!("../../src/scripts/acquire.lua");
+const RELEASE_LUA: &str = include_str!("../../src/scripts/release.lua");
+/// Compare-and-delete, the usual unlock of a `SET NX PX` lock.
+const POLL_UNLOCK_LUA: &str =
+    "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0";
+/// Lease of the baselines and of rslock (which has no default lease).
+const LEASE: Duration = Duration::from_secs(30);
+/// rslock has no default TTL; 10 s, as rlock's default.
+const RSLOCK_TTL: Duration = Duration::from_secs(10);
+
+static NEXT_TOKEN: AtomicU64 = AtomicU64::new(1);
+
+/// Which lock implementation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Leasehold,
+    RawFred,
+    Poll10,
+    Poll100,
+    Rslock,
+    Rlock,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 6] = [
+        Kind::Leasehold,
+        Kind::RawFred,
+        Kind::Poll10,
+        Kind::Poll100,
+        Kind::Rslock,
+        Kind::Rlock,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Kind::Leasehold => "leasehold",
+            Kind::RawFred => "raw fred (2×EVALSHA, no waiting)",
+            Kind::Poll10 => "polling SET NX PX, 10 ms",
+            Kind::Poll100 => "polling SET NX PX, 100 ms",
+            Kind::Rslock => "rslock 0.10 (defaults)",
+            Kind::Rlock => "rlock 0.2 (defaults)",
+        }
+    }
+
+    pub fn short(self) -> &'static str {
+        match self {
+            Kind::Leasehold => "leasehold",
+            Kind::RawFred => "rawfred",
+            Kind::Poll10 => "poll10",
+            Kind::Poll100 => "poll100",
+            Kind::Rslock => "rslock",
+            Kind::Rlock => "rlock",
+        }
+    }
+
+    /// Whether it can wait for a held lock (the raw baseline cannot).
+    pub fn waits(self) -> bool {
+        self != Kind::RawFred
+    }
+
+    /// Whether the same task can take a lock it holds.
+    pub fn reentrant(self) -> bool {
+        matches!(self, Kind::Leasehold | Kind::RawFred)
+    }
+}
+
+/// One client (connection) of a contender.
+#[derive(Clone)]
+pub enum Handle {
+    Leasehold(leasehold::Client),
+    RawFred {
+        redis: FredClient,
+        acquire: String,
+        release: String,
+        id: String,
+    },
+    Poll {
+        redis: FredClient,
+        unlock: String,
+        interval: Duration,
+    },
+    Rslock(rslock::LockManager),
+    Rlock(rlock::async_lock::RLock),
+}
+
+/// One hold.
+pub enum Guard {
+    Leasehold(leasehold::LockGuard),
+    RawFred { key: String, field: String },
+    Poll { key: String, token: String },
+    Rslock(rslock::LockGuard),
+    Rlock(rlock::async_lock::RLockGuard),
+}
+
+pub async fn fred_client(url: &str) -> FredClient {
+    let config = Config::from_url(url).expect("url");
+    let client = Builder::from_config(config).build().expect("fred client");
+    client.init().await.expect("fred connect");
+    client
+}
+
+impl Handle {
+    pub async fn connect(kind: Kind, url: &str) -> Handle {
+        match kind {
+            Kind::Leasehold => Handle::Leasehold(
+                leasehold::Client::connect(url)
+                    .await
+                    .expect("leasehold connect"),
+            ),
+            Kind::RawFred => {
+                let redis = fred_client(url).await;
+                let acquire: String = redis.script_load(ACQUIRE_LUA).await.expect("load");
+                let release: String = redis.script_load(RELEASE_LUA).await.expect("load");
+                let id = format!("raw-{}", NEXT_TOKEN.fetch_add(1, Ordering::Relaxed));
+                Handle::RawFred {
+                    redis,
+                    acquire,
+                    release,
+                    id,
+                }
+            }
+            Kind::Poll10 | Kind::Poll100 => {
+                let redis = fred_client(url).await;
+                let unlock: String = redis.script_load(POLL_UNLOCK_LUA).await.expect("load");
+                let interval = Duration::from_millis(if kind == Kind::Poll10 { 10 } else { 100 });
+                Handle::Poll {
+                    redis,
+                    unlock,
+                    interval,
+                }
+            }
+            Kind::Rslock => Handle::Rslock(rslock::LockManager::new(vec![url.to_owned()])),
+            Kind::Rlock => Handle::Rlock(
+                rlock::async_lock::RLock::new(url)
+                    .await
+                    .expect("rlock connect"),
+            ),
+        }
+    }
+
+    /// Waits for the lock (the raw baseline sends one acquire and panics if
+    /// the lock was held: it is only used uncontended).
+    pub async fn lock(&self, name: &str) -> Guard {
+        match self {
+            Handle::Leasehold(c) => {
+                Guard::Leasehold(c.lock(name).lock().await.expect("leasehold lock"))
+            }
+            Handle::RawFred {
+                redis, acquire, id, ..
+            } => {
+                // One field per task, as leasehold's owner.
+                let task = tokio::task::try_id()
+                    .map(|t| t.to_string())
+                    .unwrap_or_default();
+                let field = format!("{id}:{task}");
+                let reply: Value = redis
+                    .evalsha(
+                        acquire.as_str(),
+                        name,
+                        vec![LEASE.as_millis().to_string(), field.clone()],
+                    )
+                    .await
+                    .expect("raw acquire");
+                assert!(
+                    acquired(&reply),
+                    "raw baseline used on a held lock: {reply:?}"
+                );
+                Guard::RawFred {
+                    key: name.to_owned(),
+                    field,
+                }
+            }
+            Handle::Poll {
+                redis, interval, ..
+            } => {
+                let token = NEXT_TOKEN.fetch_add(1, Ordering::Relaxed).to_string();
+                loop {
+                    let set: Option<String> = redis
+                        .set(
+                            name,
+                            token.as_str(),
+                            Some(Expiration::PX(LEASE.as_millis() as i64)),
+                            Some(SetOptions::NX),
+                            false,
+                        )
+                        .await
+                        .expect("SET NX");
+                    if set.is_some() {
+                        return Guard::Poll {
+                            key: name.to_owned(),
+                            token,
+                        };
+                    }
+                    tokio::time::sleep(*interval).await;
+                }
+            }
+            Handle::Rslock(m) => {
+                Guard::Rslock(m.acquire(name, RSLOCK_TTL).await.expect("rslock acquire"))
+            }
+            Handle::Rlock(r) => Guard::Rlock(r.acquire_mutex(name).await.expect("rlock acquire")),
+        }
+    }
+
+    pub async fn unlock(&self, guard: Guard) {
+        match (self, guard) {
+            (Handle::Leasehold(_), Guard::Leasehold(g)) => {
+                g.unlock().await.expect("leasehold unlock")
+            }
+            (Handle::RawFred { redis, release, .. }, Guard::RawFred { key, field }) => {
+                let channel = format!("redisson_lock__channel:{{{key}}}");
+                let freed: Option<i64> = redis
+                    .evalsha(
+                        release.as_str(),
+                        vec![key, channel],
+                        vec![
+                            LEASE.as_millis().to_string(),
+                            field,
+                            "0".into(),
+                            "1".into(),
+                            "publish".into(),
+                        ],
+                    )
+                    .await
+                    .expect("raw release");
+                assert!(freed.is_some(), "raw release of a lock not held");
+            }
+            (Handle::Poll { redis, unlock, .. }, Guard::Poll { key, token }) => {
+                let _: Value = redis
+                    .evalsha(unlock.as_str(), key, token)
+                    .await
+                    .expect("poll unlock");
+            }
+            (Handle::Rslock(_), Guard::Rslock(g)) => g.release().await,
+            (Handle::Rlock(_), Guard::Rlock(mut g)) => g.release().await.expect("rlock release"),
+            _ => unreachable!("guard of another contender"),
+        }
+    }
+
+    pub async fn close(&self) {
+        match self {
+            Handle::Leasehold(c) => {
+                let _ = c.shutdown().await;
+            }
+            Handle::RawFred { redis, .. } | Handle::Poll { redis, .. } => {
+                let _ = redis.quit().await;
+            }
+            Handle::Rslock(_) => {}
+            Handle::Rlock(r) => r.shutdown().await,
+        }
+    }
+}
+
+/// Whether an `acquire.lua` reply means "now held", for either reply shape
+/// the script has had: nil / pttl, or {1, count} / {0, pttl}.
+pub fn acquired(reply: &Value) -> bool {
+    match reply {
+        Value::Null => true,
+        Value::Array(items) => matches!(items.first(), Some(Value::Integer(1))),
+        _ => false,
+    }
+}

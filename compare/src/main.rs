@@ -1,0 +1,682 @@
+//! The comparison report: leasehold against a raw-fred ceiling, two polling
+//! baselines and published peer crates, every scenario in one run against
+//! one loopback `redis-server` started here.
+//!
+//! `cargo run --release -p leasehold-compare` prints markdown tables and
+//! writes `docs/handoff-latency.svg`. `LEASEHOLD_COMPARE_QUICK=1` shortens
+//! every phase (for development; numbers are then noisier).
+
+#[path = "../../tests/support/server.rs"]
+mod server;
+
+mod contender;
+mod monitor;
+mod plot;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use fred::interfaces::{ClientLike, KeysInterface};
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+use contender::{fred_client, Guard, Handle, Kind};
+use monitor::Monitor;
+use server::RedisServer;
+
+/// Bounds and sizes of every phase.
+#[derive(Clone, Copy)]
+struct Plan {
+    uncontended_ops: usize,
+    phase: Duration,
+    handoff_rounds: usize,
+    handoff_limit: Duration,
+    exclusion_per_task: u64,
+    waiters: usize,
+    waiters_window: Duration,
+    waiters_window_leasehold: Duration,
+}
+
+const TASKS: usize = 64;
+/// Interleaved rounds of the 64-task throughput phase.
+const ROUNDS: usize = 5;
+const CLIENTS: usize = 4;
+/// Every scenario is abandoned after this, and reported as incomplete.
+const SCENARIO_LIMIT: Duration = Duration::from_secs(90);
+
+#[derive(Clone, Debug, Default)]
+pub struct Stats {
+    pub n: usize,
+    pub mean: f64,
+    pub p50: f64,
+    pub p90: f64,
+    pub p99: f64,
+    pub max: f64,
+}
+
+impl Stats {
+    pub fn of(samples: &[f64]) -> Stats {
+        if samples.is_empty() {
+            return Stats::default();
+        }
+        let mut s = samples.to_vec();
+        s.sort_by(f64::total_cmp);
+        let q = |p: f64| s[((s.len() - 1) as f64 * p).round() as usize];
+        Stats {
+            n: s.len(),
+            mean: s.iter().sum::<f64>() / s.len() as f64,
+            p50: q(0.5),
+            p90: q(0.9),
+            p99: q(0.99),
+            max: s[s.len() - 1],
+        }
+    }
+}
+
+#[derive(Default)]
+struct Row {
+    uncontended: Option<Stats>,
+    requests_per_op: Option<(f64, String)>,
+    ops_1: Option<f64>,
+    ops_64: Option<f64>,
+    ops_64_range: Option<(f64, f64, f64)>,
+    reentrant: Option<Stats>,
+    reentrant_requests: Option<(f64, String)>,
+    handoff: Option<Vec<f64>>,
+    hot: Option<(f64, f64)>,
+    exclusion: Option<String>,
+    waiters: Option<(f64, f64, String)>,
+}
+
+fn quick() -> bool {
+    std::env::var_os("LEASEHOLD_COMPARE_QUICK").is_some_and(|v| v != "0")
+}
+
+fn main() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(run());
+}
+
+async fn run() {
+    let plan = if quick() {
+        Plan {
+            uncontended_ops: 300,
+            phase: Duration::from_millis(700),
+            handoff_rounds: 30,
+            handoff_limit: Duration::from_secs(4),
+            exclusion_per_task: 3,
+            waiters: 1000,
+            waiters_window: Duration::from_secs(2),
+            waiters_window_leasehold: Duration::from_secs(3),
+        }
+    } else {
+        Plan {
+            uncontended_ops: 3000,
+            phase: Duration::from_secs(3),
+            handoff_rounds: 201,
+            handoff_limit: Duration::from_secs(30),
+            exclusion_per_task: 10,
+            waiters: 1000,
+            waiters_window: Duration::from_secs(5),
+            // leasehold waiters re-check once per remaining lease (up to the
+            // 30 s watchdog timeout): the window must cover a full cycle.
+            waiters_window_leasehold: Duration::from_secs(40),
+        }
+    };
+    let server = RedisServer::start();
+    let url = server.url();
+    eprintln!(
+        "redis-server {} at {url}",
+        server
+            .cmd(&["INFO", "server"])
+            .lines()
+            .find(|l| l.starts_with("redis_version"))
+            .unwrap_or("?")
+    );
+
+    let ping = ping_rtt(&url, plan.uncontended_ops).await;
+    eprintln!("PING round trip: p50 {:.1} µs", ping.p50);
+
+    let mut rows: Vec<(Kind, Row)> = Kind::ALL.iter().map(|k| (*k, Row::default())).collect();
+
+    for (kind, row) in rows.iter_mut() {
+        eprintln!("[uncontended] {}", kind.label());
+        uncontended(*kind, &server, plan, row).await;
+    }
+    // 64-task throughput: interleaved rounds, median (the VM is noisy)
+    let mut rates: Vec<Vec<f64>> = vec![Vec::new(); rows.len()];
+    for round in 0..ROUNDS {
+        eprintln!("[throughput, 64 tasks] round {}", round + 1);
+        for (i, (kind, _)) in rows.iter().enumerate() {
+            rates[i].push(throughput(*kind, &url, plan.phase / 3, round).await);
+        }
+    }
+    for ((_, row), r) in rows.iter_mut().zip(&rates) {
+        row.ops_64 = Some(Stats::of(r).p50);
+        row.ops_64_range = Some((
+            Stats::of(r).p50,
+            r.iter().copied().fold(f64::MAX, f64::min),
+            Stats::of(r).max,
+        ));
+    }
+    for (kind, row) in rows.iter_mut().filter(|(k, _)| k.reentrant()) {
+        eprintln!("[reentrant] {}", kind.label());
+        reentrant(*kind, &server, plan, row).await;
+    }
+    for (kind, row) in rows.iter_mut().filter(|(k, _)| k.waits()) {
+        eprintln!("[handoff] {}", kind.label());
+        row.handoff = bounded(handoff(*kind, &url, plan)).await;
+    }
+    for (kind, row) in rows.iter_mut().filter(|(k, _)| k.waits()) {
+        eprintln!("[hot lock] {}", kind.label());
+        row.hot = bounded(hot(*kind, &url, plan)).await;
+    }
+    for (kind, row) in rows.iter_mut().filter(|(k, _)| k.waits()) {
+        eprintln!("[exclusion] {}", kind.label());
+        row.exclusion = Some(
+            bounded(exclusion(*kind, &url, plan))
+                .await
+                .unwrap_or_else(|| "incomplete (scenario limit)".to_owned()),
+        );
+    }
+    for (kind, row) in rows.iter_mut().filter(|(k, _)| k.waits()) {
+        eprintln!("[1000 waiters] {}", kind.label());
+        row.waiters = waiters(*kind, &server, plan).await;
+    }
+
+    report(&ping, &rows, plan);
+    let series: Vec<(&str, Vec<f64>)> = rows
+        .iter()
+        .filter_map(|(k, r)| r.handoff.as_ref().map(|h| (k.label(), h.clone())))
+        .collect();
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/handoff-latency.svg");
+    match plot::handoff_cdf(&path, &series, ping.p50) {
+        Ok(()) => eprintln!("wrote {}", path.display()),
+        Err(e) => eprintln!("plot failed: {e}"),
+    }
+}
+
+/// Runs a scenario with the global bound; `None` if it ran out of time.
+async fn bounded<T>(scenario: impl std::future::Future<Output = T>) -> Option<T> {
+    tokio::time::timeout(SCENARIO_LIMIT, scenario).await.ok()
+}
+
+fn us(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+async fn ping_rtt(url: &str, n: usize) -> Stats {
+    let redis = fred_client(url).await;
+    let mut samples = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        let _: String = redis.ping(None).await.expect("ping");
+        samples.push(us(t.elapsed()));
+    }
+    let _ = redis.quit().await;
+    Stats::of(&samples)
+}
+
+/// Scenario 1: uncontended lock + unlock on distinct names, 1 and 64 tasks,
+/// and the requests one lock + unlock sends.
+async fn uncontended(kind: Kind, server: &RedisServer, plan: Plan, row: &mut Row) {
+    let url = server.url();
+    let h = Handle::connect(kind, &url).await;
+    let name = format!("uc:{}", kind.short());
+    // warm-up (scripts loaded, connections made)
+    for _ in 0..50 {
+        let g = h.lock(&name).await;
+        h.unlock(g).await;
+    }
+    let mut samples = Vec::with_capacity(plan.uncontended_ops);
+    let start = Instant::now();
+    for _ in 0..plan.uncontended_ops {
+        let t = Instant::now();
+        let g = h.lock(&name).await;
+        h.unlock(g).await;
+        samples.push(us(t.elapsed()));
+        if start.elapsed() > plan.phase * 3 {
+            break;
+        }
+    }
+    row.ops_1 = Some(samples.len() as f64 / start.elapsed().as_secs_f64());
+    row.uncontended = Some(Stats::of(&samples));
+
+    // requests per lock + unlock, counted by MONITOR
+    let mon = Monitor::start(server.port());
+    Monitor::settle().await;
+    let before = mon.counts();
+    let n = 100;
+    for _ in 0..n {
+        let g = h.lock(&name).await;
+        h.unlock(g).await;
+    }
+    Monitor::settle().await;
+    let d = mon.counts().minus(&before);
+    drop(mon);
+    row.requests_per_op = Some((d.requests() as f64 / n as f64, d.summary()));
+
+    h.close().await;
+}
+
+/// Uncontended lock + unlock from 64 tasks (one name each) on one client,
+/// for `phase`; ops/s.
+async fn throughput(kind: Kind, url: &str, phase: Duration, round: usize) -> f64 {
+    let h = Handle::connect(kind, url).await;
+    let ops = Arc::new(AtomicU64::new(0));
+    let mut tasks = JoinSet::new();
+    let deadline = Instant::now() + phase;
+    let start = Instant::now();
+    for t in 0..TASKS {
+        let h = h.clone();
+        let ops = ops.clone();
+        let name = format!("uc64:{}:{round}:{t}", kind.short());
+        tasks.spawn(async move {
+            while Instant::now() < deadline {
+                let g = h.lock(&name).await;
+                h.unlock(g).await;
+                ops.fetch_add(1, Ordering::Relaxed);
+            }
+        });
+    }
+    while tasks.join_next().await.is_some() {}
+    let rate = ops.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64();
+    h.close().await;
+    rate
+}
+
+/// Scenario 2: acquire of a lock the task already holds.
+async fn reentrant(kind: Kind, server: &RedisServer, plan: Plan, row: &mut Row) {
+    let h = Handle::connect(kind, &server.url()).await;
+    let name = format!("re:{}", kind.short());
+    let outer = h.lock(&name).await;
+    let mut samples = Vec::with_capacity(plan.uncontended_ops);
+    for _ in 0..plan.uncontended_ops {
+        let t = Instant::now();
+        let g = h.lock(&name).await;
+        samples.push(us(t.elapsed()));
+        h.unlock(g).await;
+    }
+    row.reentrant = Some(Stats::of(&samples));
+
+    let mon = Monitor::start(server.port());
+    Monitor::settle().await;
+    let before = mon.counts();
+    let n = 100;
+    let mut inner: Vec<Guard> = Vec::with_capacity(n);
+    for _ in 0..n {
+        inner.push(h.lock(&name).await);
+    }
+    Monitor::settle().await;
+    let d = mon.counts().minus(&before);
+    drop(mon);
+    row.reentrant_requests = Some((d.requests() as f64 / n as f64, d.summary()));
+    for g in inner.into_iter().rev() {
+        h.unlock(g).await;
+    }
+    h.unlock(outer).await;
+    h.close().await;
+}
+
+/// Scenario 3: two tasks on two clients ping-pong one lock. Acquisition k
+/// goes to side k % 2; a side calls `lock()` only once acquisition k - 1
+/// happened (so it always waits, and cannot barge back in). A handoff is
+/// the time from the holder's `unlock()` returning to the other side's
+/// `lock()` returning (µs; negative if the waiter got in before the holder
+/// saw its own reply). The holder keeps the lock 2 ms + uniform(0, 100) ms,
+/// so a poller's phase against the unlock is random, as in real use.
+async fn handoff(kind: Kind, url: &str, plan: Plan) -> Vec<f64> {
+    let a = Handle::connect(kind, url).await;
+    let b = Handle::connect(kind, url).await;
+    let name = format!("handoff:{}", kind.short());
+    let deadline = Instant::now() + plan.handoff_limit;
+    let (turn, _) = tokio::sync::watch::channel(0u64);
+    let turn = Arc::new(turn);
+    let rounds = plan.handoff_rounds as u64;
+    let mut sides = JoinSet::new();
+    for (parity, h) in [(1u64, a.clone()), (0u64, b.clone())] {
+        let (name, turn) = (name.clone(), turn.clone());
+        sides.spawn(async move {
+            let mut rx = turn.subscribe();
+            let mut log = Vec::new();
+            let mut k = if parity == 1 { 1 } else { 2 };
+            while k <= rounds {
+                let previous = rx.wait_for(|t| *t + 1 >= k);
+                if tokio::time::timeout_at(deadline, previous).await.is_err() {
+                    break;
+                }
+                let g = h.lock(&name).await;
+                let acquired = Instant::now();
+                turn.send_replace(k);
+                tokio::time::sleep(hold(k)).await;
+                h.unlock(g).await;
+                log.push((k, acquired, Instant::now()));
+                k += 2;
+            }
+            log
+        });
+    }
+    let mut acquired = std::collections::BTreeMap::new();
+    let mut unlocked = std::collections::BTreeMap::new();
+    while let Some(log) = sides.join_next().await {
+        for (k, acq, unl) in log.expect("side") {
+            acquired.insert(k, acq);
+            unlocked.insert(k, unl);
+        }
+    }
+    let mut samples = Vec::new();
+    for (k, unl) in &unlocked {
+        if let Some(acq) = acquired.get(&(k + 1)) {
+            samples.push(if acq >= unl {
+                us(*acq - *unl)
+            } else {
+                -us(*unl - *acq)
+            });
+        }
+    }
+    a.close().await;
+    b.close().await;
+    samples
+}
+
+/// 2 ms + a pseudo-random 0..100 ms, fixed per acquisition number.
+fn hold(k: u64) -> Duration {
+    let mut x = k.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0xD1B5_4A32_D192_ED03;
+    x ^= x >> 29;
+    x = x.wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x ^= x >> 32;
+    Duration::from_micros(2_000 + x % 100_000)
+}
+
+/// Scenario 4: 64 tasks on 4 clients take and give back one lock for a
+/// fixed time; handoffs per second.
+async fn hot(kind: Kind, url: &str, plan: Plan) -> (f64, f64) {
+    let mut handles = Vec::new();
+    for _ in 0..CLIENTS {
+        handles.push(Handle::connect(kind, url).await);
+    }
+    let name = format!("hot:{}", kind.short());
+    let count = Arc::new(AtomicU64::new(0));
+    let changes = Arc::new(AtomicU64::new(0));
+    let last = Arc::new(AtomicU64::new(u64::MAX));
+    let deadline = Instant::now() + plan.phase;
+    let start = Instant::now();
+    let mut tasks = JoinSet::new();
+    for t in 0..TASKS {
+        let h = handles[t % CLIENTS].clone();
+        let (name, count, changes, last) =
+            (name.clone(), count.clone(), changes.clone(), last.clone());
+        tasks.spawn(async move {
+            while Instant::now() < deadline {
+                let g = h.lock(&name).await;
+                if Instant::now() < deadline {
+                    count.fetch_add(1, Ordering::Relaxed);
+                    // under the lock: the previous holder is exact
+                    if last.swap(t as u64, Ordering::Relaxed) != t as u64 {
+                        changes.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                h.unlock(g).await;
+            }
+        });
+    }
+    tokio::time::sleep_until(deadline).await;
+    let secs = start.elapsed().as_secs_f64();
+    let rate = (
+        count.load(Ordering::Relaxed) as f64 / secs,
+        changes.load(Ordering::Relaxed) as f64 / secs,
+    );
+    while tasks.join_next().await.is_some() {}
+    for h in &handles {
+        h.close().await;
+    }
+    rate
+}
+
+/// Mutual exclusion: 64 tasks on 4 clients each add 1 to a counter with a
+/// non-atomic GET + SET under the lock; the total must be exact.
+async fn exclusion(kind: Kind, url: &str, plan: Plan) -> String {
+    let mut handles = Vec::new();
+    for _ in 0..CLIENTS {
+        handles.push(Handle::connect(kind, url).await);
+    }
+    let checker = fred_client(url).await;
+    let name = format!("excl:{}", kind.short());
+    let counter = format!("counter:{}", kind.short());
+    let _: () = checker
+        .set(&counter, 0, None, None, false)
+        .await
+        .expect("SET");
+    let done = Arc::new(AtomicU64::new(0));
+    let mut tasks = JoinSet::new();
+    for t in 0..TASKS {
+        let h = handles[t % CLIENTS].clone();
+        let (name, counter, checker, done) =
+            (name.clone(), counter.clone(), checker.clone(), done.clone());
+        tasks.spawn(async move {
+            for _ in 0..plan.exclusion_per_task {
+                let g = h.lock(&name).await;
+                let v: i64 = checker.get(&counter).await.expect("GET");
+                tokio::task::yield_now().await;
+                let _: () = checker
+                    .set(&counter, v + 1, None, None, false)
+                    .await
+                    .expect("SET");
+                done.fetch_add(1, Ordering::Relaxed);
+                h.unlock(g).await;
+            }
+        });
+    }
+    let start = Instant::now();
+    while tasks.join_next().await.is_some() {}
+    let took = start.elapsed();
+    let got: i64 = checker.get(&counter).await.expect("GET");
+    let expected = done.load(Ordering::Relaxed);
+    let _ = checker.quit().await;
+    for h in &handles {
+        h.close().await;
+    }
+    let verdict = if got == expected as i64 {
+        "exact"
+    } else {
+        "**WRONG**"
+    };
+    format!("{verdict}: {got}/{expected} in {:.2} s", took.as_secs_f64())
+}
+
+/// Commands sent while 1,000 tasks (on 4 clients) wait for a held lock.
+/// Returns (client requests/s, all commands/s incl. script internals, top
+/// commands).
+async fn waiters(kind: Kind, server: &RedisServer, plan: Plan) -> Option<(f64, f64, String)> {
+    let url = server.url();
+    let holder = Handle::connect(kind, &url).await;
+    let name = format!("wait:{}", kind.short());
+    let held = holder.lock(&name).await;
+    let mut handles = Vec::new();
+    for _ in 0..CLIENTS {
+        handles.push(Handle::connect(kind, &url).await);
+    }
+    let mut tasks = JoinSet::new();
+    for t in 0..plan.waiters {
+        let h = handles[t % CLIENTS].clone();
+        let name = name.clone();
+        tasks.spawn(async move {
+            let g = h.lock(&name).await;
+            h.unlock(g).await;
+        });
+    }
+    // let every waiter start waiting (subscribe, first re-check)
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let window = if kind == Kind::Leasehold {
+        plan.waiters_window_leasehold
+    } else {
+        plan.waiters_window
+    };
+    let mon = Monitor::start(server.port());
+    Monitor::settle().await;
+    let before = mon.counts();
+    let total_before = total_commands(server);
+    let t = Instant::now();
+    tokio::time::sleep(window).await;
+    let after = mon.counts();
+    let total_after = total_commands(server);
+    let secs = t.elapsed().as_secs_f64();
+    drop(mon);
+    let mut d = after.minus(&before);
+    d.by_command.remove("info"); // our own probe
+    tasks.abort_all();
+    while tasks.join_next().await.is_some() {}
+    holder.unlock(held).await;
+    holder.close().await;
+    for h in &handles {
+        h.close().await;
+    }
+    // total_commands_processed also counts INFO itself and the MONITOR'd
+    // commands inside scripts.
+    let all = total_after.saturating_sub(total_before).saturating_sub(1) as f64 / secs;
+    let per_s: Vec<String> = d
+        .by_command
+        .iter()
+        .map(|(k, v)| format!("{k} {:.1}/s", *v as f64 / secs))
+        .collect();
+    Some((d.requests() as f64 / secs, all, per_s.join(", ")))
+}
+
+fn total_commands(server: &RedisServer) -> u64 {
+    server
+        .cmd(&["INFO", "stats"])
+        .lines()
+        .find_map(|l| l.strip_prefix("total_commands_processed:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+fn fmt_opt<T>(v: &Option<T>, f: impl Fn(&T) -> String) -> String {
+    v.as_ref().map(f).unwrap_or_else(|| "n/a".to_owned())
+}
+
+fn report(ping: &Stats, rows: &[(Kind, Row)], plan: Plan) {
+    let raw = rows
+        .iter()
+        .find(|(k, _)| *k == Kind::RawFred)
+        .map(|(_, r)| r);
+    let poll100 = rows
+        .iter()
+        .find(|(k, _)| *k == Kind::Poll100)
+        .map(|(_, r)| r);
+    println!("## Run\n");
+    println!(
+        "loopback PING round trip (fred): p50 {:.1} µs, p90 {:.1} µs, mean {:.1} µs (n = {})\n",
+        ping.p50, ping.p90, ping.mean, ping.n
+    );
+
+    println!("## Uncontended lock + unlock (distinct names)\n");
+    println!("| contender | requests / op (MONITOR) | p50 µs | p99 µs | p50 / PING | ops/s, 1 task | ops/s, 64 tasks: median of 5 (min–max) | × raw fred @64 (medians) |");
+    println!("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |");
+    for (kind, r) in rows {
+        let ratio = match (r.ops_64, raw.and_then(|r| r.ops_64)) {
+            (Some(a), Some(b)) => format!("{:.2}", a / b),
+            _ => "n/a".into(),
+        };
+        println!(
+            "| {} | {} | {} | {} | {} | {} | {} | {} |",
+            kind.label(),
+            fmt_opt(&r.requests_per_op, |(n, s)| format!("{n:.2} ({s})")),
+            fmt_opt(&r.uncontended, |s| format!("{:.1}", s.p50)),
+            fmt_opt(&r.uncontended, |s| format!("{:.1}", s.p99)),
+            fmt_opt(&r.uncontended, |s| format!("{:.2}", s.p50 / ping.p50)),
+            fmt_opt(&r.ops_1, |v| format!("{v:.0}")),
+            fmt_opt(&r.ops_64_range, |(m, lo, hi)| format!(
+                "{m:.0} ({lo:.0}–{hi:.0})"
+            )),
+            ratio
+        );
+    }
+
+    println!("\n## Reentrant acquire (lock already held by the same task)\n");
+    println!("| contender | requests / acquire | p50 µs | p99 µs | p50 / PING |");
+    println!("| --- | --- | ---: | ---: | ---: |");
+    for (kind, r) in rows {
+        if !kind.reentrant() {
+            println!("| {} | not reentrant | | | |", kind.label());
+            continue;
+        }
+        println!(
+            "| {} | {} | {} | {} | {} |",
+            kind.label(),
+            fmt_opt(&r.reentrant_requests, |(n, s)| format!("{n:.2} ({s})")),
+            fmt_opt(&r.reentrant, |s| format!("{:.1}", s.p50)),
+            fmt_opt(&r.reentrant, |s| format!("{:.1}", s.p99)),
+            fmt_opt(&r.reentrant, |s| format!("{:.2}", s.p50 / ping.p50)),
+        );
+    }
+
+    println!("\n## Handoff latency (unlock() returned → other client's lock() returned; holder keeps the lock 2–102 ms)\n");
+    let p100 = poll100
+        .and_then(|r| r.handoff.as_ref())
+        .map(|h| Stats::of(h).p50);
+    println!(
+        "| contender | n | p50 µs | p90 µs | p99 µs | max µs | p50 / PING | poll-100ms p50 / p50 |"
+    );
+    println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    for (kind, r) in rows.iter().filter(|(k, _)| k.waits()) {
+        match &r.handoff {
+            Some(h) => {
+                let s = Stats::of(h);
+                println!(
+                    "| {} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2} | {} |",
+                    kind.label(),
+                    s.n,
+                    s.p50,
+                    s.p90,
+                    s.p99,
+                    s.max,
+                    s.p50 / ping.p50,
+                    p100.map(|p| format!("{:.0}×", p / s.p50))
+                        .unwrap_or_default()
+                );
+            }
+            None => println!("| {} | incomplete | | | | | | |", kind.label()),
+        }
+    }
+
+    println!("\n## Hot lock and mutual exclusion (64 tasks on 4 clients, one lock)\n");
+    println!("| contender | acquisitions/s | handoffs/s (holder changed) | exact counter (GET+SET under the lock) |");
+    println!("| --- | ---: | ---: | --- |");
+    for (kind, r) in rows.iter().filter(|(k, _)| k.waits()) {
+        println!(
+            "| {} | {} | {} | {} |",
+            kind.label(),
+            fmt_opt(&r.hot, |v| format!("{:.0}", v.0)),
+            fmt_opt(&r.hot, |v| format!("{:.0}", v.1)),
+            r.exclusion.clone().unwrap_or_else(|| "n/a".into())
+        );
+    }
+
+    println!(
+        "\n## Load caused by {} tasks (4 clients) waiting on a held lock\n",
+        plan.waiters
+    );
+    let base = poll100.and_then(|r| r.waiters.as_ref()).map(|w| w.0);
+    println!("| contender | client requests/s (MONITOR) | % of polling-100ms | all commands/s incl. inside scripts | requests by command |");
+    println!("| --- | ---: | ---: | ---: | --- |");
+    for (kind, r) in rows.iter().filter(|(k, _)| k.waits()) {
+        match &r.waiters {
+            Some((req, all, by)) => println!(
+                "| {} | {:.1} | {} | {:.1} | {} |",
+                kind.label(),
+                req,
+                base.map(|b| format!("{:.2} %", req / b * 100.0))
+                    .unwrap_or_default(),
+                all,
+                by
+            ),
+            None => println!("| {} | n/a | | | |", kind.label()),
+        }
+    }
+}
