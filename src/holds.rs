@@ -42,7 +42,7 @@ use dashmap::DashMap;
 use fred::interfaces::HashesInterface;
 use tokio::time::Instant;
 
-use crate::client::Conn;
+use crate::client::{ClientInner, Conn};
 use crate::scripts::Scripts;
 use crate::watchdog::LeaseState;
 
@@ -56,14 +56,16 @@ pub(crate) struct Holds {
     map: DashMap<(String, String), Record>,
     /// The turn of each (key, field) with a call under way or waiting;
     /// an entry leaves when its last user is done (`Turn::drop`).
-    turns: DashMap<(String, String), Arc<tokio::sync::Mutex<()>>>,
+    turns: Arc<Turns>,
 }
+
+type Turns = DashMap<(String, String), Arc<tokio::sync::Mutex<()>>>;
 
 /// The right to run the one acquire or release of a (key, field) under
 /// way. Dropping it lets the next call go.
 #[derive(Debug)]
-pub(crate) struct Turn<'a> {
-    holds: &'a Holds,
+pub(crate) struct Turn {
+    turns: Arc<Turns>,
     key: (String, String),
     guard: Option<tokio::sync::OwnedMutexGuard<()>>,
 }
@@ -106,13 +108,13 @@ impl Holds {
     /// # Cancel safety
     ///
     /// Cancel safe: a dropped wait takes no turn and leaves the queue.
-    pub(crate) async fn turn(&self, key: &str, field: &str) -> Turn<'_> {
+    pub(crate) async fn turn(&self, key: &str, field: &str) -> Turn {
         let key = (key.to_owned(), field.to_owned());
         // Declared before the wait: if the wait is dropped, it goes first
         // (releasing its reference) and the turn's drop can then remove
         // the entry.
         let mut turn = Turn {
-            holds: self,
+            turns: self.turns.clone(),
             key,
             guard: None,
         };
@@ -191,13 +193,116 @@ impl Holds {
     }
 }
 
-impl Drop for Turn<'_> {
+impl Drop for Turn {
     fn drop(&mut self) {
         drop(self.guard.take());
         // The map's own reference is the last one: nobody waits.
-        self.holds
-            .turns
+        self.turns
             .remove_if(&self.key, |_, mutex| Arc::strong_count(mutex) == 1);
+    }
+}
+
+// === impl InFlight ===
+
+/// A script call under way for a caller, holding the call's turn.
+///
+/// The call runs inline in the caller's future, with no task of its own.
+/// If that future is dropped before the call completes (the caller was
+/// cancelled), `drop` hands the turn to a task that learns the outcome,
+/// by reading the field's count queued behind the script, and settles it:
+/// an acquire that ran is given back, a release that did not run is sent
+/// again and then uncounted. Without a runtime (it is shutting down)
+/// nothing is sent and the hold expires with its lease.
+#[derive(Debug)]
+pub(crate) struct InFlight {
+    inner: Arc<ClientInner>,
+    target: Release,
+    /// The table's count when the call was sent.
+    before: u32,
+    call: Call,
+    /// `Some` until the call completes (`finish`) or is handed over.
+    turn: Option<Turn>,
+}
+
+#[derive(Debug)]
+enum Call {
+    Acquire,
+    Release(Arc<LeaseState>),
+}
+
+impl InFlight {
+    /// An acquire about to be sent, with the table at `before`.
+    pub(crate) fn acquire(
+        inner: Arc<ClientInner>,
+        target: Release,
+        before: u32,
+        turn: Turn,
+    ) -> InFlight {
+        InFlight {
+            inner,
+            target,
+            before,
+            call: Call::Acquire,
+            turn: Some(turn),
+        }
+    }
+
+    /// A release of a hold of `epoch` about to be sent.
+    pub(crate) fn release(
+        inner: Arc<ClientInner>,
+        target: Release,
+        before: u32,
+        epoch: Arc<LeaseState>,
+        turn: Turn,
+    ) -> InFlight {
+        InFlight {
+            inner,
+            target,
+            before,
+            call: Call::Release(epoch),
+            turn: Some(turn),
+        }
+    }
+
+    /// The call completed and the caller has its reply: ends the turn.
+    pub(crate) fn finish(mut self) {
+        self.turn = None;
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let Some(turn) = self.turn.take() else { return };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (inner, target, before) = (self.inner.clone(), self.target.clone(), self.before);
+        let call = std::mem::replace(&mut self.call, Call::Acquire);
+        runtime.spawn(async move {
+            let conn = &inner.conn;
+            match call {
+                Call::Acquire => {
+                    if let Some(now) = read_count(conn, &target).await {
+                        if now == before + 1 {
+                            // It ran for a caller that has gone.
+                            if let Err(e) = release(conn, &target, 1, now).await {
+                                tracing::warn!(key = %target.key, error = %e, "could not give back an abandoned acquire");
+                            }
+                        }
+                    }
+                }
+                Call::Release(epoch) => {
+                    if read_count(conn, &target).await == Some(before) {
+                        // It did not run: the hold is still there.
+                        if let Err(e) = release(conn, &target, 1, before).await {
+                            tracing::warn!(key = %target.key, error = %e, "could not finish an abandoned release");
+                        }
+                    }
+                    inner.holds.released(&target.key, &target.field, &epoch);
+                }
+            }
+            drop(turn);
+        });
     }
 }
 
@@ -210,8 +315,8 @@ pub(crate) async fn acquire(conn: &Conn, target: &Release, before: u32) -> FredR
         .acquire
         .run::<Vec<i64>>(
             &conn.redis,
-            target.key.clone(),
-            vec![target.lease_ms.to_string(), target.field.clone()],
+            vec![target.key.as_str().into()],
+            vec![target.lease_ms.into(), target.field.as_str().into()],
         )
         .await;
     match reply {
@@ -268,13 +373,13 @@ async fn run_release(conn: &Conn, target: &Release, count: u32) -> FredResult<Op
         .release
         .run(
             &conn.redis,
-            vec![target.key.clone(), target.channel.clone()],
+            vec![target.key.as_str().into(), target.channel.as_str().into()],
             vec![
-                target.lease_ms.to_string(),
-                target.field.clone(),
-                "0".to_owned(),
-                count.to_string(),
-                conn.publish_command().to_owned(),
+                target.lease_ms.into(),
+                target.field.as_str().into(),
+                "0".into(),
+                i64::from(count).into(),
+                conn.publish_command().into(),
             ],
         )
         .await

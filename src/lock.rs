@@ -28,22 +28,23 @@
 //!
 //! # Drop and cancellation
 //!
-//! Each `acquire` or `release` runs in a task of its own, so dropping the
-//! caller's future never leaves a reply unread: if an acquire succeeds for
-//! a caller that is gone, that task gives the hold straight back. Dropping
-//! a [`LockGuard`] stops its renewal at once and releases its hold in the
-//! background.
+//! Each `acquire` or `release` runs inline in the caller's future, under
+//! an `InFlight` guard (see `holds`). If the future is dropped while the
+//! script is under way, the guard hands the call to a background task that
+//! learns its outcome (a read queued behind the script) and settles it: an
+//! acquire that ran is given back, a release that did not run is sent
+//! again. Dropping a [`LockGuard`] stops its renewal at once and releases
+//! its hold in the background.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use fred::interfaces::{HashesInterface, KeysInterface};
-use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use crate::client::Client;
 use crate::error::{Error, Result};
-use crate::holds::{self, Acquire, Release};
+use crate::holds::{self, Acquire, InFlight, Release};
 use crate::owner::Owner;
 use crate::scripts::Scripts;
 use crate::watchdog::{LeaseState, Registration};
@@ -461,11 +462,8 @@ impl Lock {
             .force_unlock
             .run(
                 self.redis(),
-                vec![self.key.to_string(), self.channel.to_string()],
-                vec![
-                    "0".to_owned(),
-                    self.client.inner.conn.publish_command().to_owned(),
-                ],
+                vec![(&*self.key).into(), (&*self.channel).into()],
+                vec!["0".into(), self.client.inner.conn.publish_command().into()],
             )
             .await?;
         Ok(deleted == 1)
@@ -522,13 +520,15 @@ impl Lock {
         loop {
             self.client.check_open()?;
             // 1. / 3. Try (again, after subscribing or being woken).
-            let outcome = match self.attempt(owner, &target, fixed).await {
+            // Boxed: a waiting task keeps only this loop's small state, not
+            // the script call's (which exists only while it is under way).
+            let outcome = match Box::pin(self.attempt(owner, &target, fixed)).await {
                 Ok(Attempt::Acquired(guard)) => return Ok(Some(guard)),
                 Ok(Attempt::Held(_)) if subscription.is_none() && wait != Some(Duration::ZERO) => {
                     // 2. Subscribe, then try again at once. A subscription
                     // that cannot be confirmed before the deadline (the
                     // subscriber is reconnecting) ends the wait.
-                    let subscribing = self.client.inner.pubsub.subscribe(&self.channel);
+                    let subscribing = Box::pin(self.client.inner.pubsub.subscribe(&self.channel));
                     let subscribed = match deadline {
                         Some(d) => match tokio::time::timeout_at(d, subscribing).await {
                             Ok(subscribed) => subscribed,
@@ -583,55 +583,45 @@ impl Lock {
         }
     }
 
-    /// Runs `acquire` once, in its own task so that a reply is never lost
-    /// to a cancelled caller: the task counts the hold and hands it over as
-    /// an [`Unclaimed`] hold, which gives itself back if nobody claims it.
+    /// Runs `acquire` once, in the caller's future. Cancel safe through
+    /// [`InFlight`]: a call dropped mid-flight is settled by a task that
+    /// gives back a hold it may have taken.
     async fn attempt(&self, owner: Owner, target: &Release, fixed: bool) -> Result<Attempt> {
-        let inner = self.client.inner.clone();
-        let (tx, rx) = oneshot::channel();
+        let inner = &self.client.inner;
         let sent = Instant::now();
-        let task_target = target.clone();
-        tokio::spawn(async move {
-            let target = task_target;
-            let turn = inner.holds.turn(&target.key, &target.field).await;
-            let before = inner.holds.count(&target.key, &target.field);
-            let reply = match holds::acquire(&inner.conn, &target, before).await {
-                Ok(Acquire::Held(count)) => {
-                    let epoch = inner.holds.acquired(&target, count);
-                    match replicas_acked(&inner, &target).await {
-                        Ok(()) => Ok(Ok(Unclaimed {
-                            inner: inner.clone(),
-                            target,
-                            epoch: Some(epoch),
-                        })),
-                        Err(e) => {
-                            // Not replicated enough: give the hold back.
-                            let before = inner.holds.count(&target.key, &target.field);
-                            if let Err(r) = holds::release(&inner.conn, &target, 1, before).await {
-                                tracing::warn!(key = %target.key, error = %r, "could not give back an unreplicated hold");
-                            }
-                            inner.holds.released(&target.key, &target.field, &epoch);
-                            Err(e)
-                        }
-                    }
-                }
-                Ok(Acquire::Busy(ttl)) => Ok(Err(ttl)),
-                Err(e) => Err(Error::Redis(e)),
+        let turn = inner.holds.turn(&target.key, &target.field).await;
+        let before = inner.holds.count(&target.key, &target.field);
+        let call = InFlight::acquire(inner.clone(), target.clone(), before, turn);
+        let reply = holds::acquire(&inner.conn, target, before).await;
+        call.finish();
+        let mut epoch = match reply {
+            Ok(Acquire::Held(count)) => inner.holds.acquired(target, count),
+            Ok(Acquire::Busy(ttl)) => return Ok(Attempt::Held(ttl)),
+            Err(e) => return Err(Error::Redis(e)),
+        };
+        if inner.replicas.is_some() {
+            // Until enough replicas acknowledge it, the hold is unclaimed:
+            // an error or a cancellation gives it back.
+            let mut unclaimed = Unclaimed {
+                inner: inner.clone(),
+                target: target.clone(),
+                epoch: Some(epoch),
             };
-            drop(turn);
-            // If the caller has gone, or goes before reading the reply, the
-            // `Unclaimed` hold is dropped and gives itself back.
-            let _ = tx.send(reply);
-        });
-        let reply = rx.await.map_err(|_| Error::Shutdown)??;
-        // No await from here on: the guard exists before we can be dropped.
-        Ok(match reply {
-            Err(ttl) => Attempt::Held(ttl),
-            Ok(mut unclaimed) => {
-                let epoch = unclaimed.claim();
-                Attempt::Acquired(self.new_guard(owner, target.clone(), epoch, fixed, sent))
+            if let Err(e) = replicas_acked(inner, target).await {
+                // Given back before the error is reported: "not held".
+                unclaimed.give_back().await?;
+                return Err(e);
             }
-        })
+            epoch = unclaimed.claim();
+        }
+        // No await from here on: the guard exists before we can be dropped.
+        Ok(Attempt::Acquired(self.new_guard(
+            owner,
+            target.clone(),
+            epoch,
+            fixed,
+            sent,
+        )))
     }
 
     fn new_guard(
@@ -700,8 +690,9 @@ impl LockGuard {
     ///
     /// # Cancel safety
     ///
-    /// The release runs in its own task: if this future is dropped, the
-    /// hold is still given back; only the outcome is not reported.
+    /// If this future is dropped, the hold is still given back (in the
+    /// background, or settled by a background task if the release was
+    /// already sent); only the outcome is not reported.
     ///
     /// # Example
     ///
@@ -725,17 +716,13 @@ impl LockGuard {
             // Re-acquired since this hold expired: it is not in Redis.
             return Err(not_held);
         }
-        let target = hold.release();
-        let epoch = hold.epoch.clone();
-        let released = tokio::spawn(async move {
-            let _turn = inner.holds.turn(&target.key, &target.field).await;
-            let before = inner.holds.count(&target.key, &target.field);
-            let released = holds::release(&inner.conn, &target, 1, before).await;
-            inner.holds.released(&target.key, &target.field, &epoch);
-            released
-        })
-        .await
-        .map_err(|_| Error::Shutdown)??;
+        let released = Unclaimed {
+            inner,
+            target: hold.release(),
+            epoch: Some(hold.epoch.clone()),
+        }
+        .give_back()
+        .await?;
         if released {
             Ok(())
         } else {
@@ -840,6 +827,23 @@ impl Hold {
 // === impl Unclaimed ===
 
 impl Unclaimed {
+    /// Gives the hold back now; `Ok(false)` if it was no longer held.
+    ///
+    /// Cancel safe: dropped before the release is sent, the hold goes back
+    /// in the background (`Drop`); once sent, `InFlight` settles it.
+    async fn give_back(mut self) -> Result<bool> {
+        let inner = self.inner.clone();
+        let turn = inner.holds.turn(&self.target.key, &self.target.field).await;
+        let epoch = self.claim();
+        let target = self.target.clone();
+        let before = inner.holds.count(&target.key, &target.field);
+        let call = InFlight::release(inner.clone(), target.clone(), before, epoch.clone(), turn);
+        let released = Box::pin(holds::release(&inner.conn, &target, 1, before)).await;
+        inner.holds.released(&target.key, &target.field, &epoch);
+        call.finish();
+        Ok(released?)
+    }
+
     fn claim(&mut self) -> Arc<LeaseState> {
         self.epoch
             .take()

@@ -14,7 +14,7 @@
 
 use fred::clients::Client as FredClient;
 use fred::interfaces::{ClientLike, LuaInterface};
-use fred::types::{FromValue, MultipleKeys, Value};
+use fred::types::{FromValue, Key, Value};
 
 /// A Lua script: its source and the SHA-1 that `EVALSHA` names it by.
 #[derive(Debug)]
@@ -95,11 +95,12 @@ impl Script {
     pub(crate) async fn run<R: FromValue>(
         &self,
         client: &FredClient,
-        keys: impl Into<MultipleKeys> + Send,
-        args: Vec<String>,
+        keys: Vec<Key>,
+        args: Vec<Value>,
     ) -> Result<R, fred::error::Error> {
-        let keys: MultipleKeys = keys.into();
-        let args = Value::Array(args.into_iter().map(Value::from).collect());
+        // Keys and arguments are reference-counted: the clones for a
+        // NOSCRIPT retry copy no bytes.
+        let args = Value::Array(args);
         match client
             .evalsha::<R, _, _, _>(self.sha1.as_str(), keys.clone(), args.clone())
             .await

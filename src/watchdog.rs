@@ -49,6 +49,8 @@ use tokio::time::Instant;
 use crate::client::Conn;
 use crate::error::{Error, Result};
 use crate::scripts::Scripts;
+use fred::bytes_utils::Str;
+use fred::types::{Key, Value};
 
 /// Renews the leases of locks taken without a fixed lease, in batches, and
 /// tells their guards when a lease is lost.
@@ -131,8 +133,9 @@ struct Slot {
 #[derive(Debug)]
 struct Lease {
     conn: Arc<Conn>,
-    key: String,
-    field: String,
+    /// Reference-counted, so a renewal batch copies no bytes.
+    key: Key,
+    field: Str,
     state: Arc<LeaseState>,
 }
 
@@ -290,8 +293,8 @@ impl Watchdog {
                 .or_insert_with(|| Slot {
                     lease: Arc::new(Lease {
                         conn: conn.clone(),
-                        key: key.to_owned(),
-                        field: field.to_owned(),
+                        key: key.into(),
+                        field: field.into(),
                         state: LeaseState::new(valid_until, false),
                     }),
                     holds: 0,
@@ -339,7 +342,7 @@ impl Inner {
         for slot in self.leases.iter() {
             let lease = slot.lease.clone();
             let slot_id = if lease.conn.clustered {
-                fred::util::redis_keyslot(lease.key.as_bytes())
+                lease.key.cluster_hash()
             } else {
                 0
             };
@@ -361,15 +364,15 @@ impl Inner {
     async fn renew(self: Arc<Self>, batch: Vec<Arc<Lease>>) {
         let conn = batch[0].conn.clone();
         let mut keys = Vec::with_capacity(batch.len());
-        let mut args = Vec::with_capacity(batch.len() + 1);
+        let mut args: Vec<Value> = Vec::with_capacity(batch.len() + 1);
         args.push(
             crate::lock::lease_millis(self.timeout)
                 .unwrap_or(i64::MAX)
-                .to_string(),
+                .into(),
         );
         for lease in &batch {
             keys.push(lease.key.clone());
-            args.push(lease.field.clone());
+            args.push(Value::String(lease.field.clone()));
         }
         let sent = Instant::now();
         self.calls.fetch_add(1, Ordering::Relaxed);
@@ -417,15 +420,15 @@ impl Inner {
     fn declare_lost(&self, lease: &Arc<Lease>, why: &str) {
         let key = LeaseKey {
             conn: lease.conn.id,
-            key: lease.key.clone(),
-            field: lease.field.clone(),
+            key: lease.key.as_str().unwrap_or_default().to_owned(),
+            field: lease.field.to_string(),
         };
         let removed = self
             .leases
             .remove_if(&key, |_, slot| Arc::ptr_eq(&slot.lease, lease))
             .is_some();
         if removed {
-            tracing::warn!(key = %lease.key, field = %lease.field, why, "lease lost");
+            tracing::warn!(key = %key.key, field = %key.field, why, "lease lost");
             lease.state.mark_lost();
         }
     }
