@@ -238,13 +238,7 @@ impl InFlight {
         before: u32,
         turn: Turn,
     ) -> InFlight {
-        InFlight {
-            inner,
-            target,
-            before,
-            call: Call::Acquire,
-            turn: Some(turn),
-        }
+        InFlight::start(inner, target, before, Call::Acquire, turn)
     }
 
     /// A release of a hold of `epoch` about to be sent.
@@ -255,11 +249,21 @@ impl InFlight {
         epoch: Arc<LeaseState>,
         turn: Turn,
     ) -> InFlight {
+        InFlight::start(inner, target, before, Call::Release(epoch), turn)
+    }
+
+    fn start(
+        inner: Arc<ClientInner>,
+        target: Release,
+        before: u32,
+        call: Call,
+        turn: Turn,
+    ) -> InFlight {
         InFlight {
             inner,
             target,
             before,
-            call: Call::Release(epoch),
+            call,
             turn: Some(turn),
         }
     }

@@ -2,7 +2,7 @@
 //! processes and `redis-cli --cluster create`, using std only.
 #![allow(dead_code)]
 
-use super::server::RedisServer;
+use super::server::{info_field, RedisServer};
 use std::fs::{self, File};
 use std::io;
 use std::net::TcpListener;
@@ -564,15 +564,6 @@ fn parse_nodes(text: &str) -> Vec<NodeInfo> {
             })
         })
         .collect()
-}
-
-/// Value of `field` in `INFO`-style `field:value` lines.
-fn info_field<'a>(info: &'a str, field: &str) -> Option<&'a str> {
-    info.lines().find_map(|line| {
-        line.strip_prefix(field)
-            .and_then(|rest| rest.strip_prefix(':'))
-            .map(str::trim)
-    })
 }
 
 /// Polls `check` every 50 ms until it returns `Ok` or `deadline` passes;

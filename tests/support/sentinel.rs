@@ -8,14 +8,12 @@
 //! own small process wrapper and RESP client for them.
 #![allow(dead_code)]
 
-use super::server::RedisServer;
+use super::server::{command_on, free_port, info_field, log_since, make_temp_dir, RedisServer};
 use std::fs::{self, OpenOptions};
-use std::io::{self, BufRead, BufReader, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::io;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 /// The monitored service name.
 pub const SERVICE: &str = "mymaster";
@@ -37,8 +35,6 @@ const SENTINEL_READY_LINE: &str = "Sentinel ID is";
 const BINARY_ENV: &str = "LEASEHOLD_REDIS_SERVER";
 /// Log lines of each process included in panic messages.
 const LOG_TAIL_LINES: usize = 40;
-
-static COUNTER: AtomicU64 = AtomicU64::new(0);
 
 /// One primary, one replica and three sentinels monitoring them as
 /// `mymaster`, all on 127.0.0.1. Everything is killed on drop.
@@ -469,9 +465,10 @@ impl Sentinel {
             .nth(1)
             .and_then(|p| p.parse().ok())
             .ok_or_else(|| {
-                invalid(format!(
-                    "unexpected GET-MASTER-ADDR-BY-NAME reply {reply:?}"
-                ))
+                io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("unexpected GET-MASTER-ADDR-BY-NAME reply {reply:?}"),
+                )
             })
     }
 }
@@ -484,15 +481,6 @@ impl Drop for Sentinel {
         }
         let _ = fs::remove_dir_all(&self.dir);
     }
-}
-
-/// Value of `field` in `INFO`-style `field:value` lines.
-fn info_field<'a>(info: &'a str, field: &str) -> Option<&'a str> {
-    info.lines().find_map(|line| {
-        line.strip_prefix(field)
-            .and_then(|rest| rest.strip_prefix(':'))
-            .map(str::trim)
-    })
 }
 
 /// Key/value pairs of a rendered flat field/value array reply.
@@ -526,108 +514,7 @@ fn ping(port: u16) -> bool {
     run_command(port, &["PING"]).is_ok_and(|r| r == "PONG")
 }
 
-/// Asks the OS for a free loopback port (racy; callers retry).
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap_or_else(|e| panic!("cannot bind 127.0.0.1:0 to pick a port: {e}"))
-}
-
-/// Creates a fresh, uniquely named directory under the system temp dir.
-fn make_temp_dir() -> PathBuf {
-    let pid = std::process::id();
-    loop {
-        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0);
-        let dir = std::env::temp_dir().join(format!("leasehold-sentinel-{pid}-{n}-{nanos}"));
-        match fs::create_dir(&dir) {
-            Ok(()) => return dir,
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
-            Err(e) => panic!("cannot create temp dir {}: {e}", dir.display()),
-        }
-    }
-}
-
-/// Text appended to `path` after byte `offset`.
-fn log_since(path: &Path, offset: u64) -> String {
-    let bytes = fs::read(path).unwrap_or_default();
-    let start = usize::try_from(offset)
-        .unwrap_or(usize::MAX)
-        .min(bytes.len());
-    String::from_utf8_lossy(&bytes[start..]).into_owned()
-}
-
-/// Runs one command on `127.0.0.1:port` over a fresh connection and
-/// renders the reply like `RedisServer::cmd`.
+/// Runs one command on a sentinel or server port (see `command_on`).
 fn run_command(port: u16, args: &[&str]) -> io::Result<String> {
-    let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    let mut stream = TcpStream::connect_timeout(&addr, CMD_TIMEOUT)?;
-    stream.set_read_timeout(Some(CMD_TIMEOUT))?;
-    stream.set_write_timeout(Some(CMD_TIMEOUT))?;
-    let mut out = format!("*{}\r\n", args.len()).into_bytes();
-    for arg in args {
-        out.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
-        out.extend_from_slice(arg.as_bytes());
-        out.extend_from_slice(b"\r\n");
-    }
-    stream.write_all(&out)?;
-    read_reply(&mut BufReader::new(stream))
-}
-
-fn invalid(msg: String) -> io::Error {
-    io::Error::new(io::ErrorKind::InvalidData, msg)
-}
-
-/// Reads one RESP2 reply: simple strings and bulk strings as text, errors
-/// as `-` plus text, integers in decimal, nil as `(nil)`, arrays as their
-/// rendered elements joined with `\n`.
-fn read_reply(r: &mut impl BufRead) -> io::Result<String> {
-    let mut line = Vec::new();
-    r.read_until(b'\n', &mut line)?;
-    if !line.ends_with(b"\r\n") {
-        return Err(io::Error::new(
-            io::ErrorKind::UnexpectedEof,
-            "connection closed mid-reply",
-        ));
-    }
-    line.truncate(line.len() - 2);
-    let Some((&kind, rest)) = line.split_first() else {
-        return Err(invalid("empty RESP line".to_owned()));
-    };
-    let text = String::from_utf8_lossy(rest).into_owned();
-    let int = || -> io::Result<i64> {
-        text.parse()
-            .map_err(|_| invalid(format!("bad RESP integer {text:?}")))
-    };
-    match kind {
-        b'+' => Ok(text.clone()),
-        b'-' => Ok(format!("-{text}")),
-        b':' => int().map(|n| n.to_string()),
-        b'$' => {
-            let Ok(len) = usize::try_from(int()?) else {
-                return Ok("(nil)".to_owned());
-            };
-            let mut data = vec![0; len + 2];
-            r.read_exact(&mut data)?;
-            data.truncate(len);
-            Ok(String::from_utf8_lossy(&data).into_owned())
-        }
-        b'*' => {
-            let Ok(count) = usize::try_from(int()?) else {
-                return Ok("(nil)".to_owned());
-            };
-            let items = (0..count)
-                .map(|_| read_reply(r))
-                .collect::<io::Result<Vec<_>>>()?;
-            Ok(items.join("\n"))
-        }
-        other => Err(invalid(format!(
-            "unknown RESP type byte {:?}",
-            other as char
-        ))),
-    }
+    command_on(port, None, args)
 }

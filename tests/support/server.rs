@@ -193,22 +193,39 @@ impl RedisServer {
 
     /// Like `cmd`, but returns connection and protocol failures as errors.
     pub fn try_cmd(&self, args: &[&str]) -> io::Result<String> {
-        let addr = SocketAddr::from(([127, 0, 0, 1], self.port));
-        let stream = TcpStream::connect_timeout(&addr, CMD_TIMEOUT)?;
-        stream.set_read_timeout(Some(CMD_TIMEOUT))?;
-        stream.set_write_timeout(Some(CMD_TIMEOUT))?;
-        let mut reader = BufReader::new(stream.try_clone()?);
-        let mut writer = stream;
-        if let Some(pw) = &self.password {
-            writer.write_all(&encode_command(&["AUTH", pw]))?;
-            let reply = read_reply(&mut reader)?;
-            if reply.starts_with('-') {
-                return Ok(reply);
-            }
-        }
-        writer.write_all(&encode_command(args))?;
-        read_reply(&mut reader)
+        command_on(self.port, self.password.as_deref(), args)
     }
+}
+
+/// Runs one command on `127.0.0.1:port` over a fresh connection (after
+/// `AUTH` if `password` is set) and renders the reply as `RedisServer::cmd`
+/// does. Also used for processes the harness does not start itself
+/// (sentinels).
+pub fn command_on(port: u16, password: Option<&str>, args: &[&str]) -> io::Result<String> {
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let stream = TcpStream::connect_timeout(&addr, CMD_TIMEOUT)?;
+    stream.set_read_timeout(Some(CMD_TIMEOUT))?;
+    stream.set_write_timeout(Some(CMD_TIMEOUT))?;
+    let mut reader = BufReader::new(stream.try_clone()?);
+    let mut writer = stream;
+    if let Some(pw) = password {
+        writer.write_all(&encode_command(&["AUTH", pw]))?;
+        let reply = read_reply(&mut reader)?;
+        if reply.starts_with('-') {
+            return Ok(reply);
+        }
+    }
+    writer.write_all(&encode_command(args))?;
+    read_reply(&mut reader)
+}
+
+/// Value of `field` in `INFO`-style `field:value` lines.
+pub fn info_field<'a>(info: &'a str, field: &str) -> Option<&'a str> {
+    info.lines().find_map(|line| {
+        line.strip_prefix(field)
+            .and_then(|rest| rest.strip_prefix(':'))
+            .map(str::trim)
+    })
 }
 
 impl Drop for RedisServer {
@@ -313,7 +330,7 @@ fn ping_ready(port: u16) -> bool {
 
 /// Asks the OS for a free loopback port. The listener is dropped at once,
 /// so the port can be raced for; callers retry.
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
@@ -321,7 +338,7 @@ fn free_port() -> u16 {
 }
 
 /// Creates a fresh, uniquely named directory under the system temp dir.
-fn make_temp_dir() -> PathBuf {
+pub fn make_temp_dir() -> PathBuf {
     let pid = std::process::id();
     loop {
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
@@ -339,7 +356,7 @@ fn make_temp_dir() -> PathBuf {
 }
 
 /// Text appended to `path` after byte `offset`.
-fn log_since(path: &Path, offset: u64) -> String {
+pub fn log_since(path: &Path, offset: u64) -> String {
     let bytes = fs::read(path).unwrap_or_default();
     let start = usize::try_from(offset)
         .unwrap_or(usize::MAX)
