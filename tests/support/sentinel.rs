@@ -27,8 +27,6 @@ const SENTINEL_READY_TIMEOUT: Duration = Duration::from_secs(10);
 const START_ATTEMPTS: usize = 5;
 /// Interval between probes.
 const POLL_INTERVAL: Duration = Duration::from_millis(50);
-/// Connect, read and write timeout of sentinel commands.
-const CMD_TIMEOUT: Duration = Duration::from_secs(5);
 /// Logged by a sentinel once it has loaded its config and listens.
 const SENTINEL_READY_LINE: &str = "Sentinel ID is";
 /// Environment variable overriding the redis-server binary (as server.rs).
