@@ -159,31 +159,45 @@ async fn run() {
     while parked.join_next().await.is_some() {}
     settle().await;
 
-    // --- waiting tasks: N tasks in lock() on one held lock
-    let holder = client.lock("busy").lock().await.expect("lock");
+    // --- waiting tasks: N tasks in lock() on one held lock, twice: what
+    //     the first round leaves behind is capacity if the second round
+    //     does not add to it
     let lock = client.lock("busy");
     let future_size = std::mem::size_of_val(&lock.lock());
     settle().await;
-    let (live4, rss4) = (live(), rss());
-    let mut waiters = tokio::task::JoinSet::new();
-    for _ in 0..N {
-        let lock = lock.clone();
-        waiters.spawn(async move {
-            let g = lock.lock().await.expect("lock");
-            g.unlock().await.expect("unlock");
-        });
+    let live4 = live();
+    let mut retained_waiters = Vec::new();
+    let (mut per_waiter, mut rss_per_waiter, mut channels) = (0.0, 0.0, 0);
+    for round in 0..2 {
+        let holder = client.lock("busy").lock().await.expect("lock");
+        settle().await;
+        let (live_before, rss_before) = (live(), rss());
+        let mut waiters = tokio::task::JoinSet::new();
+        for _ in 0..N {
+            let lock = lock.clone();
+            waiters.spawn(async move {
+                let g = lock.lock().await.expect("lock");
+                g.unlock().await.expect("unlock");
+            });
+        }
+        // every waiter has run its two attempts and is parked
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        if round == 0 {
+            let (live5, rss5) = (live(), rss());
+            per_waiter = (live5 - live_before) as f64 / N as f64;
+            rss_per_waiter = (rss5 - rss_before) as f64 / N as f64;
+            channels = client.subscribed_channels();
+        }
+        waiters.abort_all();
+        while waiters.join_next().await.is_some() {}
+        holder.unlock().await.expect("unlock");
+        settle().await;
+        retained_waiters.push(live() - live4);
     }
-    // every waiter has run its two attempts and is parked
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let (live5, rss5) = (live(), rss());
-    let per_waiter = (live5 - live4) as f64 / N as f64;
-    let rss_per_waiter = (rss5 - rss4) as f64 / N as f64;
-    let channels = client.subscribed_channels();
-    waiters.abort_all();
-    while waiters.join_next().await.is_some() {}
-    holder.unlock().await.expect("unlock");
-    settle().await;
-    let retained_waiters = live() - live4;
+    let retained_waiters = format!(
+        "{} after round 1, {} after round 2",
+        retained_waiters[0], retained_waiters[1]
+    );
     println!(
         "| waiting task, total (spawned task in `lock()`; the `lock()` future is {future_size} B) | {per_waiter:.0} | {rss_per_waiter:.0} | {retained_waiters} |"
     );

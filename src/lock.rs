@@ -716,12 +716,15 @@ impl LockGuard {
             // Re-acquired since this hold expired: it is not in Redis.
             return Err(not_held);
         }
-        let released = Unclaimed {
-            inner,
-            target: hold.release(),
-            epoch: Some(hold.epoch.clone()),
-        }
-        .give_back()
+        // Boxed: the caller's task does not carry the release's state.
+        let released = Box::pin(
+            Unclaimed {
+                inner,
+                target: hold.release(),
+                epoch: Some(hold.epoch.clone()),
+            }
+            .give_back(),
+        )
         .await?;
         if released {
             Ok(())
