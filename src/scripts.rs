@@ -75,12 +75,6 @@ impl Script {
         }
     }
 
-    /// The script's SHA-1, as `EVALSHA` and `SCRIPT EXISTS` name it.
-    #[allow(dead_code)]
-    pub(crate) fn sha1(&self) -> &str {
-        &self.sha1
-    }
-
     /// `SCRIPT LOAD` on the server, or on every primary of a cluster.
     async fn load(&self, client: &FredClient) -> Result<(), fred::error::Error> {
         if client.is_clustered() {
