@@ -13,8 +13,7 @@
 //! The side-by-side comparison with polling locks and peer crates is
 //! `cargo run --release -p leasehold-compare`.
 
-#[path = "../tests/support/server.rs"]
-mod server;
+use leasehold_testkit::server;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicI64, Ordering};

@@ -16,8 +16,7 @@
 //!
 //! `cargo bench --bench memory`. Not a criterion bench (one-shot).
 
-#[path = "../tests/support/server.rs"]
-mod server;
+use leasehold_testkit::server;
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -18,8 +18,7 @@
 //! skips the larger sizes. Not a criterion bench: one cycle is a
 //! background event that cannot be driven by an iteration loop.
 
-#[path = "../tests/support/server.rs"]
-mod server;
+use leasehold_testkit::server;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -14,10 +14,7 @@
 //! `redis-cluster://10.0.0.1:6379?node=10.0.0.2:6379`), it uses that
 //! cluster instead and skips the failover.
 
-#[path = "../tests/support/cluster.rs"]
-mod cluster;
-#[path = "../tests/support/server.rs"]
-mod server;
+use leasehold_testkit::cluster;
 
 use std::time::{Duration, Instant};
 

@@ -13,8 +13,7 @@
 //! With no `REDIS_URL`, a private `redis-server` is started on a free
 //! loopback port and stopped at exit.
 
-#[path = "../tests/support/server.rs"]
-mod server;
+use leasehold_testkit::server;
 
 use std::future::Future;
 use std::pin::Pin;

@@ -16,8 +16,7 @@
 //! loopback port and stopped at exit. The exit code is non-zero if more or
 //! fewer items were sold than were on sale.
 
-#[path = "../tests/support/server.rs"]
-mod server;
+use leasehold_testkit::server;
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};

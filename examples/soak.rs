@@ -17,10 +17,8 @@
 //! cut every couple of seconds. Counters are read and written on a direct
 //! connection, so a cut never leaves a write's outcome unknown.
 
-#[path = "../tests/support/proxy.rs"]
-mod proxy;
-#[path = "../tests/support/server.rs"]
-mod server;
+use leasehold_testkit::proxy;
+use leasehold_testkit::server;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;

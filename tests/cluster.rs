@@ -2,7 +2,7 @@
 //! against a 3-primary Redis Cluster; then what only a cluster has:
 //! per-slot renewal batches and a primary failover.
 
-mod support;
+use leasehold_testkit as support;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

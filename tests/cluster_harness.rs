@@ -3,7 +3,7 @@
 //! Every wait in the harnesses is bounded; each test also checks that it
 //! finished within its time budget.
 
-mod support;
+use leasehold_testkit as support;
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant};

@@ -3,7 +3,7 @@
 //! killed subscriber connection, an unlock flood, and a runtime shut down
 //! under live guards and waiters.
 
-mod support;
+use leasehold_testkit as support;
 
 use std::io::BufRead;
 use std::process::{Child, Command, Stdio};

@@ -1,7 +1,7 @@
 //! Self-test of the test-support harness: the redis-server wrapper and the
 //! fault-injecting proxy.
 
-mod support;
+use leasehold_testkit as support;
 
 use std::io;
 use std::path::Path;

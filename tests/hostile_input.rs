@@ -1,7 +1,7 @@
 //! Hostile input: odd lock names, extreme leases and waits, and servers
 //! that want credentials.
 
-mod support;
+use leasehold_testkit as support;
 
 use std::time::Duration;
 

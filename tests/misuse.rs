@@ -1,6 +1,6 @@
 //! Bad input and misuse: clear errors, never a panic.
 
-mod support;
+use leasehold_testkit as support;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! clients, checked after every step against a reference model of hold
 //! counts and guard validity, and against the lock hash in Redis.
 
-mod support;
+use leasehold_testkit as support;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -1,6 +1,6 @@
 //! Mutual exclusion across tasks and clients, and across OS processes.
 
-mod support;
+use leasehold_testkit as support;
 
 use std::time::Duration;
 

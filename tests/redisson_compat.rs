@@ -1,6 +1,6 @@
 //! The Redisson `RLock` wire format, checked with raw commands.
 
-mod support;
+use leasehold_testkit as support;
 
 use std::time::Duration;
 

@@ -1,6 +1,6 @@
 //! Reentrancy: one owner, many holds; guards that move between tasks.
 
-mod support;
+use leasehold_testkit as support;
 
 use std::future::Future;
 use std::pin::Pin;

@@ -1,7 +1,7 @@
 //! Replica-safe acquire: `WAIT` for replica acknowledgements after each
 //! acquire, against a real primary and replica on loopback.
 
-mod support;
+use leasehold_testkit as support;
 
 use std::time::Duration;
 

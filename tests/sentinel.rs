@@ -1,7 +1,7 @@
 //! Redis Sentinel: 1 primary, 1 replica and 3 sentinels on loopback; the
 //! primary fails over while a task waits for a lock.
 
-mod support;
+use leasehold_testkit as support;
 
 use std::time::Duration;
 

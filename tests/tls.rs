@@ -3,7 +3,7 @@
 //! feature: `cargo test --features tls-rustls --test tls`.
 #![cfg(feature = "tls-rustls")]
 
-mod support;
+use leasehold_testkit as support;
 
 use std::path::Path;
 use std::process::Command;

@@ -1,7 +1,7 @@
 //! A lock script that reached Redis but whose reply was lost: never
 //! counted twice, never left behind.
 
-mod support;
+use leasehold_testkit as support;
 
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
 //! Waiting without polling: pub/sub wake-ups, bounded re-checks, deadlines
 //! and cancellation.
 
-mod support;
+use leasehold_testkit as support;
 
 use std::time::Duration;
 

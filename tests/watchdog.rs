@@ -1,6 +1,6 @@
 //! The shared watchdog: renewal, batching, loss detection.
 
-mod support;
+use leasehold_testkit as support;
 
 use std::time::Duration;
 

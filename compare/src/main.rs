@@ -6,8 +6,7 @@
 //! writes `docs/handoff-latency.svg`. `LEASEHOLD_COMPARE_QUICK=1` shortens
 //! every phase (for development; numbers are then noisier).
 
-#[path = "../../tests/support/server.rs"]
-mod server;
+use leasehold_testkit::server;
 
 mod contender;
 mod monitor;

@@ -6,9 +6,8 @@
 //! redis exits with "Sentinel needs config file on disk to save state"),
 //! while `RedisServer` always starts with `--port`. So this file has its
 //! own small process wrapper and RESP client for them.
-#![allow(dead_code)]
 
-use super::server::{command_on, free_port, info_field, log_since, make_temp_dir, RedisServer};
+use crate::server::{command_on, free_port, info_field, log_since, make_temp_dir, RedisServer};
 use std::fs::{self, OpenOptions};
 use std::io;
 use std::path::{Path, PathBuf};

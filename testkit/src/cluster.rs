@@ -1,8 +1,7 @@
 //! Harness for a real Redis Cluster on loopback, built from `RedisServer`
 //! processes and `redis-cli --cluster create`, using std only.
-#![allow(dead_code)]
 
-use super::server::{info_field, RedisServer};
+use crate::server::{info_field, RedisServer};
 use std::fs::{self, File};
 use std::io;
 use std::net::TcpListener;

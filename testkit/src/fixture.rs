@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use leasehold::{Client, ClientBuilder};
 
-use super::RedisServer;
+use crate::server::RedisServer;
 
 /// A client of `server` with default settings.
 pub async fn client(server: &RedisServer) -> Client {

@@ -1,9 +1,4 @@
 //! Harness for a real `redis-server` process, using std only.
-//!
-//! This file is included both from `tests/support/mod.rs` and from examples
-//! through `#[path = "../tests/support/server.rs"] mod server;`, so it must
-//! stay self-contained: no other module of `tests/support`, no crates.
-#![allow(dead_code)]
 
 use std::fs::{self, OpenOptions};
 use std::io::{self, BufRead, BufReader, Write};

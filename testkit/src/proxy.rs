@@ -9,7 +9,6 @@
 //!
 //! `cut_all` closes every current connection, and `drop_replies_once` loses
 //! the next reply chunk from upstream and then cuts every connection.
-#![allow(dead_code)]
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
