@@ -30,8 +30,6 @@ use server::RedisServer;
 use tokio::runtime::Runtime;
 use tokio::time::Instant;
 
-const ACQUIRE_LUA: &str = include_str!("../src/scripts/acquire.lua");
-const RELEASE_LUA: &str = include_str!("../src/scripts/release.lua");
 const TASKS: u64 = 64;
 const CLIENTS: usize = 4;
 
@@ -69,8 +67,9 @@ impl Raw {
             .build()
             .expect("fred");
         redis.init().await.expect("connect");
-        let acquire = redis.script_load(ACQUIRE_LUA).await.expect("load");
-        let release = redis.script_load(RELEASE_LUA).await.expect("load");
+        let (acquire_lua, release_lua) = leasehold::__bench::lock_scripts();
+        let acquire = redis.script_load(acquire_lua).await.expect("load");
+        let release = redis.script_load(release_lua).await.expect("load");
         Raw {
             redis,
             acquire,
@@ -78,31 +77,40 @@ impl Raw {
         }
     }
 
+    /// One lock + unlock, with request ids that only grow, as leasehold's.
     async fn lock_unlock(&self, key: &str, field: &str) {
-        let reply: Value = self
+        static RID: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(1);
+        let rid = || RID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let latch = format!("leasehold_latch:{{{key}}}:{field}");
+        let reply: Vec<i64> = self
             .redis
-            .evalsha(self.acquire.as_str(), key, vec!["30000", field])
+            .evalsha(
+                self.acquire.as_str(),
+                vec![key, latch.as_str()],
+                vec![Value::from(30000), field.into(), 30000.into(), rid().into()],
+            )
             .await
             .expect("acquire");
-        // acquire.lua answers nil or {1, count} when the lock is now held
-        let held = match &reply {
-            Value::Null => true,
-            Value::Array(items) => matches!(items.first(), Some(Value::Integer(1))),
-            _ => false,
-        };
-        assert!(held, "raw acquire of a held lock: {reply:?}");
+        // {rid, 1, count} when the lock is now held
+        assert_eq!(reply.get(1), Some(&1), "raw acquire of a held lock: {reply:?}");
         let channel = format!("redisson_lock__channel:{{{key}}}");
-        let freed: Option<i64> = self
+        let freed: Vec<i64> = self
             .redis
             .evalsha(
                 self.release.as_str(),
-                vec![key, channel.as_str()],
-                // ARGV[5]: the publish command (ignored by older scripts)
-                vec!["30000", field, "0", "1", "publish"],
+                vec![key, channel.as_str(), latch.as_str()],
+                vec![
+                    Value::from(30000),
+                    field.into(),
+                    1.into(),
+                    "publish".into(),
+                    30000.into(),
+                    rid().into(),
+                ],
             )
             .await
             .expect("release");
-        assert!(freed.is_some());
+        assert_eq!(freed.get(1), Some(&2), "raw release: {freed:?}");
     }
 }
 

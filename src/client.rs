@@ -1,41 +1,19 @@
-//! The client: connections, configuration, and what outlives a guard.
+//! The client: configuration, and the handle every primitive is made from.
 //!
-//! A [`Client`] owns two Redis connections:
-//!
-//! * the **command connection** (a fred `Client`) carries every script and
-//!   read. It is built with `max_command_attempts = 1`, so a lock script
-//!   that was in flight when the connection dropped is *never re-sent*:
-//!   the caller gets an error whose outcome is unknown
-//!   ([`Error::is_outcome_unknown`]) instead of a hold counted twice;
-//! * the **subscriber connection** carries every unlock channel (see the
-//!   `pubsub` module).
-//!
-//! Both reconnect forever with exponential back-off (fred's default is to
-//! never reconnect, after which every command hangs), and every command has
-//! a timeout.
-//!
-//! Releases requested by dropped guards go through one background task of
-//! the client, so a guard can be dropped anywhere (another runtime, no
-//! runtime) without panicking. The client also counts every hold it has
-//! handed out, so [`Client::shutdown`] can give them all back.
+//! A [`Client`] wraps one engine (`core`): its two Redis connections, its
+//! leases, its background work. Primitives are made from it by name:
+//! [`Client::lock`] here, each in its own module.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use fred::clients::Client as FredClient;
-use fred::interfaces::{ClientLike, EventInterface};
-use fred::types::config::{Config, ReconnectPolicy};
-use fred::types::Builder;
-use tokio::sync::mpsc;
-use tokio::task::JoinSet;
+use fred::types::config::Config;
 
+use crate::core::conn::Settings;
+use crate::core::watchdog::Watchdog;
+use crate::core::{Engine, Options, ReplicaWait};
 use crate::error::{Error, Result};
-use crate::holds::{self, Holds, Release};
-use crate::lock::Lock;
-use crate::pubsub::PubSub;
-use crate::scripts::Scripts;
-use crate::watchdog::{LeaseState, Watchdog};
 
 /// A connection to Redis that hands out [`Lock`]s.
 ///
@@ -88,58 +66,13 @@ pub struct ClientBuilder {
     replicas: Option<ReplicaWait>,
 }
 
-/// `WAIT` after each acquire (see [`ClientBuilder::wait_for_replicas`]).
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct ReplicaWait {
-    pub(crate) replicas: u32,
-    pub(crate) timeout: Duration,
-    /// Retry (as after a connection error) instead of failing at once.
-    pub(crate) retry: bool,
-}
-
-/// The command connection as the watchdog and guards see it.
-#[derive(Debug)]
-pub(crate) struct Conn {
-    /// Unique per client in this process; keys the watchdog registry.
-    pub(crate) id: u64,
-    pub(crate) redis: FredClient,
-    pub(crate) clustered: bool,
-    /// Unlock messages go through sharded pub/sub (SPUBLISH/SSUBSCRIBE).
-    pub(crate) sharded: bool,
-}
-
-impl Conn {
-    /// The command the scripts publish unlock messages with.
-    pub(crate) fn publish_command(&self) -> &'static str {
-        if self.sharded {
-            "spublish"
-        } else {
-            "publish"
-        }
-    }
-}
-
 #[derive(Debug)]
 pub(crate) struct ClientInner {
     pub(crate) id: uuid::Uuid,
-    pub(crate) conn: Arc<Conn>,
-    pub(crate) pubsub: PubSub,
-    pub(crate) watchdog: Watchdog,
     pub(crate) key_prefix: String,
-    /// Longest a waiter sleeps without re-checking when the lock has no
-    /// expiry (PTTL -1).
-    pub(crate) recheck_interval: Duration,
-    /// Replica acknowledgements required after each acquire, if any.
-    pub(crate) replicas: Option<ReplicaWait>,
-    /// Holds handed out and not yet given back (see `holds`).
-    pub(crate) holds: Holds,
-    /// Releases of dropped guards, run by the releaser task.
-    releases: mpsc::UnboundedSender<(Release, Arc<LeaseState>)>,
-    shut_down: AtomicBool,
+    pub(crate) engine: Arc<Engine>,
 }
 
-/// Default watchdog timeout (Redisson's `lockWatchdogTimeout`).
-const DEFAULT_WATCHDOG_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default cap on a waiter's sleep between re-checks.
 const DEFAULT_RECHECK: Duration = Duration::from_secs(30);
 /// Default timeout of one Redis command.
@@ -147,7 +80,8 @@ const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default number of unlock messages buffered before the stream lags.
 const DEFAULT_MESSAGE_CAPACITY: usize = 4096;
 
-static NEXT_CONN: AtomicU64 = AtomicU64::new(1);
+/// The shortest time a latch remembers a request (see `core::call`).
+const MIN_LATCH_TTL: Duration = Duration::from_secs(30);
 
 // === impl Client ===
 
@@ -183,22 +117,6 @@ impl Client {
         ClientBuilder::default()
     }
 
-    /// A handle to the lock called `name` (the key prefix is added). Cheap;
-    /// nothing is sent until it is used. An empty name is reported as
-    /// [`Error::InvalidArgument`] by every call on the lock.
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
-    /// let lock = client.lock("orders:42");
-    /// assert_eq!(lock.name(), "orders:42");
-    /// # Ok(()) }
-    /// ```
-    pub fn lock(&self, name: &str) -> Lock {
-        Lock::new(self.clone(), name)
-    }
-
     /// The client's uuid: the first half of every owner field it writes.
     ///
     /// # Example
@@ -222,7 +140,7 @@ impl Client {
     /// # }
     /// ```
     pub fn watchdog(&self) -> &Watchdog {
-        &self.inner.watchdog
+        &self.inner.engine.watchdog
     }
 
     /// The fred client carrying this client's commands, for reads of your
@@ -237,7 +155,7 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub fn redis(&self) -> &FredClient {
-        &self.inner.conn.redis
+        &self.inner.engine.conn.redis
     }
 
     /// Number of unlock channels this client is subscribed to: one per lock
@@ -251,7 +169,7 @@ impl Client {
     /// # }
     /// ```
     pub fn subscribed_channels(&self) -> usize {
-        self.inner.pubsub.channel_count()
+        self.inner.engine.pubsub.channel_count()
     }
 
     /// Gives back every hold this client handed out (waking waiters
@@ -276,86 +194,30 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub async fn shutdown(&self) -> Result<()> {
-        let inner = &self.inner;
-        if inner.shut_down.swap(true, Ordering::AcqRel) {
-            return Ok(());
-        }
-        inner.watchdog.forget_conn(inner.conn.id);
-        inner.pubsub.wake_all();
-        let mut releases = JoinSet::new();
-        for (release, count) in inner.holds.drain() {
-            let conn = inner.conn.clone();
-            releases.spawn(async move { holds::release(&conn, &release, count, count).await });
-        }
-        let mut first_error = None;
-        while let Some(done) = releases.join_next().await {
-            if let Ok(Err(e)) = done {
-                first_error.get_or_insert(e);
-            }
-        }
-        inner.pubsub.quit().await;
-        let _ = inner.conn.redis.quit().await;
-        match first_error {
-            Some(e) => Err(Error::Redis(e)),
-            None => Ok(()),
-        }
+        self.inner.engine.shutdown().await
     }
 
-    pub(crate) fn check_open(&self) -> Result<()> {
-        if self.inner.shut_down.load(Ordering::Acquire) {
-            Err(Error::Shutdown)
-        } else {
-            Ok(())
-        }
-    }
-}
-
-impl ClientInner {
-    /// Queues the release of a dropped guard's hold; never blocks or
-    /// panics. The hold stays counted until the release completes.
-    pub(crate) fn release_in_background(&self, release: Release, epoch: Arc<LeaseState>) {
-        if !self.is_shut_down() {
-            let _ = self.releases.send((release, epoch));
-        }
+    /// The engine, for primitives.
+    pub(crate) fn engine(&self) -> &Arc<Engine> {
+        &self.inner.engine
     }
 
-    pub(crate) fn is_shut_down(&self) -> bool {
-        self.shut_down.load(Ordering::Acquire)
+    /// The owner field `<client-uuid>:<owner-id>` for `owner`, with
+    /// `suffix` appended.
+    pub(crate) fn field(&self, owner: u64, suffix: &str) -> String {
+        format!("{}:{owner}{suffix}", self.inner.id)
+    }
+
+    /// `name` with the client's key prefix.
+    pub(crate) fn key(&self, name: &str) -> String {
+        format!("{}{}", self.inner.key_prefix, name)
     }
 }
 
 impl Drop for ClientInner {
     fn drop(&mut self) {
-        if self.is_shut_down() {
-            return;
-        }
         // fred's connection tasks outlive their handles unless told to quit.
-        if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            let redis = self.conn.redis.clone();
-            let pubsub = self.pubsub.clone();
-            handle.spawn(async move {
-                pubsub.quit().await;
-                let _ = redis.quit().await;
-            });
-        }
-    }
-}
-
-/// Runs the releases of dropped guards, each in its own task.
-async fn run_releases(
-    inner: std::sync::Weak<ClientInner>,
-    mut rx: mpsc::UnboundedReceiver<(Release, Arc<LeaseState>)>,
-) {
-    while let Some((release, epoch)) = rx.recv().await {
-        let Some(inner) = inner.upgrade() else { return };
-        tokio::spawn(async move {
-            let _turn = inner.holds.turn(&release.key, &release.field).await;
-            let before = inner.holds.count(&release.key, &release.field);
-            if let Err(e) = holds::release(&inner.conn, &release, 1, before).await {
-                tracing::warn!(key = %release.key, error = %e, "background release failed; the lease will expire");
-            }
-            inner.holds.released(&release.key, &release.field, &epoch);
-        });
+        self.engine.close_in_background();
     }
 }
 
@@ -388,9 +250,11 @@ impl ClientBuilder {
         self
     }
 
-    /// The lease of locks taken without one: kept alive by the watchdog,
-    /// renewed every `timeout / 3`. Default 30 s. Ignored when a shared
-    /// [`watchdog`](Self::watchdog) is given.
+    /// Gives this client a watchdog of its own with this timeout (the lease
+    /// of locks taken without one, renewed every `timeout / 3`), instead of
+    /// the process-wide [`Watchdog::global`] (30 s unless configured).
+    /// Giving both this and a [`watchdog`](Self::watchdog) is an
+    /// [`Error::InvalidArgument`] at [`build`](Self::build).
     ///
     /// # Example
     ///
@@ -403,7 +267,8 @@ impl ClientBuilder {
         self
     }
 
-    /// Shares `watchdog` with other clients instead of building one.
+    /// Uses `watchdog` instead of the process-wide one (for example one
+    /// shared by some clients only).
     ///
     /// # Example
     ///
@@ -572,9 +437,15 @@ impl ClientBuilder {
                 .map_err(|e| Error::invalid(format!("bad Redis URL: {}", e.details())))?,
             (None, None) => return Err(Error::invalid("no Redis URL or config given")),
         };
-        let watchdog = match self.watchdog {
-            Some(watchdog) => watchdog,
-            None => Watchdog::new(self.watchdog_timeout.unwrap_or(DEFAULT_WATCHDOG_TIMEOUT))?,
+        let watchdog = match (self.watchdog, self.watchdog_timeout) {
+            (Some(_), Some(_)) => {
+                return Err(Error::invalid(
+                    "give the client either a watchdog or a watchdog timeout, not both",
+                ))
+            }
+            (Some(watchdog), None) => watchdog,
+            (None, Some(timeout)) => Watchdog::new(timeout)?,
+            (None, None) => Watchdog::global(),
         };
         let recheck_interval = self.recheck_interval.unwrap_or(DEFAULT_RECHECK);
         if recheck_interval.is_zero() {
@@ -584,7 +455,6 @@ impl ClientBuilder {
         if command_timeout.is_zero() {
             return Err(Error::invalid("command timeout must be above zero"));
         }
-
         let replicas =
             match self.replicas {
                 Some(r) if r.replicas == 0 => None,
@@ -597,89 +467,28 @@ impl ClientBuilder {
         if message_capacity == 0 {
             return Err(Error::invalid("message capacity must be at least 1"));
         }
-
-        let mut builder = Builder::from_config(config);
-        builder
-            .set_policy(ReconnectPolicy::new_exponential(0, 50, 2_000, 2))
-            .with_connection_config(|c| {
-                c.connection_timeout = command_timeout;
-                c.internal_command_timeout = command_timeout;
-                c.max_command_attempts = 1;
-                // A connection that stops answering is closed and
-                // reconnected, failing what was in flight on it.
-                c.unresponsive.max_timeout = Some(command_timeout);
-                c.unresponsive.interval = (command_timeout / 4).max(Duration::from_millis(10));
-            })
-            .with_performance_config(|p| {
-                p.default_command_timeout = command_timeout;
-                p.broadcast_channel_capacity = message_capacity;
-            });
-        let redis = builder.build()?;
-        let subscriber = builder
-            .with_connection_config(|c| {
-                c.max_command_attempts = 3;
-                // The subscriber connection is quiet for long stretches.
-                c.unresponsive.max_timeout = None;
-            })
-            .build_subscriber_client()?;
-
-        let connected = tokio::time::timeout(command_timeout, async {
-            redis.init().await?;
-            subscriber.init().await?;
-            Scripts::get().load_all(&redis).await?;
-            Ok::<_, fred::error::Error>(())
-        })
-        .await;
-        let failure = match connected {
-            Ok(Ok(())) => None,
-            Ok(Err(e)) => Some(Error::Redis(e)),
-            Err(_) => Some(Error::Redis(fred::error::Error::new(
-                fred::error::ErrorKind::Timeout,
-                format!("could not connect to Redis within {command_timeout:?}"),
-            ))),
+        let settings = Settings {
+            config,
+            command_timeout,
+            message_capacity,
+            latch_ttl: (command_timeout * 3).max(MIN_LATCH_TTL),
+            rids: Default::default(),
         };
-        if let Some(e) = failure {
-            let _ = redis.quit().await;
-            let _ = subscriber.quit().await;
-            return Err(e);
-        }
-
-        let clustered = redis.is_clustered();
-        let supports_sharded = redis.server_version().map_or(true, |v| v.major >= 7);
-        let sharded = match self.sharded_pubsub {
-            Some(true) if !clustered => {
-                let _ = redis.quit().await;
-                let _ = subscriber.quit().await;
-                return Err(Error::invalid("sharded pub/sub needs a Redis Cluster"));
-            }
-            Some(forced) => forced,
-            None => clustered && supports_sharded,
-        };
-        let conn = Arc::new(Conn {
-            id: NEXT_CONN.fetch_add(1, Ordering::Relaxed),
-            clustered,
-            sharded,
-            redis,
-        });
-        let (releases, releases_rx) = mpsc::unbounded_channel();
-        let inner = ClientInner {
-            id: uuid::Uuid::new_v4(),
-            pubsub: PubSub::start(
-                subscriber,
-                sharded,
-                clustered.then(|| conn.redis.cluster_change_rx()),
-            ),
-            conn,
+        let engine = Engine::start(Options {
+            settings,
+            sharded: self.sharded_pubsub,
             watchdog,
-            key_prefix: self.key_prefix,
             recheck_interval,
             replicas,
-            holds: Holds::default(),
-            releases,
-            shut_down: AtomicBool::new(false),
+        })
+        .await?;
+        let inner = ClientInner {
+            id: uuid::Uuid::new_v4(),
+            key_prefix: self.key_prefix,
+            engine,
         };
-        let inner = Arc::new(inner);
-        tokio::spawn(run_releases(Arc::downgrade(&inner), releases_rx));
-        Ok(Client { inner })
+        Ok(Client {
+            inner: Arc::new(inner),
+        })
     }
 }

@@ -15,6 +15,7 @@
 ///         Error::InvalidArgument(_) => "fix the call",
 ///         Error::NotHeld { .. } => "the lease was lost: redo the work under a new lock",
 ///         Error::Shutdown => "the client is gone",
+///         Error::NoRuntime | Error::RuntimeGone => "call it from a live tokio runtime",
 ///         Error::Redis(_) => "Redis failed: retry later",
 ///         Error::ReplicasMissing { .. } => "replicas lag: the lock was not taken",
 ///         _ => "unknown",
@@ -41,6 +42,20 @@ pub enum Error {
     /// The [`Client`](crate::Client) was shut down.
     #[error("the leasehold client was shut down")]
     Shutdown,
+
+    /// The call was made outside a tokio runtime (for example polled by
+    /// another executor). Nothing was sent. Call it from within a tokio
+    /// runtime, or use the `blocking` API.
+    #[error("leasehold must be called from within a tokio runtime; nothing was sent")]
+    NoRuntime,
+
+    /// The tokio runtime the [`Client`](crate::Client) was built on has shut
+    /// down, taking the client's connections with it. Nothing was sent.
+    /// Build a new client on a live runtime.
+    #[error(
+        "the tokio runtime this leasehold client was built on has shut down; build a new client"
+    )]
+    RuntimeGone,
 
     /// Redis, or the connection to it, failed.
     ///
@@ -89,7 +104,11 @@ impl Error {
         match self {
             Error::Redis(e) => {
                 outcome_unknown(e)
-                    || matches!(e.kind(), ErrorKind::Routing | ErrorKind::Backpressure)
+                    || server_busy(e)
+                    || matches!(
+                        e.kind(),
+                        ErrorKind::Routing | ErrorKind::Backpressure | ErrorKind::Cluster
+                    )
             }
             _ => false,
         }
@@ -101,12 +120,32 @@ impl Error {
 }
 
 /// Whether a failed command may still have run: the connection dropped or
-/// the command timed out after it may have been written.
+/// the command timed out after it may have been written. A reply from the
+/// server (an error code such as `NOSCRIPT` or `ERR`) is a definite
+/// outcome, although fred files most of them under `ErrorKind::Unknown`.
 pub(crate) fn outcome_unknown(e: &fred::error::Error) -> bool {
     use fred::error::ErrorKind;
+    match e.kind() {
+        ErrorKind::IO | ErrorKind::Timeout | ErrorKind::Canceled => true,
+        ErrorKind::Unknown => server_code(e).is_none(),
+        _ => false,
+    }
+}
+
+/// The server's error code (`NOSCRIPT`, `ERR`, `BUSY` …) when `e` is an
+/// error reply from Redis.
+pub(crate) fn server_code(e: &fred::error::Error) -> Option<&str> {
+    let code = e.details().split_whitespace().next()?;
+    (code.len() >= 2 && code.bytes().all(|b| b.is_ascii_uppercase())).then_some(code)
+}
+
+/// Whether the server refused the command for now without running it
+/// (loading, busy with a script, a slot moving, a failover): sending it
+/// again later is right.
+pub(crate) fn server_busy(e: &fred::error::Error) -> bool {
     matches!(
-        e.kind(),
-        ErrorKind::IO | ErrorKind::Timeout | ErrorKind::Canceled | ErrorKind::Unknown
+        server_code(e),
+        Some("LOADING" | "BUSY" | "TRYAGAIN" | "MASTERDOWN" | "CLUSTERDOWN" | "READONLY")
     )
 }
 

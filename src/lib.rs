@@ -59,19 +59,30 @@
 #![warn(rust_2018_idioms)]
 
 mod client;
+mod core;
 mod error;
-mod holds;
 mod lock;
 mod owner;
-mod pubsub;
-mod scripts;
-mod watchdog;
 
+pub use crate::core::watchdog::Watchdog;
 pub use client::{Client, ClientBuilder};
 pub use error::{Error, Result};
 pub use lock::{Lock, LockGuard};
 pub use owner::Owner;
-pub use watchdog::Watchdog;
+
+/// Not part of the API: what the benchmarks' bare-fred baseline needs to
+/// send exactly the requests leasehold sends.
+#[doc(hidden)]
+pub mod __bench {
+    /// The lock's `acquire` and `release` scripts, as sent. Acquire: KEYS
+    /// `[lock, latch]`, ARGV `[lease ms, field, latch ttl ms, rid]`;
+    /// release: KEYS `[lock, channel, latch]`, ARGV `[ttl ms, field, 1,
+    /// "publish", latch ttl ms, rid]`; the latch is
+    /// `leasehold_latch:{lock}:<field>` and the rid grows per latch.
+    pub fn lock_scripts() -> (&'static str, &'static str) {
+        crate::lock::script_sources()
+    }
+}
 
 /// The Redis client crate leasehold is built on, for configuration
 /// ([`ClientBuilder::config`]) and raw commands ([`Client::redis`]).

@@ -6,7 +6,7 @@ use leasehold_testkit as support;
 use std::time::Duration;
 
 use leasehold::{Client, Error, Owner};
-use support::fixture::{client, exists, within};
+use support::fixture::{client, exists, lock_keys, within};
 use support::RedisServer;
 use tokio::time::Instant;
 
@@ -114,7 +114,11 @@ async fn odd_names_are_ordinary_names() {
     for name in names {
         within(HANG, "one odd name", ordinary_name(&server, &a, &b, name)).await;
     }
-    assert_eq!(server.cmd(&["DBSIZE"]), "0");
+    assert_eq!(
+        lock_keys(&server),
+        Vec::<String>::new(),
+        "no lock state left"
+    );
     a.shutdown().await.unwrap();
     b.shutdown().await.unwrap();
 }
@@ -289,7 +293,11 @@ async fn requirepass_server() {
     assert!(matches!(e, Error::Redis(_)), "{e:?}");
     let e = rejected(&format!("redis://127.0.0.1:{port}")).await;
     assert!(matches!(e, Error::Redis(_)), "{e:?}");
-    assert_eq!(server.cmd(&["DBSIZE"]), "0");
+    assert_eq!(
+        lock_keys(&server),
+        Vec::<String>::new(),
+        "no lock state left"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -305,5 +313,9 @@ async fn acl_user() {
     assert!(matches!(e, Error::Redis(_)), "{e:?}");
     let e = rejected(&format!("redis://nobody:pw@127.0.0.1:{port}")).await;
     assert!(matches!(e, Error::Redis(_)), "{e:?}");
-    assert_eq!(server.cmd(&["DBSIZE"]), "0");
+    assert_eq!(
+        lock_keys(&server),
+        Vec::<String>::new(),
+        "no lock state left"
+    );
 }

@@ -5,7 +5,7 @@ use leasehold_testkit as support;
 use std::time::Duration;
 
 use leasehold::{Client, Error, Watchdog};
-use support::fixture::{client, exists};
+use support::fixture::{client, client_with, exists};
 use support::RedisServer;
 
 fn is_invalid<T: std::fmt::Debug>(r: leasehold::Result<T>) -> bool {
@@ -106,7 +106,8 @@ async fn unlock_after_expiry_is_not_held() {
 #[tokio::test]
 async fn everything_after_shutdown_is_shutdown() {
     let server = RedisServer::start();
-    let c = client(&server).await;
+    // A watchdog of its own: the process-wide one counts other tests' leases.
+    let c = client_with(&server, |b| b.watchdog_timeout(Duration::from_secs(30))).await;
     let other = client(&server).await;
     let lock = c.lock("bye");
     let held = c.lock("held-at-shutdown").lock().await.unwrap();

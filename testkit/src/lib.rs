@@ -23,6 +23,7 @@
 
 pub mod cluster;
 pub mod fixture;
+pub mod history;
 pub mod proxy;
 pub mod sentinel;
 pub mod server;

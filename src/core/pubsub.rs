@@ -1,13 +1,19 @@
-//! Unlock channels and wake-ups: one subscription per channel per client,
-//! however many tasks wait.
+//! Channels and wake-ups: one subscription per channel per client, however
+//! many tasks wait.
 //!
 //! # What it uses
 //!
-//! One fred `SubscriberClient` carries every unlock channel
-//! (`redisson_lock__channel:{name}`) this client waits on: one connection,
-//! or on a cluster with sharded pub/sub (SSUBSCRIBE, Redis 7+) one per
-//! node owning a channel's slot. Nothing here sends commands on the
-//! command connection.
+//! One fred `SubscriberClient` carries every channel this client waits on
+//! (unlock channels, semaphore and latch channels): one connection, or on
+//! a cluster with sharded pub/sub (SSUBSCRIBE, Redis 7+) one per node
+//! owning a channel's slot. Nothing here sends commands on the command
+//! connection.
+//!
+//! # Wake policies
+//!
+//! What a message means is the channel's [`Policy`], set by the primitive
+//! that subscribes: wake **one** waiter (an unlock) or **all** of them
+//! (a reconnect), decided from the message's text.
 //!
 //! # How waiting works
 //!
@@ -22,18 +28,20 @@
 //! for its reply: when it arrives, Redis has processed the subscription,
 //! and only then is [`PubSub::subscribe`] complete.
 //!
-//! Each message on a channel wakes **one** local waiter, the oldest (FIFO).
-//! A waiter that was woken and lost the race for the lock goes back to the
-//! *front* of the queue. When no waiter is queued (all are between a
-//! wake-up and their next wait), the wake-up is kept as a permit that the
-//! next [`Subscription::wait`] takes at once, so no message is lost between
-//! a failed acquire and the next wait.
+//! Wake-ups go to the oldest queued waiters first (FIFO). A woken waiter
+//! *holds* its wake-up until it has made its attempt and calls
+//! [`Subscription::consumed`]; if it is dropped before that (cancelled
+//! mid-attempt), the wake-up passes to the next waiter. A waiter that lost
+//! the race goes back to the *front* of the queue. When no waiter is queued
+//! (all are between a wake-up and their next wait), a wake-up is kept as a
+//! permit that the next [`Subscription::wait`] takes at once, so no message
+//! is lost between a failed attempt and the next wait.
 //!
 //! # Drop, cancel and reconnect
 //!
-//! * Dropping a `Subscription` removes its waiter from the queue; if it had
-//!   been woken and had not used the wake-up yet, the wake-up passes to the
-//!   next waiter. The last reference unsubscribes.
+//! * Dropping a `Subscription` removes its waiter from the queue; if it
+//!   holds a wake-up it did not consume, the wake-up passes to the next
+//!   waiter. The last reference unsubscribes.
 //! * On a reconnect of the subscriber connection, messages published while
 //!   it was down are lost: every channel is subscribed again and then every
 //!   local waiter is woken to re-check at once. The same happens when the
@@ -83,14 +91,30 @@ struct Shared {
     /// Live channel entries. An entry is inserted by the first subscriber
     /// and removed by the last one to leave, under the map's shard lock,
     /// which is also where its SUBSCRIBE / UNSUBSCRIBE is queued.
-    channels: DashMap<String, Arc<Channel>>,
+    channels: DashMap<Arc<str>, Arc<Channel>>,
     /// Ordered subscription commands for the `run_ops` task.
     ops: mpsc::UnboundedSender<Op>,
 }
 
+/// What a message on a channel means: how many local waiters it wakes.
+pub(crate) type Policy = fn(&[u8]) -> Wake;
+
+/// How many waiters a message wakes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Wake {
+    One,
+    All,
+}
+
+/// One unlock message (Redisson's `0`) wakes one waiter.
+pub(crate) fn wake_one(_: &[u8]) -> Wake {
+    Wake::One
+}
+
 #[derive(Debug)]
 struct Channel {
-    name: String,
+    name: Arc<str>,
+    policy: Policy,
     /// When the subscription was last renewed by `refresh`.
     refreshed: Mutex<std::time::Instant>,
     /// Whether Redis confirmed the SUBSCRIBE. Written by the `run_ops` task.
@@ -105,8 +129,9 @@ struct ChannelState {
     refs: usize,
     /// Waiters blocked in `wait`, oldest first.
     queue: VecDeque<Arc<Waiter>>,
-    /// A wake-up that found no queued waiter, kept for the next `wait`.
-    permit: bool,
+    /// Wake-ups that found no queued waiter, kept for the next `wait`s
+    /// (at most one per live subscription).
+    permits: usize,
     /// Set when `refs` reached zero; the entry is leaving the map.
     closed: bool,
 }
@@ -122,7 +147,8 @@ enum Ready {
 
 #[derive(Debug, Default)]
 struct Waiter {
-    /// Woken and not yet consumed; set by wakers under the channel lock.
+    /// Holds a wake-up it has not consumed; set by wakers (under the
+    /// channel lock) and by `wait` taking a permit.
     woken: AtomicBool,
     notify: Notify,
 }
@@ -131,8 +157,8 @@ struct Waiter {
 enum Op {
     Subscribe(Arc<Channel>),
     /// Subscribe again to a sharded channel that may have moved.
-    Refresh(String),
-    Unsubscribe(String),
+    Refresh(Arc<str>),
+    Unsubscribe(Arc<str>),
     /// The connection came back: subscribe to everything again, then wake
     /// every waiter.
     Resubscribe,
@@ -194,15 +220,19 @@ impl PubSub {
     ///
     /// Dropping the future drops the `Subscription` it was building, which
     /// releases its reference (and unsubscribes if it was the last).
-    pub(crate) async fn subscribe(&self, channel: &str) -> Result<Subscription> {
+    pub(crate) async fn subscribe(
+        &self,
+        channel: &Arc<str>,
+        policy: Policy,
+    ) -> Result<Subscription> {
         let waiter = Arc::new(Waiter::default());
         let entry = loop {
             let entry = self
                 .shared
                 .channels
-                .entry(channel.to_owned())
+                .entry(channel.clone())
                 .or_insert_with(|| {
-                    let entry = Arc::new(Channel::new(channel));
+                    let entry = Arc::new(Channel::new(channel.clone(), policy));
                     if self.shared.ops.send(Op::Subscribe(entry.clone())).is_err() {
                         // The queue's task is gone (runtime shut down).
                         entry.ready.send_replace(Ready::Closed);
@@ -260,19 +290,17 @@ impl PubSub {
 }
 
 impl Shared {
-    fn wake_one(&self, channel: &str) {
+    /// A message on `channel`: wakes what the channel's policy says.
+    fn deliver(&self, channel: &str, message: &[u8]) {
         if let Some(entry) = self.channels.get(channel) {
-            entry.state.lock().wake_one();
+            let wake = (entry.policy)(message);
+            entry.state.lock().wake(wake);
         }
     }
 
     fn wake_all(&self) {
         for entry in self.channels.iter() {
-            let mut state = entry.state.lock();
-            while !state.queue.is_empty() {
-                state.wake_one();
-            }
-            state.permit = true;
+            entry.state.lock().wake(Wake::All);
         }
     }
 }
@@ -280,8 +308,9 @@ impl Shared {
 // === impl Subscription ===
 
 impl Subscription {
-    /// Waits for a wake-up (an unlock message, a reconnect) or for `bound`
-    /// to pass, whichever is first. Returns whether it was woken.
+    /// Waits for a wake-up (a message, a reconnect) or for `bound` to
+    /// pass, whichever is first. Returns whether it was woken; a woken
+    /// waiter holds the wake-up until [`consumed`](Self::consumed).
     ///
     /// # Cancel safety
     ///
@@ -291,23 +320,29 @@ impl Subscription {
     pub(crate) async fn wait(&self, bound: Duration) -> bool {
         {
             let mut state = self.channel.state.lock();
-            if state.permit && !self.waiter.woken.load(Ordering::Acquire) {
-                state.permit = false;
+            if self.waiter.woken.load(Ordering::Acquire) {
                 return true;
             }
-            let queued = state.queue.iter().any(|w| Arc::ptr_eq(w, &self.waiter));
-            if !queued && !self.waiter.woken.load(Ordering::Acquire) {
+            if state.permits > 0 {
+                state.permits -= 1;
+                self.waiter.woken.store(true, Ordering::Release);
+                return true;
+            }
+            if !state.queue.iter().any(|w| Arc::ptr_eq(w, &self.waiter)) {
                 // Woken before and lost the race: keep the place at the front.
                 state.queue.push_front(self.waiter.clone());
             }
         }
-        let woken = tokio::time::timeout(bound, self.waiter.notify.notified())
+        tokio::time::timeout(bound, self.waiter.notify.notified())
             .await
-            .is_ok();
-        if woken {
-            self.waiter.woken.store(false, Ordering::Release);
-        }
-        woken
+            .is_ok()
+            || self.waiter.woken.load(Ordering::Acquire)
+    }
+
+    /// The attempt a wake-up led to has concluded (the lock was taken, by
+    /// this waiter or another): the wake-up is used up.
+    pub(crate) fn consumed(&self) {
+        self.waiter.woken.store(false, Ordering::Release);
     }
 }
 
@@ -340,6 +375,7 @@ impl Drop for Subscription {
             state.wake_one();
         }
         state.refs -= 1;
+        state.permits = state.permits.min(state.refs);
         if state.refs > 0 {
             return;
         }
@@ -362,9 +398,10 @@ impl Drop for Subscription {
 // === impl Channel ===
 
 impl Channel {
-    fn new(name: &str) -> Channel {
+    fn new(name: Arc<str>, policy: Policy) -> Channel {
         Channel {
-            name: name.to_owned(),
+            name,
+            policy,
             refreshed: Mutex::new(std::time::Instant::now()),
             ready: watch::Sender::new(Ready::Pending),
             state: Mutex::new(ChannelState::default()),
@@ -380,7 +417,20 @@ impl ChannelState {
                 waiter.woken.store(true, Ordering::Release);
                 waiter.notify.notify_one();
             }
-            None => self.permit = true,
+            None => self.permits = (self.permits + 1).min(self.refs.max(1)),
+        }
+    }
+
+    fn wake(&mut self, wake: Wake) {
+        match wake {
+            Wake::One => self.wake_one(),
+            Wake::All => {
+                while !self.queue.is_empty() {
+                    self.wake_one();
+                }
+                // Waiters between two waits re-check too.
+                self.permits = self.refs;
+            }
         }
     }
 }
@@ -406,7 +456,7 @@ async fn run_ops(
                             entries.push(next);
                         }
                     }
-                    let names: Vec<String> = entries.iter().map(|e| e.name.clone()).collect();
+                    let names: Vec<Arc<str>> = entries.iter().map(|e| e.name.clone()).collect();
                     let outcome = subscribe_confirmed(&subscriber, sharded, names).await;
                     for entry in entries {
                         entry.ready.send_replace(match &outcome {
@@ -441,7 +491,7 @@ async fn run_ops(
                     let Some(shared) = shared.upgrade() else {
                         return;
                     };
-                    let names: Vec<String> =
+                    let names: Vec<Arc<str>> =
                         shared.channels.iter().map(|e| e.key().clone()).collect();
                     for chunk in names.chunks(OPS_BATCH) {
                         if let Err(e) =
@@ -467,18 +517,18 @@ async fn run_ops(
 async fn subscribe_confirmed(
     subscriber: &SubscriberClient,
     sharded: bool,
-    names: Vec<String>,
+    names: Vec<Arc<str>>,
 ) -> std::result::Result<(), fred::error::Error> {
     if names.is_empty() {
         return Ok(());
     }
     if sharded {
         for (_, group) in by_slot(names) {
-            subscriber.ssubscribe(group).await?;
+            subscriber.ssubscribe(strs(group)).await?;
         }
         return Ok(());
     }
-    subscriber.subscribe(names).await?;
+    subscriber.subscribe(strs(names)).await?;
     if subscriber.is_clustered() {
         let slot = fred::util::redis_keyslot(subscriber.id().as_bytes());
         let same_node = Options {
@@ -498,21 +548,25 @@ async fn subscribe_confirmed(
 async fn unsubscribe(
     subscriber: &SubscriberClient,
     sharded: bool,
-    names: Vec<String>,
+    names: Vec<Arc<str>>,
 ) -> std::result::Result<(), fred::error::Error> {
     if sharded {
         for (_, group) in by_slot(names) {
-            subscriber.sunsubscribe(group).await?;
+            subscriber.sunsubscribe(strs(group)).await?;
         }
         Ok(())
     } else {
-        subscriber.unsubscribe(names).await
+        subscriber.unsubscribe(strs(names)).await
     }
 }
 
+fn strs(names: Vec<Arc<str>>) -> Vec<String> {
+    names.iter().map(|n| n.to_string()).collect()
+}
+
 /// Channels grouped by hash slot (a sharded command takes one slot).
-fn by_slot(names: Vec<String>) -> std::collections::BTreeMap<u16, Vec<String>> {
-    let mut groups: std::collections::BTreeMap<u16, Vec<String>> = Default::default();
+fn by_slot(names: Vec<Arc<str>>) -> std::collections::BTreeMap<u16, Vec<Arc<str>>> {
+    let mut groups: std::collections::BTreeMap<u16, Vec<Arc<str>>> = Default::default();
     for name in names {
         groups
             .entry(fred::util::redis_keyslot(name.as_bytes()))
@@ -535,7 +589,7 @@ async fn run_messages(
             message = messages.recv() => {
                 let Some(shared) = shared.upgrade() else { return };
                 match message {
-                    Ok(message) => shared.wake_one(&message.channel),
+                    Ok(message) => shared.deliver(&message.channel, message.value.as_bytes().unwrap_or_default()),
                     Err(RecvError::Lagged(missed)) => {
                         tracing::warn!(missed, "unlock messages lagged: waking every waiter");
                         shared.wake_all();

@@ -1,0 +1,165 @@
+//! A mutation with a request id, run to a definite outcome.
+//!
+//! # Why request ids
+//!
+//! A script sent on a connection that then fails (a timeout, a reset) may or
+//! may not have run, and may even still run later (its bytes waiting in a
+//! proxy or a socket buffer). Guessing from a read is unsafe: a read on the
+//! new connection can overtake the old script, and counts read back are
+//! only as good as the client's idea of what Redis held.
+//!
+//! So every mutating script is *latched* (`scripts/latch_prologue.lua`): it
+//! carries a request id (rid) that only grows per (lock, owner), and
+//! records "rid|reply" in a small latch key beside the lock for the latch
+//! TTL. A re-send of the same request replays the recorded reply instead of
+//! running again, and a request older than the recorded one never runs. An
+//! unknown outcome is therefore resolved by **sending the same request
+//! again** until a reply arrives: the reply is the truth, whichever copy
+//! ran. Replies start with the rid, so a reply meant for another command
+//! (a connection out of step) is never taken for ours.
+//!
+//! # Bounds
+//!
+//! Re-sending stops after half the latch TTL; the outcome then stays
+//! unknown, the caller gets the error, and whoever owns the call settles it
+//! in the background (see `hold.rs`). The latch TTL is the longest a copy of
+//! a request may linger on the way and still be recognised; it defaults to
+//! three command timeouts, at least 30 s.
+
+use std::time::Duration;
+
+use fred::interfaces::ClientLike;
+use fred::types::{Key, Value};
+use tokio::time::Instant;
+
+use super::conn::Conn;
+use super::script::Script;
+use crate::error::{outcome_unknown, server_busy};
+
+type FredResult<T> = Result<T, fred::error::Error>;
+
+/// One latched script call.
+#[derive(Clone, Debug)]
+pub(crate) struct Call {
+    script: &'static Script,
+    keys: Vec<Key>,
+    args: Vec<Value>,
+    rid: u64,
+}
+
+/// How a call ended.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// It ran (now, or when first sent); its reply without the rid.
+    Ran(Vec<i64>),
+    /// A newer request of the same owner and lock ran first: this one did
+    /// not and never will.
+    Stale,
+}
+
+/// First pause before re-sending.
+const RESEND_FIRST: Duration = Duration::from_millis(10);
+/// Longest pause between re-sends.
+const RESEND_MAX: Duration = Duration::from_millis(500);
+
+impl Call {
+    /// A call of `script` with its own `keys` and `args`; the latch key,
+    /// latch TTL and `rid` are appended as the script expects.
+    pub(crate) fn new(
+        conn: &Conn,
+        script: &'static Script,
+        mut keys: Vec<Key>,
+        mut args: Vec<Value>,
+        latch: &Key,
+        rid: u64,
+    ) -> Call {
+        keys.push(latch.clone());
+        args.push(conn.latch_ttl_ms().into());
+        args.push(Value::Integer(rid as i64));
+        Call {
+            script,
+            keys,
+            args,
+            rid,
+        }
+    }
+
+    /// The request id.
+    pub(crate) fn rid(&self) -> u64 {
+        self.rid
+    }
+
+    /// Runs the call to a definite outcome: sends it, and after a
+    /// connection error or timeout sends the same request again (with
+    /// back-off) until a reply arrives or half the latch TTL has passed.
+    /// Errors that prove the script did not run (a script error, a wrong
+    /// reply shape from a server that is not ours) are returned at once.
+    ///
+    /// Cancel safe in the sense that matters: dropping it leaves the call's
+    /// outcome unknown, and running the same `Call` again later resolves it.
+    pub(crate) async fn run(&self, conn: &Conn) -> FredResult<Outcome> {
+        let give_up = Instant::now() + conn.settings.latch_ttl / 2;
+        let mut pause = RESEND_FIRST;
+        loop {
+            let sent = self
+                .script
+                .run::<Value>(&conn.redis, self.keys.clone(), self.args.clone())
+                .await;
+            let error = match sent {
+                Ok(reply) => match self.read(reply) {
+                    Ok(outcome) => return Ok(outcome),
+                    Err(e) => {
+                        // Not our reply: the connection is out of step with
+                        // its replies. Start it afresh, then ask again.
+                        tracing::error!(script = self.script.name(), error = %e, "reply out of step: reconnecting");
+                        let _ = conn.redis.force_reconnection().await;
+                        e
+                    }
+                },
+                // Unknown, or refused for now (loading, busy, a slot
+                // moving): the same request is safe to send again.
+                Err(e) if outcome_unknown(&e) || server_busy(&e) => e,
+                Err(e) => return Err(e),
+            };
+            if Instant::now() + pause >= give_up {
+                tracing::warn!(script = self.script.name(), rid = self.rid, error = %error, "outcome still unknown");
+                return Err(error);
+            }
+            tracing::debug!(script = self.script.name(), rid = self.rid, error = %error, "outcome unknown: sending the request again");
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(RESEND_MAX);
+        }
+    }
+
+    /// Checks that `reply` answers this request.
+    fn read(&self, reply: Value) -> FredResult<Outcome> {
+        let out_of_step = |what: String| {
+            fred::error::Error::new(
+                fred::error::ErrorKind::IO,
+                format!("{} (rid {}): {what}", self.script.name(), self.rid),
+            )
+        };
+        let Value::Array(items) = reply else {
+            return Err(out_of_step(format!("reply is not an array: {reply:?}")));
+        };
+        let mut ints = Vec::with_capacity(items.len());
+        for item in items {
+            match item.as_i64() {
+                Some(n) => ints.push(n),
+                None => return Err(out_of_step(format!("reply item {item:?}"))),
+            }
+        }
+        match ints.split_first() {
+            Some((&rid, rest)) if rid == self.rid as i64 => {
+                if rest.first() == Some(&-1) {
+                    Ok(Outcome::Stale)
+                } else {
+                    Ok(Outcome::Ran(rest.to_vec()))
+                }
+            }
+            _ => Err(out_of_step(format!(
+                "reply {ints:?} is not for this request"
+            ))),
+        }
+    }
+}

@@ -1,0 +1,244 @@
+//! The two Redis connections of a client and how they are built.
+//!
+//! * The **command connection** (a fred `Client`) carries every script and
+//!   read. It is built with `max_command_attempts = 1`, so a script in
+//!   flight when the connection drops is never re-sent by fred: the caller
+//!   learns the outcome itself (see `call.rs`).
+//! * The **subscriber connection** carries every channel the client waits
+//!   on (see `pubsub.rs`).
+//!
+//! Both reconnect forever with exponential back-off (fred's default is to
+//! never reconnect, after which every command hangs), every command has a
+//! timeout, and a command connection that stops answering is closed and
+//! reconnected. A `connect` dropped half-way closes what it opened.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use fred::clients::{Client as FredClient, SubscriberClient};
+use fred::interfaces::ClientLike;
+use fred::types::config::{Config, ReconnectPolicy, Server};
+use fred::types::{Builder, ClusterHash, CustomCommand, Key};
+
+type FredResult<T> = Result<T, fred::error::Error>;
+
+/// The command connection, as the engine uses it.
+#[derive(Debug)]
+pub(crate) struct Conn {
+    /// Unique per connection in this process.
+    pub(crate) id: u64,
+    pub(crate) redis: FredClient,
+    pub(crate) clustered: bool,
+    /// Channels use sharded pub/sub (SPUBLISH / SSUBSCRIBE).
+    pub(crate) sharded: bool,
+    /// The server takes script flags (`#!lua flags=…`, Redis 7+).
+    pub(crate) script_flags: bool,
+    pub(crate) settings: Settings,
+}
+
+/// Connection settings kept to build a fresh connection later (the
+/// teardown fallback of `background.rs`).
+#[derive(Clone, Debug)]
+pub(crate) struct Settings {
+    pub(crate) config: Config,
+    pub(crate) command_timeout: Duration,
+    pub(crate) message_capacity: usize,
+    /// How long a latch remembers a request (`call.rs`).
+    pub(crate) latch_ttl: Duration,
+    /// Request ids of this client; shared by its fresh connections.
+    pub(crate) rids: Arc<AtomicU64>,
+}
+
+/// Closes fred clients that a dropped `connect` had started (fred's
+/// connection tasks outlive their handles and reconnect forever).
+struct QuitOnDrop(Vec<FredClient>, Option<SubscriberClient>);
+
+static NEXT_CONN: AtomicU64 = AtomicU64::new(1);
+
+// === impl Conn ===
+
+impl Conn {
+    /// Connects the command and subscriber connections and loads
+    /// `scripts`. `sharded`: `None` picks sharded pub/sub on a Redis 7+
+    /// cluster, as Redisson's default does.
+    ///
+    /// Cancel safe: dropped half-way, it closes what it had opened.
+    pub(crate) async fn connect(
+        settings: Settings,
+        sharded: Option<bool>,
+    ) -> crate::Result<(Conn, SubscriberClient)> {
+        let timeout = settings.command_timeout;
+        let mut builder = Builder::from_config(settings.config.clone());
+        builder
+            .set_policy(ReconnectPolicy::new_exponential(0, 50, 2_000, 2))
+            .with_connection_config(|c| {
+                c.connection_timeout = timeout;
+                c.internal_command_timeout = timeout;
+                c.max_command_attempts = 1;
+                // A connection that stops answering is closed and
+                // reconnected, failing what was in flight on it.
+                c.unresponsive.max_timeout = Some(timeout);
+                c.unresponsive.interval = (timeout / 4).max(Duration::from_millis(10));
+            })
+            .with_performance_config(|p| {
+                p.default_command_timeout = timeout;
+                p.broadcast_channel_capacity = settings.message_capacity;
+            });
+        let redis = builder.build()?;
+        let subscriber = builder
+            .with_connection_config(|c| {
+                c.max_command_attempts = 3;
+                // The subscriber connection is quiet for long stretches.
+                c.unresponsive.max_timeout = None;
+            })
+            .build_subscriber_client()?;
+        let mut opened = QuitOnDrop(vec![redis.clone()], Some(subscriber.clone()));
+
+        let connected = tokio::time::timeout(timeout, async {
+            redis.init().await?;
+            subscriber.init().await?;
+            Ok::<_, fred::error::Error>(())
+        })
+        .await;
+        match connected {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(crate::Error::Redis(e)),
+            Err(_) => {
+                return Err(crate::Error::Redis(fred::error::Error::new(
+                    fred::error::ErrorKind::Timeout,
+                    format!("could not connect to Redis within {timeout:?}"),
+                )))
+            }
+        }
+        let clustered = redis.is_clustered();
+        let v7 = redis.server_version().map_or(true, |v| v.major >= 7);
+        let sharded = match sharded {
+            Some(true) if !clustered => {
+                return Err(crate::Error::invalid(
+                    "sharded pub/sub needs a Redis Cluster",
+                ))
+            }
+            Some(forced) => forced,
+            None => clustered && v7,
+        };
+        opened.0.clear();
+        opened.1 = None;
+        Ok((
+            Conn {
+                id: NEXT_CONN.fetch_add(1, Ordering::Relaxed),
+                redis,
+                clustered,
+                sharded,
+                script_flags: v7,
+                settings,
+            },
+            subscriber,
+        ))
+    }
+
+    /// A one-off command connection with the same configuration, for work
+    /// that must finish after the client's runtime is gone. Its commands
+    /// and connect are bounded by the command timeout; it does not
+    /// reconnect.
+    pub(crate) async fn fresh(&self) -> FredResult<Conn> {
+        let timeout = self.settings.command_timeout;
+        let mut builder = Builder::from_config(self.settings.config.clone());
+        builder
+            .with_connection_config(|c| {
+                c.connection_timeout = timeout;
+                c.internal_command_timeout = timeout;
+                c.max_command_attempts = 1;
+            })
+            .with_performance_config(|p| p.default_command_timeout = timeout);
+        let redis = builder.build()?;
+        match tokio::time::timeout(timeout, redis.init()).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => return Err(e),
+            Err(_) => {
+                let _ = redis.quit().await;
+                return Err(fred::error::Error::new(
+                    fred::error::ErrorKind::Timeout,
+                    "fresh connection timed out",
+                ));
+            }
+        }
+        Ok(Conn {
+            id: NEXT_CONN.fetch_add(1, Ordering::Relaxed),
+            clustered: self.clustered,
+            sharded: self.sharded,
+            script_flags: self.script_flags,
+            settings: self.settings.clone(),
+            redis,
+        })
+    }
+
+    /// A new request id: they only grow, per client.
+    pub(crate) fn rid(&self) -> u64 {
+        self.settings.rids.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The command the scripts publish with.
+    pub(crate) fn publish_command(&self) -> &'static str {
+        if self.sharded {
+            "spublish"
+        } else {
+            "publish"
+        }
+    }
+
+    /// The latch TTL in milliseconds, as scripts take it.
+    pub(crate) fn latch_ttl_ms(&self) -> i64 {
+        self.settings.latch_ttl.as_millis().min(i64::MAX as u128) as i64
+    }
+
+    /// The cluster node serving `slot` (`None` on a single server, or while
+    /// the slot has no known owner).
+    pub(crate) fn node_of(&self, slot: u16) -> Option<Server> {
+        if !self.clustered {
+            return None;
+        }
+        use fred::interfaces::ClusterInterface;
+        self.redis
+            .cached_cluster_state()
+            .and_then(|state| state.get_server(slot).cloned())
+    }
+
+    /// `WAIT replicas timeout` on the connection (and, on a cluster, the
+    /// node) that ran a write to `key`; returns how many replicas
+    /// acknowledged it.
+    pub(crate) async fn wait_replicas(
+        &self,
+        key: &Key,
+        replicas: u32,
+        timeout: Duration,
+    ) -> FredResult<u32> {
+        let wait = CustomCommand::new_static("WAIT", ClusterHash::Custom(key.cluster_hash()), true);
+        let timeout_ms = timeout.as_millis().max(1).to_string();
+        let acked: i64 = self
+            .redis
+            .custom(wait, vec![replicas.to_string(), timeout_ms])
+            .await?;
+        Ok(acked.clamp(0, u32::MAX as i64) as u32)
+    }
+}
+
+impl Drop for QuitOnDrop {
+    fn drop(&mut self) {
+        if self.0.is_empty() && self.1.is_none() {
+            return;
+        }
+        let (clients, subscriber) = (std::mem::take(&mut self.0), self.1.take());
+        let quit = async move {
+            for c in clients {
+                let _ = c.quit().await;
+            }
+            if let Some(s) = subscriber {
+                let _ = s.quit().await;
+            }
+        };
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(quit);
+        }
+    }
+}

@@ -1,0 +1,447 @@
+//! One hold: taken by an acquire, given back by an unlock or a drop, on
+//! every path.
+//!
+//! * **Acquire** ([`acquire`]): takes the lease's turn, sends the
+//!   primitive's latched acquire script, and counts the hold it took. If
+//!   the caller's future is dropped while the script is under way, or the
+//!   outcome stays unknown, the call is handed (with its turn) to a
+//!   background job that resolves it and gives back a hold nobody will use.
+//! * **Release** ([`Hold::release`] and [`Hold`]'s drop): the hold stops
+//!   needing the key at once (so the watchdog stops renewing it if it was
+//!   the last watchdog hold); the release script is then sent under the
+//!   turn, only if the hold's incarnation is still current (a stale guard
+//!   gives back nothing). A drop sends it from a background job; a
+//!   dropped `unlock` hands its call to one.
+//! * **Shutdown**: every counted hold is given back ([`drain`]); an
+//!   acquire that completes after shutdown began gives its hold back
+//!   itself, under the same turn, and reports `Error::Shutdown`.
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use tokio::sync::OwnedMutexGuard;
+use tokio::time::Instant;
+
+use super::background::{BoxFuture, Job};
+use super::call::{Call, Outcome};
+use super::conn::Conn;
+use super::lease::{AcquireReply, LeaseRef, ReleaseReply, Signal, Term};
+use super::Engine;
+use crate::error::{Error, Result};
+
+/// One hold of a lease, owned by a guard.
+///
+/// `parts` is `Some` until the hold is given back by [`Hold::release`]
+/// (see `into_parts`); the drop gives back a hold that still has them.
+#[derive(Debug)]
+pub(crate) struct Hold {
+    parts: Option<HoldParts>,
+    signal: Arc<Signal>,
+    engine: Arc<Engine>,
+}
+
+/// One try of an acquire.
+#[derive(Debug)]
+pub(crate) enum Attempt {
+    Held(Hold),
+    /// Someone else holds it; retry after about this long.
+    Busy(Option<Duration>),
+}
+
+/// An acquire's request: the call, the lease's term and the TTL the script
+/// raises the key to.
+#[derive(Debug)]
+pub(crate) struct Request {
+    pub(crate) call: Call,
+    pub(crate) term: Term,
+    pub(crate) ttl: Duration,
+}
+
+/// A call under way for a caller; dropped before it is `finish`ed, it hands
+/// the call and its turn to a background job.
+struct InFlight {
+    engine: Arc<Engine>,
+    job: Option<Settle>,
+}
+
+/// A call whose outcome must still be learned, with what to do about it.
+struct Settle {
+    lease: LeaseRef,
+    call: Call,
+    kind: SettleKind,
+    turn: parking_lot::Mutex<Option<OwnedMutexGuard<()>>>,
+    /// The give-back of an acquire that ran; its rid, once chosen.
+    give_back: OnceLock<u64>,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum SettleKind {
+    /// An acquire: a hold it took is given back.
+    Acquire { sent: Instant, ttl: Duration },
+    /// A release of a hold of this term: applied to the lease.
+    Release { sent: Instant, ttl: Duration },
+}
+
+/// The release of a dropped guard's hold.
+struct Drop_ {
+    hold: HoldParts,
+    rid: OnceLock<u64>,
+}
+
+#[derive(Debug)]
+struct HoldParts {
+    lease: LeaseRef,
+    incarnation: u64,
+    term: Term,
+}
+
+// === acquire ===
+
+/// Runs one acquire of `lease`. `request` builds the call once the turn is
+/// taken, from the request id.
+///
+/// Cancel safe: dropped while the script is under way, the call is settled
+/// in the background (a hold it took is given back).
+pub(crate) async fn acquire(
+    engine: &Arc<Engine>,
+    lease: &LeaseRef,
+    request: impl FnOnce(u64) -> Request,
+) -> Result<Attempt> {
+    let turn = lease.turn().await;
+    let Request { call, term, ttl } = request(lease.conn.rid());
+    let sent = Instant::now();
+    lease.begin_call();
+    let mut flight = InFlight::new(engine, lease, call, SettleKind::Acquire { sent, ttl }, turn);
+    let outcome = flight.call().run(&engine.conn).await;
+    let reply = match outcome {
+        Ok(Outcome::Ran(reply)) => lease.kind.acquire_reply(&reply),
+        Ok(Outcome::Stale) => {
+            flight.finish();
+            return Err(Error::Redis(protocol("a fresh acquire was reported stale")));
+        }
+        // Still unknown: a background job keeps resolving it.
+        Err(e) => return Err(Error::Redis(e)),
+    };
+    let turn = flight.finish();
+    let count = match reply {
+        AcquireReply::Busy(retry) => return Ok(Attempt::Busy(retry)),
+        AcquireReply::Held(count) => count,
+    };
+    let (signal, incarnation) = lease.acquired(count, term, sent, ttl);
+    let hold = Hold {
+        parts: Some(HoldParts {
+            lease: lease.clone_ref(),
+            incarnation,
+            term,
+        }),
+        signal,
+        engine: engine.clone(),
+    };
+    if engine.is_shut_down() {
+        // Shutdown may have drained this lease already: give it back now,
+        // under the same turn, so it cannot be left held.
+        let parts = hold.into_parts();
+        give_back(&engine.conn, &parts, 1, &OnceLock::new())
+            .await
+            .ok();
+        drop(turn);
+        return Err(Error::Shutdown);
+    }
+    if let Some(wait) = engine.replicas {
+        let acked = engine
+            .conn
+            .wait_replicas(&lease.key, wait.replicas, wait.timeout)
+            .await;
+        let missing = match acked {
+            Ok(acked) if acked >= wait.replicas => None,
+            Ok(acked) => Some(Error::ReplicasMissing {
+                name: key_name(lease),
+                wanted: wait.replicas,
+                acked,
+            }),
+            Err(e) => Some(Error::Redis(e)),
+        };
+        if let Some(e) = missing {
+            // Given back before the error is reported: "not held".
+            let parts = hold.into_parts();
+            give_back(&engine.conn, &parts, 1, &OnceLock::new()).await?;
+            drop(turn);
+            return Err(e);
+        }
+    }
+    drop(turn);
+    Ok(Attempt::Held(hold))
+}
+
+// === impl Hold ===
+
+impl Hold {
+    /// Whether the hold is known or presumed lost.
+    pub(crate) fn is_lost(&self) -> bool {
+        self.signal.is_lost()
+    }
+
+    /// Completes when the hold is lost.
+    pub(crate) async fn lost(&self) {
+        self.signal.lost().await
+    }
+
+    /// Gives the hold back and reports whether it was still held.
+    ///
+    /// Cancel safe: dropped before the release is sent, it is sent in the
+    /// background; dropped while under way, a background job settles it.
+    pub(crate) async fn release(self) -> Result<bool> {
+        let engine = self.engine.clone();
+        let parts = self.into_parts();
+        if let Err(e) = engine.check() {
+            // Outside a runtime, or the client's runtime is gone: the drop
+            // path gives the hold back. After shutdown there is nothing to
+            // give back (shutdown did).
+            if !engine.is_shut_down() {
+                engine.background.spawn(Drop_ {
+                    hold: parts,
+                    rid: OnceLock::new(),
+                });
+            }
+            return Err(e);
+        }
+        let turn = parts.lease.turn().await;
+        if !parts.lease.is_current(parts.incarnation) {
+            return Ok(false);
+        }
+        let rid = parts.lease.conn.rid();
+        let ttl_ms = parts.lease.requirement_ms(parts.term);
+        let call = parts.lease.kind.release_call(&parts.lease, 1, ttl_ms, rid);
+        let sent = Instant::now();
+        parts.lease.begin_call();
+        let ttl = Duration::from_millis(ttl_ms as u64);
+        let mut flight = InFlight::new(
+            &engine,
+            &parts.lease,
+            call,
+            SettleKind::Release { sent, ttl },
+            turn,
+        );
+        let outcome = flight.call().run(&engine.conn).await;
+        match outcome {
+            Ok(Outcome::Ran(reply)) => {
+                flight.finish();
+                let reply = parts.lease.kind.release_reply(&reply);
+                parts.lease.released(reply, 1, sent, ttl);
+                Ok(reply != ReleaseReply::NotHeld)
+            }
+            Ok(Outcome::Stale) => {
+                flight.finish();
+                Err(Error::Redis(protocol("a fresh release was reported stale")))
+            }
+            // A background job keeps resolving it.
+            Err(e) => Err(Error::Redis(e)),
+        }
+    }
+
+    /// Takes the hold out of the guard (so its drop does nothing); the hold
+    /// needs the key no more.
+    fn into_parts(mut self) -> HoldParts {
+        let parts = self
+            .parts
+            .take()
+            .unwrap_or_else(|| unreachable!("taken once"));
+        parts.lease.retire(parts.term);
+        parts
+    }
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        let Some(parts) = self.parts.take() else {
+            return;
+        };
+        parts.lease.retire(parts.term);
+        if self.engine.is_shut_down() {
+            return; // shutdown gives every counted hold back
+        }
+        self.engine.background.spawn(Drop_ {
+            hold: parts,
+            rid: OnceLock::new(),
+        });
+    }
+}
+
+/// Gives back `count` holds of `parts` on `conn` (the caller has the turn,
+/// or there is none to take) and applies the outcome to the lease.
+async fn give_back(
+    conn: &Conn,
+    parts: &HoldParts,
+    count: u32,
+    rid: &OnceLock<u64>,
+) -> Result<ReleaseReply> {
+    let lease = &parts.lease;
+    if !lease.is_current(parts.incarnation) {
+        return Ok(ReleaseReply::NotHeld);
+    }
+    let rid = *rid.get_or_init(|| conn.rid());
+    let ttl_ms = lease.requirement_ms(parts.term);
+    let call = lease.kind.release_call(lease, count, ttl_ms, rid);
+    let sent = Instant::now();
+    lease.begin_call();
+    match call.run(conn).await {
+        Ok(Outcome::Ran(reply)) => {
+            let reply = lease.kind.release_reply(&reply);
+            lease.released(reply, count, sent, Duration::from_millis(ttl_ms as u64));
+            Ok(reply)
+        }
+        Ok(Outcome::Stale) => Ok(ReleaseReply::NotHeld),
+        Err(e) => {
+            tracing::warn!(key = ?lease.key, error = %e, "could not give a hold back; it will expire with its lease");
+            Err(Error::Redis(e))
+        }
+    }
+}
+
+/// Shutdown: gives back every hold `engine` counts, one call per lease.
+pub(crate) async fn drain(engine: &Arc<Engine>) -> Result<()> {
+    let mut first_error = None;
+    let mut releases = tokio::task::JoinSet::new();
+    for lease in engine.leases.held() {
+        let conn = engine.conn.clone();
+        releases.spawn(async move {
+            let _turn = lease.turn().await;
+            let (count, incarnation) = lease.drain();
+            if count == 0 {
+                return Ok(());
+            }
+            let parts = HoldParts {
+                lease,
+                incarnation,
+                term: Term::Fixed(Instant::now()),
+            };
+            give_back(&conn, &parts, count, &OnceLock::new())
+                .await
+                .map(|_| ())
+        });
+    }
+    while let Some(done) = releases.join_next().await {
+        if let Ok(Err(e)) = done {
+            first_error.get_or_insert(e);
+        }
+    }
+    first_error.map_or(Ok(()), Err)
+}
+
+// === impl InFlight ===
+
+impl InFlight {
+    fn new(
+        engine: &Arc<Engine>,
+        lease: &LeaseRef,
+        call: Call,
+        kind: SettleKind,
+        turn: OwnedMutexGuard<()>,
+    ) -> InFlight {
+        InFlight {
+            engine: engine.clone(),
+            job: Some(Settle {
+                lease: lease.clone_ref(),
+                call,
+                kind,
+                turn: parking_lot::Mutex::new(Some(turn)),
+                give_back: OnceLock::new(),
+            }),
+        }
+    }
+
+    fn call(&self) -> &Call {
+        &self
+            .job
+            .as_ref()
+            .unwrap_or_else(|| unreachable!("finished once"))
+            .call
+    }
+
+    /// The call has a definite outcome: nothing to settle. Returns its turn.
+    fn finish(&mut self) -> OwnedMutexGuard<()> {
+        let job = self
+            .job
+            .take()
+            .unwrap_or_else(|| unreachable!("finished once"));
+        let turn = job.turn.lock().take();
+        turn.unwrap_or_else(|| unreachable!("an in-flight call has its turn"))
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        if let Some(job) = self.job.take() {
+            self.engine.background.spawn(job);
+        }
+    }
+}
+
+// === jobs ===
+
+impl Job for Settle {
+    fn run<'a>(&'a self, conn: &'a Arc<Conn>, _fallback: bool) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            let outcome = self.call.run(conn).await;
+            let lease = &self.lease;
+            match (outcome, self.kind) {
+                (Ok(Outcome::Ran(reply)), SettleKind::Acquire { sent, ttl }) => {
+                    if let AcquireReply::Held(count) = lease.kind.acquire_reply(&reply) {
+                        // It ran for a caller that has gone: count the hold
+                        // as a guard would, and give it back at once.
+                        let term = Term::Fixed(Instant::now());
+                        let (_, incarnation) = lease.acquired(count, term, sent, ttl);
+                        lease.retire(term);
+                        let parts = HoldParts {
+                            lease: lease.clone_ref(),
+                            incarnation,
+                            term,
+                        };
+                        let _ = give_back(conn, &parts, 1, &self.give_back).await;
+                    }
+                }
+                (Ok(Outcome::Ran(reply)), SettleKind::Release { sent, ttl }) => {
+                    lease.released(lease.kind.release_reply(&reply), 1, sent, ttl);
+                }
+                (Ok(Outcome::Stale), _) => {}
+                (Err(e), _) => {
+                    tracing::warn!(key = ?lease.key, error = %e, "could not settle an abandoned call; a hold it took will expire with its lease");
+                }
+            }
+            drop(self.turn.lock().take());
+        })
+    }
+
+    fn order(&self) -> u64 {
+        self.call.rid()
+    }
+}
+
+impl Job for Drop_ {
+    fn run<'a>(&'a self, conn: &'a Arc<Conn>, fallback: bool) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            let lease = &self.hold.lease;
+            let _turn = if fallback {
+                lease.try_turn()
+            } else {
+                Some(lease.turn().await)
+            };
+            let _ = give_back(conn, &self.hold, 1, &self.rid).await;
+        })
+    }
+
+    fn order(&self) -> u64 {
+        self.rid.get().copied().unwrap_or(u64::MAX)
+    }
+}
+
+fn protocol(details: &'static str) -> fred::error::Error {
+    fred::error::Error::new(fred::error::ErrorKind::Protocol, details)
+}
+
+fn key_name(lease: &LeaseRef) -> String {
+    lease.key.as_str().map_or_else(
+        || String::from_utf8_lossy(lease.key.as_bytes()).into_owned(),
+        str::to_owned,
+    )
+}

@@ -1,0 +1,651 @@
+//! Leases: what the client holds, one record per (lock key, owner field).
+//!
+//! A [`Lease`] is the client's view of one hash field in Redis (or, for a
+//! semaphore, one permit): how many holds Redis counts for it, which live
+//! guards need it and until when, and the signal those guards watch.
+//!
+//! # The invariant
+//!
+//! While a guard's [`Signal`] is not lost, the field it holds exists in
+//! Redis. Four things keep it:
+//!
+//! * **Requirements.** Each live hold needs the key until a deadline: a
+//!   fixed lease's end, or "renewed by the watchdog". Acquires and renewals
+//!   only ever *raise* the key's TTL; a release sets it to the longest
+//!   requirement of the holds that remain. So the key never expires before
+//!   the longest live hold, whatever mix of leases the owner took.
+//! * **`until`.** The signal's deadline is a lower bound of the key's expiry:
+//!   raised by an acquire or renewal to its *send* time plus the TTL it set,
+//!   cut by a release to what it set. A guard whose `until` passed reports
+//!   lost by itself, even if no task is left to tell it.
+//! * **Incarnations.** When the field is found gone (an acquire recreates it
+//!   with count 1, a release or renewal finds it missing), the incarnation
+//!   ends: its signal is marked lost and its holds are no longer counted.
+//!   A guard of an older incarnation gives back nothing, so it can never
+//!   free a newer hold of the same owner.
+//! * **Turns and generations.** Acquires and releases of one lease run one
+//!   at a time (the *turn*), from sending the script to updating this record,
+//!   so the record follows Redis step by step. Each one bumps `gen`; a
+//!   renewal reply is applied only if `gen` did not move while it was on its
+//!   way (a newer acquire or release knows better).
+//!
+//! # Lifetime
+//!
+//! Records live in the client's [`Leases`] table while anything refers to
+//! them ([`LeaseRef`]: guards, waiters, calls in flight, background jobs) or
+//! Redis may still count holds for them.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use dashmap::DashMap;
+use fred::bytes_utils::Str;
+use fred::types::Key;
+use parking_lot::Mutex;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use super::call::Call;
+use super::conn::Conn;
+use super::watchdog::{Renewal, Watchdog};
+
+/// What a primitive tells the engine about its leases: how to give a hold
+/// back, how to read its scripts' replies, how the watchdog renews them.
+pub(crate) trait Kind: std::fmt::Debug + Send + Sync + 'static {
+    /// The call giving back `count` holds of `lease`; `ttl_ms` is the TTL
+    /// the key keeps if holds remain.
+    fn release_call(&self, lease: &Lease, count: u32, ttl_ms: i64, rid: u64) -> Call;
+    /// Reads an acquire script's reply (without the request id).
+    fn acquire_reply(&self, reply: &[i64]) -> AcquireReply;
+    /// Reads a release script's reply (without the request id).
+    fn release_reply(&self, reply: &[i64]) -> ReleaseReply;
+    /// How the watchdog renews (or checks) this kind's leases.
+    fn renewal(&self) -> &'static Renewal;
+    /// Whether holding `mine` proves that `other` (another owner's lease on
+    /// the same key, of any kind) cannot be held: then a successful acquire
+    /// of `mine` ends `other`'s incarnation at once.
+    fn excludes(&self, mine: &Lease, other: &Lease) -> bool;
+}
+
+/// What an acquire script found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum AcquireReply {
+    /// The caller now holds it; the field's new hold count.
+    Held(u32),
+    /// Someone else holds it; retry after about this long (`None`: no
+    /// expiry is known, re-check at the client's recheck interval).
+    Busy(Option<Duration>),
+}
+
+/// What a release script found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ReleaseReply {
+    /// The field was missing: nothing was held, nothing changed.
+    NotHeld,
+    /// Given back; holds of the field remain.
+    Remaining,
+    /// Given back; the lock is free (and waiters were told).
+    Freed,
+}
+
+/// How long one hold needs the key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Term {
+    /// As long as its guard lives: renewed by the watchdog.
+    Watchdog,
+    /// Until this deadline; never renewed.
+    Fixed(Instant),
+}
+
+/// The lost signal of a lease's holds, shared with their guards.
+#[derive(Debug)]
+pub(crate) struct Signal {
+    /// Set once: by the watchdog, a failed check, a newer incarnation, or
+    /// shutdown.
+    lost: AtomicBool,
+    /// Lower bound of the key's expiry in Redis (see the module docs).
+    until: Mutex<Instant>,
+    notify: Notify,
+}
+
+/// One (key, field) the client may hold.
+#[derive(Debug)]
+pub(crate) struct Lease {
+    pub(crate) kind: &'static dyn Kind,
+    pub(crate) conn: Arc<Conn>,
+    pub(crate) key: Key,
+    pub(crate) field: Str,
+    /// The latch of this (key, field): see `call.rs`.
+    pub(crate) latch: Key,
+    /// The channel the release script publishes on.
+    pub(crate) channel: Key,
+    pub(crate) owner: u64,
+    pub(crate) tag: u8,
+    pub(crate) watchdog: Watchdog,
+    turn: Arc<tokio::sync::Mutex<()>>,
+    /// Changed only under the turn, except the requirement counts (by
+    /// guards, any time) and the watchdog's gen-checked updates.
+    state: Mutex<State>,
+}
+
+#[derive(Debug)]
+struct State {
+    signal: Arc<Signal>,
+    incarnation: u64,
+    /// Holds Redis counts for the field, as far as we know: live guards,
+    /// releases not yet done, holds whose release failed.
+    holds: u32,
+    /// Live guards with a watchdog term.
+    watched: u32,
+    /// Deadlines of live guards with a fixed term.
+    fixed: Vec<Instant>,
+    /// Bumped by every acquire and release sent.
+    gen: u64,
+    /// Registered with the watchdog (`watched > 0` and not lost).
+    registered: bool,
+}
+
+/// Identity of a lease within a client.
+#[derive(Debug)]
+pub(crate) struct LeaseInit {
+    pub(crate) kind: &'static dyn Kind,
+    pub(crate) field: Str,
+    pub(crate) latch: Key,
+    pub(crate) channel: Key,
+}
+
+/// The client's leases, by lock key.
+#[derive(Debug, Default)]
+pub(crate) struct Leases {
+    map: DashMap<Key, Vec<Arc<Lease>>>,
+}
+
+/// A counted reference to a lease in a table; the last one (when no hold
+/// is left) removes it.
+#[derive(Debug)]
+pub(crate) struct LeaseRef {
+    lease: Option<Arc<Lease>>,
+    table: Weak<Leases>,
+}
+
+/// A snapshot for a renewal batch: the lease and its `gen` when sent.
+#[derive(Debug)]
+pub(crate) struct Sent {
+    pub(crate) lease: Arc<Lease>,
+    pub(crate) gen: u64,
+    pub(crate) incarnation: u64,
+}
+
+// === impl Leases ===
+
+impl Leases {
+    /// The lease of (`key`, `owner`, `tag`), made with `init` if missing.
+    pub(crate) fn get(
+        self: &Arc<Self>,
+        conn: &Arc<Conn>,
+        watchdog: &Watchdog,
+        key: &Key,
+        owner: u64,
+        tag: u8,
+        init: impl FnOnce() -> LeaseInit,
+    ) -> LeaseRef {
+        let mut entry = self.map.entry(key.clone()).or_default();
+        let lease = match entry.iter().find(|l| l.owner == owner && l.tag == tag) {
+            Some(lease) => lease.clone(),
+            None => {
+                let init = init();
+                let lease = Arc::new(Lease {
+                    kind: init.kind,
+                    conn: conn.clone(),
+                    key: key.clone(),
+                    field: init.field,
+                    latch: init.latch,
+                    channel: init.channel,
+                    owner,
+                    tag,
+                    watchdog: watchdog.clone(),
+                    turn: Arc::default(),
+                    state: Mutex::new(State {
+                        signal: Signal::new(Instant::now()),
+                        incarnation: 0,
+                        holds: 0,
+                        watched: 0,
+                        fixed: Vec::new(),
+                        gen: 0,
+                        registered: false,
+                    }),
+                });
+                entry.push(lease.clone());
+                lease
+            }
+        };
+        LeaseRef {
+            lease: Some(lease),
+            table: Arc::downgrade(self),
+        }
+    }
+
+    /// Every lease with holds counted (shutdown, reconnect checks).
+    pub(crate) fn held(self: &Arc<Self>) -> Vec<LeaseRef> {
+        let mut out = Vec::new();
+        for entry in self.map.iter() {
+            for lease in entry.iter().filter(|l| l.state.lock().holds > 0) {
+                out.push(LeaseRef {
+                    lease: Some(lease.clone()),
+                    table: Arc::downgrade(self),
+                });
+            }
+        }
+        out
+    }
+
+    /// Ends the incarnation of every other lease on `mine`'s key that
+    /// `mine` being held proves gone (see [`Kind::excludes`]).
+    fn exclude_others(&self, mine: &Lease) {
+        let Some(entry) = self.map.get(&mine.key) else {
+            return;
+        };
+        for other in entry.iter() {
+            if !std::ptr::eq(Arc::as_ptr(other), mine) && mine.kind.excludes(mine, other) {
+                other.field_gone(
+                    "another owner of this client acquired the lock: this hold was gone",
+                );
+            }
+        }
+    }
+
+    /// The key was deleted (force-unlocked by this client): every lease of
+    /// this client on it is gone.
+    pub(crate) fn key_gone(&self, key: &Key, why: &str) {
+        let leases: Vec<Arc<Lease>> = match self.map.get(key) {
+            Some(entry) => entry.clone(),
+            None => return,
+        };
+        for lease in leases {
+            lease.field_gone(why);
+        }
+    }
+
+    fn remove_idle(&self, key: &Key) {
+        self.map.remove_if_mut(key, |_, leases| {
+            leases.retain(|l| Arc::strong_count(l) > 1 || l.state.lock().holds > 0);
+            leases.is_empty()
+        });
+    }
+}
+
+// === impl LeaseRef ===
+
+impl LeaseRef {
+    pub(crate) fn lease(&self) -> &Arc<Lease> {
+        self.lease
+            .as_ref()
+            .unwrap_or_else(|| unreachable!("taken only by drop"))
+    }
+
+    /// Counts a hold an acquire just took and returns its signal and
+    /// incarnation (see [`Lease::acquired`]); other leases of this client
+    /// that the hold excludes end at once.
+    pub(crate) fn acquired(
+        &self,
+        count: u32,
+        term: Term,
+        sent: Instant,
+        ttl: Duration,
+    ) -> (Arc<Signal>, u64) {
+        let lease = self.lease();
+        let out = lease.acquired(count, term, sent, ttl);
+        if let Some(table) = self.table.upgrade() {
+            table.exclude_others(lease);
+        }
+        out
+    }
+
+    pub(crate) fn clone_ref(&self) -> LeaseRef {
+        LeaseRef {
+            lease: self.lease.clone(),
+            table: self.table.clone(),
+        }
+    }
+}
+
+impl std::ops::Deref for LeaseRef {
+    type Target = Lease;
+    fn deref(&self) -> &Lease {
+        self.lease()
+    }
+}
+
+impl Drop for LeaseRef {
+    fn drop(&mut self) {
+        let Some(lease) = self.lease.take() else {
+            return;
+        };
+        let key = lease.key.clone();
+        drop(lease);
+        if let Some(table) = self.table.upgrade() {
+            table.remove_idle(&key);
+        }
+    }
+}
+
+// === impl Lease ===
+
+impl Lease {
+    /// Waits for this lease's turn (one acquire or release at a time).
+    ///
+    /// Cancel safe: a dropped wait takes no turn.
+    pub(crate) async fn turn(&self) -> tokio::sync::OwnedMutexGuard<()> {
+        self.turn.clone().lock_owned().await
+    }
+
+    /// The turn if it is free now (the teardown fallback never waits).
+    pub(crate) fn try_turn(&self) -> Option<tokio::sync::OwnedMutexGuard<()>> {
+        self.turn.clone().try_lock_owned().ok()
+    }
+
+    /// Marks an acquire or release as sent: renewal replies in flight are
+    /// now out of date. Returns the incarnation it belongs to.
+    pub(crate) fn begin_call(&self) -> u64 {
+        let mut s = self.state.lock();
+        s.gen += 1;
+        s.incarnation
+    }
+
+    /// Counts a hold an acquire (sent at `sent`, raising the TTL to at
+    /// least `ttl`) just took; the field's count is now `count`. Returns
+    /// the hold's signal and incarnation.
+    fn acquired(
+        self: &Arc<Self>,
+        count: u32,
+        term: Term,
+        sent: Instant,
+        ttl: Duration,
+    ) -> (Arc<Signal>, u64) {
+        let register = {
+            let mut s = self.state.lock();
+            if count == 1 || s.signal.is_lost_flag() {
+                // A fresh field (count 1: whatever we counted was gone), or
+                // trust lost: a new signal for the holds from here on.
+                if count == 1 && s.holds > 0 {
+                    tracing::debug!(key = ?self.key, stale = s.holds, "holds of an ended incarnation");
+                    s.signal.mark_lost();
+                    s.incarnation += 1;
+                    s.holds = 0;
+                }
+                s.signal = Signal::new(sent + ttl);
+            } else {
+                s.signal.extend(sent + ttl);
+            }
+            s.holds += 1;
+            match term {
+                Term::Watchdog => s.watched += 1,
+                Term::Fixed(deadline) => s.fixed.push(deadline),
+            }
+            let register = s.watched > 0 && !s.registered;
+            if register {
+                s.registered = true;
+            }
+            register
+        };
+        if register {
+            self.watchdog.register(self.clone());
+        }
+        let s = self.state.lock();
+        (s.signal.clone(), s.incarnation)
+    }
+
+    /// A hold's guard is gone (unlock or drop): it needs the key no more.
+    /// Stops the watchdog renewing the lease if it was the last watchdog
+    /// hold.
+    pub(crate) fn retire(&self, term: Term) {
+        let deregister = {
+            let mut s = self.state.lock();
+            match term {
+                Term::Watchdog => s.watched = s.watched.saturating_sub(1),
+                Term::Fixed(deadline) => {
+                    if let Some(i) = s.fixed.iter().position(|d| *d == deadline) {
+                        s.fixed.swap_remove(i);
+                    }
+                }
+            }
+            let deregister = s.watched == 0 && s.registered;
+            if deregister {
+                s.registered = false;
+            }
+            deregister
+        };
+        if deregister {
+            self.watchdog.deregister(self);
+        }
+    }
+
+    /// Whether holds of `incarnation` can still be in Redis.
+    pub(crate) fn is_current(&self, incarnation: u64) -> bool {
+        self.state.lock().incarnation == incarnation
+    }
+
+    /// The TTL the key must keep while the remaining live holds need it,
+    /// in ms; `fallback` when no live hold is left (the holds still counted
+    /// are releases under way).
+    pub(crate) fn requirement_ms(&self, fallback: Term) -> i64 {
+        let now = Instant::now();
+        let s = self.state.lock();
+        let mut need: Option<Duration> = None;
+        if s.watched > 0 {
+            need = Some(self.watchdog.timeout());
+        }
+        for deadline in &s.fixed {
+            let left = deadline.saturating_duration_since(now);
+            need = Some(need.map_or(left, |n| n.max(left)));
+        }
+        let need = need.unwrap_or_else(|| match fallback {
+            Term::Watchdog => self.watchdog.timeout(),
+            Term::Fixed(deadline) => deadline.saturating_duration_since(now),
+        });
+        (need.as_millis().clamp(1, i64::MAX as u128)) as i64
+    }
+
+    /// Applies a release's reply: `count` holds given back, the key's TTL
+    /// set to `ttl` at `sent` if holds remain.
+    pub(crate) fn released(&self, reply: ReleaseReply, count: u32, sent: Instant, ttl: Duration) {
+        match reply {
+            ReleaseReply::NotHeld => {
+                self.field_gone("a release found the field gone");
+            }
+            ReleaseReply::Remaining => {
+                let mut s = self.state.lock();
+                s.holds = s.holds.saturating_sub(count);
+                s.signal.cut(sent + ttl);
+            }
+            ReleaseReply::Freed => {
+                let mut s = self.state.lock();
+                // Whatever else we counted is gone with the key.
+                s.holds = 0;
+                s.incarnation += 1;
+                s.signal.mark_lost();
+            }
+        }
+    }
+
+    /// The field is known gone from Redis: its incarnation ends, its guards
+    /// are told, its holds are no longer counted.
+    pub(crate) fn field_gone(&self, why: &str) {
+        let (signal, deregister) = {
+            let mut s = self.state.lock();
+            if s.holds == 0 && s.signal.is_lost_flag() {
+                return;
+            }
+            if s.holds > 0 {
+                tracing::warn!(key = ?self.key, field = %self.field, why, "lease lost");
+            }
+            s.incarnation += 1;
+            s.holds = 0;
+            (s.signal.clone(), std::mem::take(&mut s.registered))
+        };
+        if deregister {
+            self.watchdog.deregister(self);
+        }
+        // Guards are told last, once the record is settled.
+        signal.mark_lost();
+    }
+
+    /// Declares the lease lost without knowing the field is gone (a renewal
+    /// could not be confirmed in time). Holds stay counted: their releases
+    /// are still sent.
+    pub(crate) fn declare_lost(&self, why: &str) {
+        let (signal, deregister) = {
+            let mut s = self.state.lock();
+            if s.signal.is_lost_flag() {
+                return;
+            }
+            tracing::warn!(key = ?self.key, field = %self.field, why, "lease lost");
+            (s.signal.clone(), std::mem::take(&mut s.registered))
+        };
+        if deregister {
+            self.watchdog.deregister(self);
+        }
+        signal.mark_lost();
+    }
+
+    /// Shutdown: every hold is given back by the caller (returned: how
+    /// many, and the incarnation to give them back under); the guards are
+    /// told, and their own releases will give back nothing.
+    pub(crate) fn drain(&self) -> (u32, u64) {
+        let (holds, incarnation, signal, deregister) = {
+            let mut s = self.state.lock();
+            let holds = std::mem::take(&mut s.holds);
+            s.watched = 0;
+            s.fixed.clear();
+            // Guards dropped later give back nothing: the drain does, under
+            // the new incarnation.
+            s.incarnation += 1;
+            (
+                holds,
+                s.incarnation,
+                s.signal.clone(),
+                std::mem::take(&mut s.registered),
+            )
+        };
+        if deregister {
+            self.watchdog.deregister(self);
+        }
+        signal.mark_lost();
+        (holds, incarnation)
+    }
+
+    /// A renewal snapshot of this lease (see [`Sent`]).
+    pub(crate) fn snapshot(self: &Arc<Self>) -> Sent {
+        let s = self.state.lock();
+        Sent {
+            lease: self.clone(),
+            gen: s.gen,
+            incarnation: s.incarnation,
+        }
+    }
+
+    /// The TTL a renewal or check should set: the watchdog timeout while a
+    /// watchdog hold lives; 0 (only check) otherwise.
+    pub(crate) fn renew_ttl(&self) -> Duration {
+        if self.state.lock().watched > 0 {
+            self.watchdog.timeout()
+        } else {
+            Duration::ZERO
+        }
+    }
+}
+
+// === impl Sent ===
+
+impl Sent {
+    /// A renewal sent at `sent` found the field and raised its TTL to at
+    /// least `ttl`.
+    pub(crate) fn renewed(&self, sent: Instant, ttl: Duration) {
+        let s = self.lease.state.lock();
+        if s.gen == self.gen && !ttl.is_zero() {
+            s.signal.extend(sent + ttl);
+        }
+    }
+
+    /// A renewal found the field gone.
+    pub(crate) fn gone(&self) {
+        let current = {
+            let s = self.lease.state.lock();
+            s.gen == self.gen && s.incarnation == self.incarnation
+        };
+        if current {
+            self.lease.field_gone("a renewal found the field gone");
+        }
+    }
+
+    /// Whether the lease could expire before `verdict` (when a renewal sent
+    /// now would be confirmed), so it must be declared lost now.
+    pub(crate) fn expires_before(&self, verdict: Instant) -> bool {
+        let s = self.lease.state.lock();
+        s.gen == self.gen && s.signal.until() <= verdict
+    }
+}
+
+// === impl Signal ===
+
+impl Signal {
+    pub(crate) fn new(until: Instant) -> Arc<Signal> {
+        Arc::new(Signal {
+            lost: AtomicBool::new(false),
+            until: Mutex::new(until),
+            notify: Notify::new(),
+        })
+    }
+
+    /// Lost: marked so, or the key may have expired.
+    pub(crate) fn is_lost(&self) -> bool {
+        self.is_lost_flag() || Instant::now() >= self.until()
+    }
+
+    fn is_lost_flag(&self) -> bool {
+        self.lost.load(Ordering::Acquire)
+    }
+
+    /// Completes when the signal is lost.
+    pub(crate) async fn lost(&self) {
+        loop {
+            let notified = self.notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.is_lost() {
+                return;
+            }
+            tokio::select! {
+                _ = notified => {}
+                _ = tokio::time::sleep_until(self.until()) => {}
+            }
+        }
+    }
+
+    pub(crate) fn mark_lost(&self) {
+        self.lost.store(true, Ordering::Release);
+        self.notify.notify_waiters();
+    }
+
+    pub(crate) fn until(&self) -> Instant {
+        *self.until.lock()
+    }
+
+    fn extend(&self, to: Instant) {
+        let mut until = self.until.lock();
+        if to > *until {
+            *until = to;
+        }
+    }
+
+    fn cut(&self, to: Instant) {
+        let mut until = self.until.lock();
+        if to < *until {
+            *until = to;
+            drop(until);
+            // `lost()` sleeps until the old deadline: wake it to re-check.
+            self.notify.notify_waiters();
+        }
+    }
+}

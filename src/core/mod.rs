@@ -1,0 +1,263 @@
+//! The engine: everything every primitive shares, and nothing that names a
+//! primitive.
+//!
+//! # The promise
+//!
+//! **While a guard or permit is not lost, nobody else holds what it
+//! holds** — on every path: unlock, drop, cancel, expiry, force-unlock,
+//! re-acquire, reconnect, restart, shutdown, runtime teardown. A primitive
+//! (the lock, and later the fair lock, read-write lock, semaphore …) is a
+//! thin facade: its Lua scripts, the keys and fields they use, and a
+//! [`Kind`](lease::Kind) telling the engine how to release and renew its
+//! holds. The engine does the rest:
+//!
+//! | module | what it does |
+//! | --- | --- |
+//! | `conn` | the command and subscriber connections: no blind re-sends, reconnect forever, a fresh connection for teardown |
+//! | `script` | script handles (source + SHA, reloaded only on `NOSCRIPT`); *latched* scripts, idempotent by request id |
+//! | `call` | a mutation run to a **definite** outcome: after a timeout or a dropped connection the same request is sent again; its reply, replayed by the latch if it had already run, is the truth |
+//! | `lease` | one record per (key, owner field): the hold count, the live holds' needs (watchdog or fixed deadline), incarnations, the turn, the lost signal |
+//! | `hold` | a hold's life: acquire under the turn, release on unlock or drop, calls abandoned mid-flight settled in the background |
+//! | `background` | work that outlives its caller; finished on a fresh connection if the runtime shuts down under it |
+//! | `watchdog` | one task per watchdog renews every lease in batches (per node on a cluster) and checks every lease after a reconnect |
+//! | `pubsub` | one subscription per channel per client; messages wake one, all or N local waiters |
+//! | `wait` | the one wait loop: try, subscribe, try, sleep until woken or the bound, repeat |
+//!
+//! # How a hold stays true
+//!
+//! * **The key outlives every live hold.** Acquires and renewals only raise
+//!   the key's TTL; a release sets it to the longest need of the holds that
+//!   remain. A guard's signal knows a lower bound of the key's expiry
+//!   (`until`, measured from when the command was *sent*) and reports lost
+//!   by itself once it passes.
+//! * **Nothing is counted twice or guessed.** Every mutation carries a
+//!   request id; unknown outcomes are resolved by re-sending it, and a copy
+//!   arriving late never runs again.
+//! * **A stale guard touches nothing.** When a field is found gone (a
+//!   re-acquire creates it anew, a release or renewal misses it) its
+//!   incarnation ends; guards of an ended incarnation give back nothing,
+//!   so they can never free a newer hold of the same owner.
+//! * **The client tells its holders first.** A successful acquire ends
+//!   every other local hold it excludes before the new guard is returned,
+//!   and after a reconnect every lease is checked at once.
+//! * **Nothing is left behind by leaving.** A dropped acquire settles its
+//!   call in the background; a dropped guard releases in the background; a
+//!   runtime shutting down under pending releases finishes them on a fresh
+//!   connection before it is gone; shutdown gives back every hold,
+//!   including one whose acquire completes while it drains.
+
+pub(crate) mod background;
+pub(crate) mod call;
+pub(crate) mod conn;
+pub(crate) mod hold;
+pub(crate) mod lease;
+pub(crate) mod pubsub;
+pub(crate) mod script;
+pub(crate) mod wait;
+pub(crate) mod watchdog;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use fred::interfaces::{ClientLike, EventInterface};
+use tokio::sync::broadcast::error::RecvError;
+
+use crate::error::{Error, Result};
+use background::Background;
+use conn::{Conn, Settings};
+use lease::Leases;
+use pubsub::PubSub;
+use watchdog::Watchdog;
+
+/// The engine of one client.
+#[derive(Debug)]
+pub(crate) struct Engine {
+    pub(crate) conn: Arc<Conn>,
+    pub(crate) pubsub: PubSub,
+    pub(crate) leases: Arc<Leases>,
+    pub(crate) background: Arc<Background>,
+    pub(crate) watchdog: Watchdog,
+    /// Longest a waiter sleeps without re-checking.
+    pub(crate) recheck_interval: Duration,
+    /// Replica acknowledgements required after each acquire, if any.
+    pub(crate) replicas: Option<ReplicaWait>,
+    /// Cleared when the runtime the client was built on shuts down.
+    runtime_alive: Arc<AtomicBool>,
+    shut_down: AtomicBool,
+}
+
+/// `WAIT` after each acquire.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ReplicaWait {
+    pub(crate) replicas: u32,
+    pub(crate) timeout: Duration,
+    /// Retry (as after a connection error) instead of failing at once.
+    pub(crate) retry: bool,
+}
+
+/// What the engine is built from.
+#[derive(Debug)]
+pub(crate) struct Options {
+    pub(crate) settings: Settings,
+    pub(crate) sharded: Option<bool>,
+    pub(crate) watchdog: Watchdog,
+    pub(crate) recheck_interval: Duration,
+    pub(crate) replicas: Option<ReplicaWait>,
+}
+
+/// Clears a flag when dropped (with the task holding it).
+struct ClearOnDrop(Arc<AtomicBool>);
+
+/// The longest lease accepted, about 34 years: Redis stores expiry times
+/// in milliseconds since the epoch and rejects overflowing ones.
+pub(crate) const MAX_LEASE: Duration = Duration::from_millis(1 << 40);
+
+/// A lease in whole milliseconds, validated.
+pub(crate) fn lease_millis(lease: Duration) -> Result<i64> {
+    if lease < Duration::from_millis(1) {
+        return Err(Error::invalid(format!("lease {lease:?} is under 1 ms")));
+    }
+    if lease > MAX_LEASE {
+        return Err(Error::invalid(format!(
+            "lease {lease:?} is over the maximum {MAX_LEASE:?}"
+        )));
+    }
+    Ok(lease.as_millis() as i64)
+}
+
+/// Redisson's `prefixName`: `prefix:{name}`, or `prefix:name` when the
+/// name already has braces, so the result shares the name's hash slot.
+pub(crate) fn prefix_name(prefix: &str, name: &str) -> String {
+    if name.contains('{') {
+        format!("{prefix}:{name}")
+    } else {
+        format!("{prefix}:{{{name}}}")
+    }
+}
+
+/// The latch key of `field` on `key` (see `call.rs`): in `key`'s slot.
+pub(crate) fn latch_key(key: &str, field: &str) -> fred::types::Key {
+    fred::types::Key::from(format!("{}:{field}", prefix_name("leasehold_latch", key)))
+}
+
+// === impl Engine ===
+
+impl Engine {
+    /// Connects and starts the engine's tasks on the current runtime.
+    ///
+    /// Cancel safe: dropped half-way, it closes what it had opened.
+    pub(crate) async fn start(options: Options) -> Result<Arc<Engine>> {
+        let runtime = tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
+        let (conn, subscriber) = Conn::connect(options.settings, options.sharded).await?;
+        let conn = Arc::new(conn);
+        let runtime_alive = Arc::new(AtomicBool::new(true));
+        let sentinel = ClearOnDrop(runtime_alive.clone());
+        runtime.spawn(async move {
+            let _sentinel = sentinel;
+            std::future::pending::<()>().await
+        });
+        let pubsub = PubSub::start(
+            subscriber,
+            conn.sharded,
+            conn.clustered.then(|| conn.redis.cluster_change_rx()),
+        );
+        let reconnects = conn.redis.reconnect_rx();
+        let engine = Arc::new(Engine {
+            background: Background::new(runtime.clone(), conn.clone()),
+            pubsub,
+            leases: Arc::default(),
+            watchdog: options.watchdog,
+            recheck_interval: options.recheck_interval,
+            replicas: options.replicas,
+            runtime_alive,
+            shut_down: AtomicBool::new(false),
+            conn,
+        });
+        runtime.spawn(check_on_reconnect(Arc::downgrade(&engine), reconnects));
+        Ok(engine)
+    }
+
+    /// Whether a call may proceed: the client is open, its runtime lives,
+    /// and the caller runs inside a tokio runtime.
+    pub(crate) fn check(&self) -> Result<()> {
+        if self.is_shut_down() {
+            return Err(Error::Shutdown);
+        }
+        if !self.runtime_alive.load(Ordering::Acquire) {
+            return Err(Error::RuntimeGone);
+        }
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(Error::NoRuntime);
+        }
+        Ok(())
+    }
+
+    pub(crate) fn is_shut_down(&self) -> bool {
+        self.shut_down.load(Ordering::SeqCst)
+    }
+
+    /// Gives back every hold, stops renewing, waits for background work,
+    /// closes the connections. Idempotent.
+    pub(crate) async fn shutdown(self: &Arc<Self>) -> Result<()> {
+        if self.shut_down.swap(true, Ordering::SeqCst) {
+            return Ok(());
+        }
+        self.pubsub.wake_all();
+        let drained = hold::drain(self).await;
+        let bound = self.conn.settings.command_timeout;
+        let _ = tokio::time::timeout(bound, self.background.idle()).await;
+        self.pubsub.quit().await;
+        let _ = self.conn.redis.quit().await;
+        drained
+    }
+
+    /// Closes the connections of a client dropped without `shutdown`.
+    pub(crate) fn close_in_background(&self) {
+        if self.is_shut_down() {
+            return;
+        }
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            let redis = self.conn.redis.clone();
+            let pubsub = self.pubsub.clone();
+            handle.spawn(async move {
+                pubsub.quit().await;
+                let _ = redis.quit().await;
+            });
+        }
+    }
+}
+
+impl Drop for ClearOnDrop {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
+}
+
+/// After every reconnect of the command connection, checks every lease the
+/// client holds (see `watchdog::check`).
+async fn check_on_reconnect(
+    engine: Weak<Engine>,
+    mut reconnects: tokio::sync::broadcast::Receiver<fred::types::config::Server>,
+) {
+    loop {
+        match reconnects.recv().await {
+            Ok(_) | Err(RecvError::Lagged(_)) => {}
+            Err(RecvError::Closed) => return,
+        }
+        let Some(engine) = engine.upgrade() else {
+            return;
+        };
+        if engine.is_shut_down() {
+            return;
+        }
+        let held = engine.leases.held();
+        if !held.is_empty() {
+            tracing::debug!(
+                leases = held.len(),
+                "command connection reconnected: checking every lease"
+            );
+            watchdog::check(held).await;
+        }
+    }
+}

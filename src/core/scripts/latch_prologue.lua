@@ -1,0 +1,32 @@
+-- latch prologue: makes a mutation idempotent by request id.
+--
+-- Prepended to every mutating script (see core/call.rs). The script's last
+-- key is its latch: a string "<rid>|<reply>" recording the last request
+-- this owner sent for this lock, kept for ARGV[#ARGV - 1] milliseconds.
+-- ARGV[#ARGV] is the request id (rid), which only grows for one latch.
+--
+--   * rid equals the recorded one: a re-send of a call that already ran.
+--     Its recorded reply is returned and nothing changes.
+--   * rid is older than the recorded one: a call that arrived after a newer
+--     one of the same owner ran (e.g. delayed in a proxy). It never runs;
+--     the reply is {rid, -1}.
+--   * otherwise the body runs (the function `body` the script defines; it
+--     returns an array of integers whose first is a status >= 0) and its
+--     reply, with the rid put in front, is recorded and returned.
+local latch_key = KEYS[#KEYS]
+local rid = ARGV[#ARGV]
+local latch = redis.call('get', latch_key)
+if latch then
+    local sep = string.find(latch, '|', 1, true)
+    local last = string.sub(latch, 1, sep - 1)
+    if last == rid then
+        local replay = {}
+        for n in string.gmatch(string.sub(latch, sep + 1), '[^,]+') do
+            replay[#replay + 1] = tonumber(n)
+        end
+        return replay
+    end
+    if tonumber(last) > tonumber(rid) then
+        return {tonumber(rid), -1}
+    end
+end

@@ -1,0 +1,147 @@
+//! The one wait loop every primitive waits with.
+//!
+//! 1. Try (the primitive's attempt: one latched script call).
+//! 2. Busy: subscribe to the primitive's channel (shared with every other
+//!    waiter of this client) and wait until Redis confirms it.
+//! 3. Try again: it catches a release published before step 2.
+//! 4. Sleep until woken by a message, or for `min(retry hint, time left,
+//!    recheck interval)`; then go to 3. A busy attempt with no known expiry
+//!    is re-checked every recheck interval, never waited on forever.
+//! 5. Leave: drop the subscription reference (the last one unsubscribes).
+//!
+//! A woken waiter holds its wake-up through its attempt and gives it up
+//! only when the attempt has concluded; a waiter dropped in between passes
+//! it on (see `pubsub.rs`). Connection errors while waiting are retried
+//! with back-off until the deadline (then the last one is returned);
+//! other errors end the wait at once.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::pubsub::Policy;
+use super::Engine;
+use crate::error::{Error, Result};
+
+/// One try's result.
+#[derive(Debug)]
+pub(crate) enum Step<T> {
+    Done(T),
+    /// Not this time; try again after about this long (`None`: no hint).
+    Busy(Option<Duration>),
+}
+
+/// First pause before retrying after a connection error while waiting.
+const RETRY_FIRST: Duration = Duration::from_millis(50);
+/// Longest pause between such retries.
+const RETRY_MAX: Duration = Duration::from_secs(1);
+
+/// Waits until `attempt` succeeds, for up to `wait` (`None`: forever;
+/// zero: one try). `Ok(None)` when the time ran out.
+///
+/// # Cancel safety
+///
+/// Cancel safe if `attempt` is: a dropped wait leaves the channel's queue,
+/// passes on a wake-up it held, and drops its subscription reference.
+pub(crate) async fn wait_for<T, F, Fut>(
+    engine: &Arc<Engine>,
+    channel: &Arc<str>,
+    policy: Policy,
+    wait: Option<Duration>,
+    mut attempt: F,
+) -> Result<Option<T>>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<Step<T>>>,
+{
+    let deadline = wait.and_then(|w| Instant::now().checked_add(w));
+    let once = wait == Some(Duration::ZERO);
+    let mut subscription: Option<super::pubsub::Subscription> = None;
+    let mut backoff = RETRY_FIRST;
+    loop {
+        engine.check()?;
+        let outcome = attempt().await;
+        if let Some(s) = &subscription {
+            s.consumed_by(&outcome);
+        }
+        let mut bound = engine.recheck_interval;
+        let last_error = match outcome {
+            Ok(Step::Done(value)) => return Ok(Some(value)),
+            Ok(Step::Busy(_)) if subscription.is_none() && !once => {
+                // Subscribe, then try again at once. A subscription that
+                // cannot be confirmed before the deadline (the subscriber
+                // is reconnecting) ends the wait.
+                let subscribing = Box::pin(engine.pubsub.subscribe(channel, policy));
+                let subscribed = match deadline {
+                    Some(d) => match tokio::time::timeout_at(d, subscribing).await {
+                        Ok(subscribed) => subscribed,
+                        Err(_) => return Ok(None),
+                    },
+                    None => subscribing.await,
+                };
+                match subscribed {
+                    Ok(s) => {
+                        subscription = Some(s);
+                        continue;
+                    }
+                    Err(e) if e.is_transient() => {
+                        bound = bound.min(backoff);
+                        backoff = (backoff * 2).min(RETRY_MAX);
+                        Some(e)
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            Ok(Step::Busy(retry)) => {
+                backoff = RETRY_FIRST;
+                if let Some(retry) = retry {
+                    bound = bound.min(retry);
+                }
+                None
+            }
+            Err(e) if retries(engine, &e) && !once => {
+                tracing::debug!(channel = %channel, error = %e, "retrying after a connection error");
+                bound = bound.min(backoff);
+                backoff = (backoff * 2).min(RETRY_MAX);
+                Some(e)
+            }
+            Err(e) => return Err(e),
+        };
+        if let Some(deadline) = deadline {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return last_error.map_or(Ok(None), Err);
+            }
+            bound = bound.min(left);
+        }
+        match &subscription {
+            Some(s) => {
+                if !s.wait(bound).await {
+                    s.refresh();
+                }
+            }
+            None => tokio::time::sleep(bound).await,
+        }
+    }
+}
+
+/// Whether the wait loop retries after `e` (until its deadline).
+fn retries(engine: &Engine, e: &Error) -> bool {
+    match e {
+        Error::ReplicasMissing { .. } => engine.replicas.is_some_and(|r| r.retry),
+        e => e.is_transient(),
+    }
+}
+
+impl super::pubsub::Subscription {
+    /// An attempt concluded: a wake-up it held is used up, unless the
+    /// attempt failed on the connection (then the waiter keeps trying, and
+    /// the wake-up with it).
+    fn consumed_by<T>(&self, outcome: &Result<Step<T>>) {
+        if outcome.is_ok() {
+            self.consumed();
+        }
+    }
+}

@@ -1,0 +1,613 @@
+//! Lease renewal: one registry and one task per [`Watchdog`] for every
+//! lease held through it, whatever the lock kind and client.
+//!
+//! # The cycle
+//!
+//! Every renew interval (default `timeout / 3`) the task takes a snapshot
+//! of the registry, groups the leases by connection, by the kind's renewal
+//! script and by where they live, and sends the batches all at once, each
+//! bounded by half the interval:
+//!
+//! * **A single server**: batches of up to `batch_size` leases.
+//! * **A Redis 7+ cluster**: one batch per *node* (`renew_node.lua`, which
+//!   declares `allow-cross-slot-keys`), so 10,000 leases spread over every
+//!   slot still cost about `leases / batch_size` calls per node. A node
+//!   batch that fails (a slot moved away meanwhile) is sent again as one
+//!   call per slot, all at once. Older servers get per-slot batches,
+//!   likewise sent concurrently.
+//!
+//! For each lease the reply says renewed or gone:
+//!
+//! * renewed: Redis keeps it at least until *send time* + `timeout`, and
+//!   the lease's signal learns so — unless an acquire or release of that
+//!   lease was sent meanwhile (it knows better);
+//! * gone: the field is missing; the lease's incarnation ends and its
+//!   guards are told, unless a newer acquire already replaced it;
+//! * no answer: if the lease could expire before the next cycle's verdict,
+//!   it is declared lost *now*, while Redis still keeps it (at least
+//!   `timeout / 6` before, with the default interval).
+//!
+//! # Reconnect checks
+//!
+//! After any reconnect of a client's command connection, [`check`] sends
+//! one batched renewal of every lease the client holds (fixed leases only
+//! checked, not extended): a server that restarted without persistence, or
+//! failed over, is noticed at once instead of at the next renewal.
+//!
+//! # Where the task runs
+//!
+//! Renewal tasks run on one small runtime of their own, on a thread named
+//! `leasehold-watchdog`, so a lease is renewed whichever runtime its client
+//! lives on, and the end of one runtime does not stop the renewal of
+//! another's leases. A lease whose client's runtime is gone fails to renew
+//! and is declared lost.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock, Weak};
+use std::time::Duration;
+
+use dashmap::DashMap;
+use fred::interfaces::ClientLike;
+use fred::types::config::Server;
+use fred::types::{ClusterHash, CustomCommand, Key, Value};
+use parking_lot::Mutex;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+use super::conn::Conn;
+use super::lease::{Lease, LeaseRef, Sent};
+use super::script::Script;
+use crate::error::{Error, Result};
+
+/// Renews the leases of locks taken without a fixed lease, in batches, and
+/// tells their guards when a lease is lost.
+///
+/// Every client uses the process-wide watchdog ([`Watchdog::global`]) unless
+/// its builder is given another one
+/// ([`ClientBuilder::watchdog`](crate::ClientBuilder::watchdog)) or its own
+/// timeout ([`ClientBuilder::watchdog_timeout`](crate::ClientBuilder::watchdog_timeout)).
+/// One watchdog runs one renewal task, started with its first lease, on a
+/// thread leasehold keeps for renewals.
+///
+/// Renewal runs every [`renew_interval`](Self::renew_interval) (default
+/// `timeout / 3`), each call bounded by half of it. A lease that cannot be
+/// confirmed in time is declared lost while Redis still keeps it: with the
+/// default interval, at least `timeout / 6` before it could expire.
+///
+/// # Example
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use leasehold::{Client, Watchdog};
+///
+/// # async fn f() -> leasehold::Result<()> {
+/// // Configure the process-wide watchdog once, before any client uses it.
+/// Watchdog::new(Duration::from_secs(20))?.with_batch_size(500)?.set_global()?;
+/// let a = Client::connect("redis://127.0.0.1:6379").await?;
+/// let b = Client::connect("redis://127.0.0.1:6380").await?;
+/// assert_eq!(a.watchdog().timeout(), Duration::from_secs(20));
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct Watchdog {
+    inner: Arc<Inner>,
+}
+
+/// How one kind of lease is renewed.
+#[derive(Debug)]
+pub(crate) struct Renewal {
+    /// Declared keys, one hash slot per call: `[ttl, …]` + one entry per
+    /// lease (see `entry`); replies with the indices of gone entries.
+    pub(crate) slot: &'static Script,
+    /// Keys as arguments, every slot of one node per call (Redis 7+
+    /// clusters), same reply.
+    pub(crate) node: Option<&'static Script>,
+    /// Adds one lease's entry: to the keys and arguments of a slot call
+    /// (`node == false`), or to the arguments of a node call.
+    pub(crate) entry: fn(&Lease, &mut Vec<Key>, &mut Vec<Value>, bool),
+}
+
+#[derive(Debug)]
+struct Inner {
+    timeout: Duration,
+    interval: Duration,
+    batch_size: usize,
+    /// Registered leases, by address. Changed by `register` / `deregister`
+    /// (through the lease, which keeps its own `registered` flag).
+    leases: DashMap<usize, Arc<Lease>>,
+    /// The renewal task, started with the first lease.
+    task: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// Renewal script calls sent so far.
+    calls: AtomicU64,
+}
+
+/// Where a batch goes.
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+enum Target {
+    Server,
+    Slot(u16),
+    Node(Server),
+}
+
+/// Default number of leases renewed by one script call.
+pub(crate) const DEFAULT_BATCH_SIZE: usize = 1000;
+/// Default watchdog timeout (Redisson's `lockWatchdogTimeout`).
+pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+/// The shortest timeout accepted.
+const MIN_TIMEOUT: Duration = Duration::from_millis(30);
+
+static GLOBAL: OnceLock<Watchdog> = OnceLock::new();
+
+// === impl Watchdog ===
+
+impl Watchdog {
+    /// A watchdog that keeps leases for `timeout` and renews them every
+    /// `timeout / 3`.
+    ///
+    /// Returns [`Error::InvalidArgument`] if `timeout` is under 30 ms or
+    /// over about 34 years.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let wd = leasehold::Watchdog::new(Duration::from_secs(30)).unwrap();
+    /// assert_eq!(wd.timeout(), Duration::from_secs(30));
+    /// assert!(leasehold::Watchdog::new(Duration::ZERO).is_err());
+    /// ```
+    pub fn new(timeout: Duration) -> Result<Watchdog> {
+        if timeout < MIN_TIMEOUT {
+            return Err(Error::invalid(format!(
+                "watchdog timeout {timeout:?} is under the minimum {MIN_TIMEOUT:?}"
+            )));
+        }
+        super::lease_millis(timeout)?;
+        Ok(Watchdog {
+            inner: Arc::new(Inner {
+                timeout,
+                interval: timeout / 3,
+                batch_size: DEFAULT_BATCH_SIZE,
+                leases: DashMap::new(),
+                task: Mutex::new(None),
+                calls: AtomicU64::new(0),
+            }),
+        })
+    }
+
+    /// The process-wide watchdog every client uses by default: the one
+    /// given to [`set_global`](Self::set_global), or one with a 30 s
+    /// timeout, made at the first call.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// let wd = leasehold::Watchdog::global();
+    /// assert!(wd.timeout() >= std::time::Duration::from_millis(30));
+    /// ```
+    pub fn global() -> Watchdog {
+        GLOBAL
+            .get_or_init(|| {
+                Watchdog::new(DEFAULT_TIMEOUT)
+                    .unwrap_or_else(|_| unreachable!("the default timeout is valid"))
+            })
+            .clone()
+    }
+
+    /// Makes this the process-wide watchdog. Call it once, before any
+    /// client is built without a watchdog of its own (that is when the
+    /// global one is first used); afterwards it fails with
+    /// [`Error::InvalidArgument`] and changes nothing.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let wd = leasehold::Watchdog::new(Duration::from_secs(12)).unwrap().set_global().unwrap();
+    /// assert_eq!(leasehold::Watchdog::global().timeout(), Duration::from_secs(12));
+    /// // A second configuration is refused.
+    /// assert!(leasehold::Watchdog::new(Duration::from_secs(60)).unwrap().set_global().is_err());
+    /// ```
+    pub fn set_global(self) -> Result<Watchdog> {
+        let mut installed = false;
+        let global = GLOBAL.get_or_init(|| {
+            installed = true;
+            self.clone()
+        });
+        if installed {
+            Ok(self)
+        } else {
+            Err(Error::invalid(format!(
+                "the process-wide watchdog is already set (timeout {:?}): configure it once, before the first client is built",
+                global.timeout()
+            )))
+        }
+    }
+
+    /// Sets how many leases one renewal script call carries (default
+    /// 1000). Must be called before the watchdog is shared.
+    ///
+    /// Returns [`Error::InvalidArgument`] for 0, or if the watchdog is
+    /// already shared (cloned or in use).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let wd = leasehold::Watchdog::new(Duration::from_secs(30)).unwrap()
+    ///     .with_batch_size(200).unwrap();
+    /// assert_eq!(wd.batch_size(), 200);
+    /// ```
+    pub fn with_batch_size(mut self, batch_size: usize) -> Result<Watchdog> {
+        if batch_size == 0 {
+            return Err(Error::invalid("watchdog batch size must be at least 1"));
+        }
+        self.configure()?.batch_size = batch_size;
+        Ok(self)
+    }
+
+    /// Sets how often leases are renewed (default `timeout / 3`). It must
+    /// leave room for a failed renewal to be retried before the lease
+    /// expires: at most `timeout / 2`, and at least 10 ms.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let wd = leasehold::Watchdog::new(Duration::from_secs(30)).unwrap()
+    ///     .with_renew_interval(Duration::from_secs(5)).unwrap();
+    /// assert_eq!(wd.renew_interval(), Duration::from_secs(5));
+    /// assert!(leasehold::Watchdog::new(Duration::from_secs(30)).unwrap()
+    ///     .with_renew_interval(Duration::from_secs(20)).is_err());
+    /// ```
+    pub fn with_renew_interval(mut self, interval: Duration) -> Result<Watchdog> {
+        let timeout = self.inner.timeout;
+        if interval > timeout / 2 || interval < Duration::from_millis(10) {
+            return Err(Error::invalid(format!(
+                "renew interval {interval:?} must be between 10 ms and half the timeout ({:?})",
+                timeout / 2
+            )));
+        }
+        self.configure()?.interval = interval;
+        Ok(self)
+    }
+
+    fn configure(&mut self) -> Result<&mut Inner> {
+        Arc::get_mut(&mut self.inner)
+            .ok_or_else(|| Error::invalid("configure the watchdog before sharing it"))
+    }
+
+    /// How long a renewed lease lasts in Redis.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// let wd = leasehold::Watchdog::new(Duration::from_secs(9)).unwrap();
+    /// assert_eq!(wd.timeout(), Duration::from_secs(9));
+    /// ```
+    pub fn timeout(&self) -> Duration {
+        self.inner.timeout
+    }
+
+    /// How often leases are renewed (default `timeout / 3`).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// let wd = leasehold::Watchdog::new(Duration::from_secs(30)).unwrap();
+    /// assert_eq!(wd.renew_interval(), Duration::from_secs(10));
+    /// ```
+    pub fn renew_interval(&self) -> Duration {
+        self.inner.interval
+    }
+
+    /// Leases per renewal script call.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// let wd = leasehold::Watchdog::new(Duration::from_secs(30)).unwrap();
+    /// assert_eq!(wd.batch_size(), 1000);
+    /// ```
+    pub fn batch_size(&self) -> usize {
+        self.inner.batch_size
+    }
+
+    /// Number of leases being renewed (one per owner and lock, however
+    /// many reentrant holds).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// let wd = leasehold::Watchdog::new(Duration::from_secs(30)).unwrap();
+    /// assert_eq!(wd.lease_count(), 0);
+    /// ```
+    pub fn lease_count(&self) -> usize {
+        self.inner.leases.len()
+    }
+
+    /// Renewal script calls sent since the watchdog was made.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// let wd = leasehold::Watchdog::new(Duration::from_secs(30)).unwrap();
+    /// assert_eq!(wd.renewal_calls(), 0);
+    /// ```
+    pub fn renewal_calls(&self) -> u64 {
+        self.inner.calls.load(Ordering::Relaxed)
+    }
+
+    /// Starts renewing `lease`.
+    pub(crate) fn register(&self, lease: Arc<Lease>) {
+        self.inner
+            .leases
+            .insert(Arc::as_ptr(&lease) as usize, lease);
+        self.start_task();
+    }
+
+    /// Stops renewing `lease`.
+    pub(crate) fn deregister(&self, lease: &Lease) {
+        self.inner.leases.remove(&(lease as *const Lease as usize));
+    }
+
+    fn start_task(&self) {
+        let mut task = self.inner.task.lock();
+        if task.as_ref().map_or(true, |t| t.is_finished()) {
+            *task = Some(renewal_runtime().spawn(run(Arc::downgrade(&self.inner))));
+        }
+    }
+}
+
+/// The runtime renewal tasks run on: one thread for the process.
+fn renewal_runtime() -> &'static tokio::runtime::Handle {
+    static RUNTIME: OnceLock<tokio::runtime::Handle> = OnceLock::new();
+    RUNTIME.get_or_init(|| {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .thread_name("leasehold-watchdog")
+            .build()
+            .unwrap_or_else(|e| panic!("leasehold: cannot build the watchdog runtime: {e}"));
+        let handle = runtime.handle().clone();
+        std::thread::Builder::new()
+            .name("leasehold-watchdog".into())
+            .spawn(move || runtime.block_on(std::future::pending::<()>()))
+            .unwrap_or_else(|e| panic!("leasehold: cannot start the watchdog thread: {e}"));
+        handle
+    })
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.get_mut().take() {
+            task.abort();
+        }
+    }
+}
+
+/// The renewal task: holds only a weak handle, so it ends with the
+/// watchdog.
+async fn run(inner: Weak<Inner>) {
+    let Some(interval) = inner.upgrade().map(|i| i.interval) else {
+        return;
+    };
+    let mut ticker = tokio::time::interval_at(Instant::now() + interval, interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticker.tick().await;
+        let Some(inner) = inner.upgrade() else { return };
+        let leases: Vec<Sent> = inner.leases.iter().map(|l| l.value().snapshot()).collect();
+        let calls = renew(leases, inner.timeout, inner.interval, inner.batch_size).await;
+        inner.calls.fetch_add(calls, Ordering::Relaxed);
+    }
+}
+
+/// Checks every lease of `leases` at once (after a reconnect): watchdog
+/// leases are renewed, fixed ones only checked; the ones gone are lost.
+pub(crate) async fn check(leases: Vec<LeaseRef>) -> u64 {
+    let Some(first) = leases.first() else {
+        return 0;
+    };
+    let watchdog = first.watchdog.clone();
+    let interval = watchdog.inner.interval;
+    let batch = watchdog.inner.batch_size;
+    let sent: Vec<Sent> = leases.iter().map(|l| l.lease().snapshot()).collect();
+    // Fixed leases: TTL 0 (check only); watchdog leases: renewed.
+    let (watched, fixed): (Vec<Sent>, Vec<Sent>) = sent
+        .into_iter()
+        .partition(|s| !s.lease.renew_ttl().is_zero());
+    let (a, b) = tokio::join!(
+        renew(watched, watchdog.timeout(), interval, batch),
+        renew(fixed, Duration::ZERO, interval, batch)
+    );
+    a + b
+}
+
+/// Renews (or, with `ttl` 0, checks) `leases` in batches; returns the
+/// number of script calls sent.
+async fn renew(leases: Vec<Sent>, ttl: Duration, interval: Duration, batch: usize) -> u64 {
+    let mut groups: HashMap<(u64, usize, Target), Vec<Sent>> = HashMap::new();
+    for sent in leases {
+        let lease = &sent.lease;
+        let renewal = lease.kind.renewal();
+        let target = target(&lease.conn, &lease.key, renewal);
+        groups
+            .entry((lease.conn.id, renewal as *const Renewal as usize, target))
+            .or_default()
+            .push(sent);
+    }
+    let mut calls = 0;
+    let mut batches = JoinSet::new();
+    for ((_, _, target), leases) in groups {
+        let mut leases = leases.into_iter().peekable();
+        while leases.peek().is_some() {
+            let chunk: Vec<Sent> = leases.by_ref().take(batch).collect();
+            calls += 1;
+            batches.spawn(send_batch(chunk, target.clone(), ttl, interval));
+        }
+    }
+    while let Some(done) = batches.join_next().await {
+        calls += done.unwrap_or(0);
+    }
+    calls
+}
+
+fn target(conn: &Conn, key: &Key, renewal: &Renewal) -> Target {
+    if !conn.clustered {
+        return Target::Server;
+    }
+    let slot = key.cluster_hash();
+    match (conn.script_flags, renewal.node) {
+        (true, Some(_)) => conn.node_of(slot).map_or(Target::Slot(slot), Target::Node),
+        _ => Target::Slot(slot),
+    }
+}
+
+/// Sends one batch (one connection, one renewal kind, one target); returns
+/// the extra calls sent when a node batch had to be split per slot.
+async fn send_batch(batch: Vec<Sent>, target: Target, ttl: Duration, interval: Duration) -> u64 {
+    let call_timeout = interval / 2;
+    let first = batch[0].lease.clone();
+    let renewal = first.kind.renewal();
+    let conn = &first.conn;
+    let node_call = matches!(target, Target::Node(_));
+    let mut keys = Vec::with_capacity(if node_call { 0 } else { batch.len() });
+    let mut args: Vec<Value> = Vec::with_capacity(1 + batch.len() * if node_call { 2 } else { 1 });
+    args.push(Value::Integer(ttl.as_millis().min(i64::MAX as u128) as i64));
+    for sent in &batch {
+        (renewal.entry)(&sent.lease, &mut keys, &mut args, node_call);
+    }
+    let sent_at = Instant::now();
+    let reply = tokio::time::timeout(call_timeout, async {
+        match (&target, renewal.node) {
+            (Target::Node(_), Some(script)) => {
+                run_on_node(conn, script, batch[0].lease.key.cluster_hash(), args).await
+            }
+            _ => renewal.slot.run::<Vec<i64>>(&conn.redis, keys, args).await,
+        }
+    })
+    .await;
+    match reply {
+        Ok(Ok(gone)) => {
+            let mut gone = gone.into_iter().peekable();
+            for (i, sent) in batch.iter().enumerate() {
+                if gone.peek() == Some(&(i as i64 + 1)) {
+                    gone.next();
+                    sent.gone();
+                } else {
+                    sent.renewed(sent_at, ttl);
+                }
+            }
+            0
+        }
+        Ok(Err(e)) if node_call => {
+            tracing::debug!(error = %e, leases = batch.len(), "node batch failed: renewing per slot");
+            split_per_slot(batch, ttl, interval, sent_at + call_timeout).await
+        }
+        other => {
+            let why = match other {
+                Ok(Err(e)) => e.to_string(),
+                _ => "renewal timed out".to_owned(),
+            };
+            tracing::warn!(error = %why, leases = batch.len(), "lease renewal failed");
+            give_up(&batch, sent_at, interval);
+            0
+        }
+    }
+}
+
+/// A node batch that failed, sent again as one call per slot, all at once,
+/// within what is left of the call's time.
+async fn split_per_slot(
+    batch: Vec<Sent>,
+    ttl: Duration,
+    interval: Duration,
+    until: Instant,
+) -> u64 {
+    let mut slots: HashMap<u16, Vec<Sent>> = HashMap::new();
+    for sent in batch {
+        slots
+            .entry(sent.lease.key.cluster_hash())
+            .or_default()
+            .push(sent);
+    }
+    let calls = slots.len() as u64;
+    let left = until.saturating_duration_since(Instant::now());
+    let mut set = JoinSet::new();
+    for (slot, leases) in slots {
+        set.spawn(async move {
+            let sent_at = Instant::now();
+            let renewal = leases[0].lease.kind.renewal();
+            let conn = leases[0].lease.conn.clone();
+            let mut keys = Vec::with_capacity(leases.len());
+            let mut args = vec![Value::Integer(ttl.as_millis().min(i64::MAX as u128) as i64)];
+            for sent in &leases {
+                (renewal.entry)(&sent.lease, &mut keys, &mut args, false);
+            }
+            let _ = slot;
+            let reply =
+                tokio::time::timeout(left, renewal.slot.run::<Vec<i64>>(&conn.redis, keys, args))
+                    .await;
+            match reply {
+                Ok(Ok(gone)) => {
+                    let mut gone = gone.into_iter().peekable();
+                    for (i, sent) in leases.iter().enumerate() {
+                        if gone.peek() == Some(&(i as i64 + 1)) {
+                            gone.next();
+                            sent.gone();
+                        } else {
+                            sent.renewed(sent_at, ttl);
+                        }
+                    }
+                }
+                _ => give_up(&leases, sent_at, interval),
+            }
+        });
+    }
+    while set.join_next().await.is_some() {}
+    calls
+}
+
+/// A renewal that got no answer: leases that would not outlive the next
+/// cycle's verdict (with some slack for a late tick) are declared lost
+/// now, while Redis still keeps them.
+fn give_up(batch: &[Sent], sent_at: Instant, interval: Duration) {
+    let next_verdict = sent_at + interval + interval / 2 + interval / 4;
+    for sent in batch {
+        if sent.expires_before(next_verdict) {
+            sent.lease
+                .declare_lost("renewal could not be confirmed in time");
+        }
+    }
+}
+
+/// `EVALSHA` of `script` routed to the node serving `slot`, with no
+/// declared keys (the keys are arguments).
+async fn run_on_node(
+    conn: &Conn,
+    script: &Script,
+    slot: u16,
+    args: Vec<Value>,
+) -> std::result::Result<Vec<i64>, fred::error::Error> {
+    let command = || CustomCommand::new_static("EVALSHA", ClusterHash::Custom(slot), false);
+    let mut full = Vec::with_capacity(args.len() + 2);
+    full.push(Value::from(script.sha1()));
+    full.push(Value::Integer(0));
+    full.extend(args);
+    match conn
+        .redis
+        .custom::<Vec<i64>, Value>(command(), full.clone())
+        .await
+    {
+        Err(e) if e.details().starts_with("NOSCRIPT") => {
+            script.load(&conn.redis).await?;
+            conn.redis.custom(command(), full).await
+        }
+        other => other,
+    }
+}

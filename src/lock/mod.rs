@@ -1,0 +1,728 @@
+//! The reentrant lock (Redisson `RLock`) and its guard.
+//!
+//! # Keys, channel and scripts
+//!
+//! Lock `name` (after the client's key prefix) is a Redis hash at `name`.
+//! Each holder is a field `<client-uuid>:<owner-id>` (see [`Owner`]) whose
+//! value is its hold count. Unlocks are announced with the message `0` on
+//! `redisson_lock__channel:{name}` (Redisson's rule: no braces are added to
+//! a name that has some). The hash is changed only by the scripts beside
+//! this file — `acquire.lua`, `release.lua` (latched: idempotent by request
+//! id, see `core/call.rs`), `force_unlock.lua` — and renewed by
+//! `renew.lua` / `renew_node.lua`. Each latched call also keeps a small
+//! latch key `leasehold_latch:{name}:<field>` for 30 s.
+//!
+//! # Waiting, dropping, cancelling
+//!
+//! Waiting is the engine's wait loop (`core/wait.rs`): try, subscribe, try,
+//! sleep until an unlock message (one local waiter per message) or the
+//! lock's TTL, repeat. Every acquire and release runs under the engine's
+//! rules (`core/hold.rs`): a dropped acquire holds nothing, a dropped guard
+//! releases in the background, a stale guard gives back nothing, and the
+//! key never expires before the owner's longest live hold.
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use fred::interfaces::{HashesInterface, KeysInterface};
+use fred::types::{Key, Value};
+use tokio::time::Instant;
+
+use crate::client::Client;
+use crate::core::call::Call;
+use crate::core::hold::{self, Attempt, Hold, Request};
+use crate::core::lease::{AcquireReply, Kind, Lease, LeaseInit, LeaseRef, ReleaseReply, Term};
+use crate::core::pubsub::wake_one;
+use crate::core::script::Script;
+use crate::core::wait::{self, Step};
+use crate::core::watchdog::Renewal;
+use crate::core::{latch_key, lease_millis, prefix_name};
+use crate::error::{Error, Result};
+use crate::owner::Owner;
+
+/// A reentrant distributed lock, by name. Cheap to clone; nothing is sent
+/// until a method is called.
+///
+/// Locks are held by an [`Owner`] (by default the current tokio task), and
+/// the same owner can take the same lock again: each acquire adds a hold,
+/// each guard gives one back, and the lock is free when the count reaches
+/// zero. Read the [`Owner`] docs before using locks inside `join!` or
+/// `select!`: futures joined in one task share one owner.
+///
+/// A lock taken with [`lock`](Lock::lock), [`try_lock`](Lock::try_lock) or
+/// [`try_lock_for`](Lock::try_lock_for) keeps a lease of the watchdog
+/// timeout that the [`Watchdog`](crate::Watchdog) renews while the guard
+/// lives; the `_with_lease` variants set a fixed lease that is never
+/// renewed. Holds of one owner share the key: it lives as long as the
+/// longest of them needs.
+///
+/// Waiters of one client are woken one at a time, oldest first. Across
+/// clients there is no queue: every client wakes its oldest waiter and they
+/// race, so the lock is not fair between processes.
+///
+/// # Example
+///
+/// ```no_run
+/// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+/// let lock = client.lock("orders:42");
+/// let outer = lock.lock().await?;
+/// let inner = lock.lock().await?; // same task: re-enters
+/// assert_eq!(lock.hold_count().await?, 2);
+/// inner.unlock().await?;
+/// outer.unlock().await?;
+/// assert!(!lock.is_locked().await?);
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct Lock {
+    client: Client,
+    name: Arc<str>,
+    key_str: Arc<str>,
+    key: Key,
+    channel: Arc<str>,
+    channel_key: Key,
+}
+
+/// One hold on a [`Lock`], released when dropped.
+///
+/// The guard carries its owner, so it can be moved to and unlocked from
+/// any task. [`unlock`](LockGuard::unlock) releases and reports the
+/// outcome; dropping releases in the background. Either way the lease stops
+/// being renewed at once.
+///
+/// [`is_lost`](LockGuard::is_lost) and [`lost`](LockGuard::lost) tell the
+/// holder when the lease is gone (another process may then hold the lock):
+/// when a renewal finds the lock gone or cannot be confirmed in time, when
+/// the key may have expired (the longest of the owner's holds ran out), or
+/// when this client sees the lock taken by another owner, force-unlocked,
+/// or gone after a reconnect.
+///
+/// A guard bound to `_` (`let _ = lock.lock().await?`) is dropped at once,
+/// releasing the lock: bind it to a name (`let _guard = …`).
+///
+/// # Example
+///
+/// ```no_run
+/// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+/// let guard = client.lock("orders:42").lock().await?;
+/// tokio::select! {
+///     _ = guard.lost() => eprintln!("lease lost: abandon the work"),
+///     _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => guard.unlock().await?,
+/// }
+/// # Ok(()) }
+/// ```
+#[must_use = "a dropped guard releases the lock at once: bind it to a name (`let _guard = …`), not `_`"]
+#[clippy::has_significant_drop]
+#[derive(Debug)]
+pub struct LockGuard {
+    /// Gives the hold back when dropped (see `core::hold`).
+    hold: Hold,
+    lock: Lock,
+    owner: Owner,
+}
+
+/// The lock's scripts, hashed once per process.
+#[derive(Debug)]
+struct Scripts {
+    /// Take or re-enter. Latched: re-sent with the same request id.
+    acquire: Script,
+    /// Give back holds; publishes the unlock message when freed. Latched.
+    release: Script,
+    /// Delete whoever holds it. Not retried.
+    force_unlock: Script,
+    /// The watchdog's batches: per slot, and per node (Redis 7 clusters).
+    renew: Script,
+    renew_node: Script,
+}
+
+/// The engine's view of the lock's holds.
+#[derive(Debug)]
+struct LockKind;
+
+/// Tells a lock's leases from other primitives' on the same key.
+const TAG: u8 = 1;
+
+fn scripts() -> &'static Scripts {
+    static SCRIPTS: OnceLock<Scripts> = OnceLock::new();
+    SCRIPTS.get_or_init(|| Scripts {
+        acquire: Script::latched("lock.acquire", include_str!("scripts/acquire.lua")),
+        release: Script::latched("lock.release", include_str!("scripts/release.lua")),
+        force_unlock: Script::plain(
+            "lock.force_unlock",
+            include_str!("scripts/force_unlock.lua"),
+        ),
+        renew: Script::plain("lock.renew", include_str!("scripts/renew.lua")),
+        renew_node: Script::plain("lock.renew_node", include_str!("scripts/renew_node.lua")),
+    })
+}
+
+/// Renewal of hash-field leases (Redisson's `LockTask`).
+pub(crate) fn hash_renewal() -> &'static Renewal {
+    static RENEWAL: OnceLock<Renewal> = OnceLock::new();
+    RENEWAL.get_or_init(|| Renewal {
+        slot: &scripts().renew,
+        node: Some(&scripts().renew_node),
+        entry: |lease, keys, args, node| {
+            if node {
+                args.push(Value::Bytes(lease.key.inner().clone()));
+            } else {
+                keys.push(lease.key.clone());
+            }
+            args.push(Value::String(lease.field.clone()));
+        },
+    })
+}
+
+/// The acquire and release scripts exactly as sent, for the bare-fred
+/// baselines of `benches/` and `compare/`.
+pub(crate) fn script_sources() -> (&'static str, &'static str) {
+    (scripts().acquire.source(), scripts().release.source())
+}
+
+// === impl Client ===
+
+impl Client {
+    /// A handle to the lock called `name` (the key prefix is added). Cheap;
+    /// nothing is sent until it is used. An empty name is reported as
+    /// [`Error::InvalidArgument`] by every call on the lock.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+    /// let lock = client.lock("orders:42");
+    /// assert_eq!(lock.name(), "orders:42");
+    /// # Ok(()) }
+    /// ```
+    pub fn lock(&self, name: &str) -> Lock {
+        let key = self.key(name);
+        let channel = prefix_name("redisson_lock__channel", &key);
+        Lock {
+            client: self.clone(),
+            name: name.into(),
+            key: Key::from(key.as_str()),
+            key_str: key.into(),
+            channel_key: Key::from(channel.as_str()),
+            channel: channel.into(),
+        }
+    }
+}
+
+// === impl Lock ===
+
+impl Lock {
+    /// The name given to [`Client::lock`] (without the key prefix).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # fn f(client: leasehold::Client) {
+    /// assert_eq!(client.lock("a").name(), "a");
+    /// # }
+    /// ```
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The Redis key of the lock hash (prefix included).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # fn f(client: leasehold::Client) {
+    /// let key = client.lock("a").key().to_owned();
+    /// # }
+    /// ```
+    pub fn key(&self) -> &str {
+        &self.key_str
+    }
+
+    /// The unlock channel: `redisson_lock__channel:{<key>}`, or
+    /// `redisson_lock__channel:<key>` if the key contains `{` (Redisson's
+    /// rule; key and channel then share the hash tag already in the key).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # fn f(client: leasehold::Client) {
+    /// assert!(client.lock("a").channel().starts_with("redisson_lock__channel:{"));
+    /// # }
+    /// ```
+    pub fn channel(&self) -> &str {
+        &self.channel
+    }
+
+    /// Waits until the lock is held by the current owner, with a lease the
+    /// watchdog renews while the guard lives.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a dropped future holds nothing. If an acquire it sent
+    /// succeeds after it was dropped, the hold is given back at once; its
+    /// subscription reference is released and an unused wake-up is passed
+    /// to the next waiter. It loses only its place in the local queue.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+    /// let guard = client.lock("orders:42").lock().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn lock(&self) -> Result<LockGuard> {
+        self.acquire(None, None).await.map(must_acquire)
+    }
+
+    /// Like [`lock`](Self::lock), with a fixed `lease`: the lock expires
+    /// `lease` after it was taken unless unlocked before; it is never
+    /// renewed. [`Error::InvalidArgument`] if `lease` is under 1 ms.
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`lock`](Self::lock).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+    /// let guard = client.lock("report").lock_with_lease(Duration::from_secs(10)).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn lock_with_lease(&self, lease: Duration) -> Result<LockGuard> {
+        self.acquire(Some(lease), None).await.map(must_acquire)
+    }
+
+    /// Takes the lock if it is free (or already held by the current owner),
+    /// without waiting. `Ok(None)` if someone else holds it.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: if the future is dropped while the acquire is in
+    /// flight and it succeeds, the hold is given back at once.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+    /// match client.lock("orders:42").try_lock().await? {
+    ///     Some(guard) => { /* got it */ guard.unlock().await? }
+    ///     None => { /* busy */ }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn try_lock(&self) -> Result<Option<LockGuard>> {
+        self.acquire(None, Some(Duration::ZERO)).await
+    }
+
+    /// Waits up to `wait` for the lock. `Ok(None)` if it was not acquired
+    /// in time. `Duration::MAX` waits forever.
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`lock`](Self::lock).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+    /// if let Some(guard) = client.lock("orders:42").try_lock_for(Duration::from_millis(500)).await? {
+    ///     guard.unlock().await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn try_lock_for(&self, wait: Duration) -> Result<Option<LockGuard>> {
+        self.acquire(None, Some(wait)).await
+    }
+
+    /// Waits until `deadline` for the lock. `Ok(None)` if it was not
+    /// acquired in time.
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`lock`](Self::lock).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+    /// let deadline = tokio::time::Instant::now() + Duration::from_secs(1);
+    /// let guard = client.lock("orders:42").try_lock_until(deadline).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn try_lock_until(&self, deadline: Instant) -> Result<Option<LockGuard>> {
+        let wait = deadline.saturating_duration_since(Instant::now());
+        self.acquire(None, Some(wait)).await
+    }
+
+    /// Waits up to `wait` for the lock, then holds it with a fixed `lease`
+    /// (never renewed). `Ok(None)` if it was not acquired in time.
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`lock`](Self::lock).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+    /// let lock = client.lock("orders:42");
+    /// let guard = lock.try_lock_with_lease(Duration::from_secs(1), Duration::from_secs(10)).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn try_lock_with_lease(
+        &self,
+        wait: Duration,
+        lease: Duration,
+    ) -> Result<Option<LockGuard>> {
+        self.acquire(Some(lease), Some(wait)).await
+    }
+
+    /// Whether anyone holds the lock.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe (a read).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+    /// let busy = client.lock("orders:42").is_locked().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn is_locked(&self) -> Result<bool> {
+        self.check()?;
+        let n: i64 = self.redis().exists(self.key.clone()).await?;
+        Ok(n > 0)
+    }
+
+    /// Whether the current owner ([`Owner::current`]) holds the lock.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe (a read).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+    /// let lock = client.lock("orders:42");
+    /// let g = lock.lock().await?;
+    /// assert!(lock.is_held_by_current_task().await?);
+    /// # Ok(()) }
+    /// ```
+    pub async fn is_held_by_current_task(&self) -> Result<bool> {
+        Ok(self.hold_count().await? > 0)
+    }
+
+    /// How many holds the current owner has on the lock (0 if none).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe (a read).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+    /// let lock = client.lock("orders:42");
+    /// assert_eq!(lock.hold_count().await?, 0);
+    /// # Ok(()) }
+    /// ```
+    pub async fn hold_count(&self) -> Result<u32> {
+        self.check()?;
+        let field = self.client.field(Owner::current().id(), "");
+        let count: Option<i64> = self.redis().hget(self.key.clone(), field).await?;
+        Ok(count.unwrap_or(0).clamp(0, u32::MAX as i64) as u32)
+    }
+
+    /// The lock's remaining lease, or `None` if it is not held or has no
+    /// expiry.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe (a read).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+    /// let left = client.lock("orders:42").remaining_lease().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn remaining_lease(&self) -> Result<Option<Duration>> {
+        self.check()?;
+        let ttl: i64 = self.redis().pttl(self.key.clone()).await?;
+        Ok((ttl >= 0).then(|| Duration::from_millis(ttl as u64)))
+    }
+
+    /// Deletes the lock whoever holds it, and wakes its waiters. Returns
+    /// whether there was a lock to delete. Guards of this client's holders
+    /// report `lost` at once; guards in other clients at their watchdog's
+    /// next renewal (or when their fixed lease ends).
+    ///
+    /// # Cancel safety
+    ///
+    /// If the future is dropped, the delete may or may not have happened.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+    /// let was_locked = client.lock("orders:42").force_unlock().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn force_unlock(&self) -> Result<bool> {
+        self.check()?;
+        let engine = self.client.engine();
+        let deleted: i64 = scripts()
+            .force_unlock
+            .run(
+                &engine.conn.redis,
+                vec![self.key.clone(), self.channel_key.clone()],
+                vec!["0".into(), engine.conn.publish_command().into()],
+            )
+            .await?;
+        if deleted == 1 {
+            engine.leases.key_gone(&self.key, "force-unlocked");
+        }
+        Ok(deleted == 1)
+    }
+
+    fn redis(&self) -> &fred::clients::Client {
+        &self.client.engine().conn.redis
+    }
+
+    fn check(&self) -> Result<()> {
+        self.client.engine().check()?;
+        if self.name.is_empty() {
+            return Err(Error::invalid("lock name is empty"));
+        }
+        Ok(())
+    }
+
+    /// This lock's lease for `owner` in the client's table.
+    fn lease(&self, owner: Owner) -> LeaseRef {
+        let engine = self.client.engine();
+        engine.leases.get(
+            &engine.conn,
+            &engine.watchdog,
+            &self.key,
+            owner.id(),
+            TAG,
+            || {
+                let field = self.client.field(owner.id(), "");
+                LeaseInit {
+                    kind: &LockKind,
+                    latch: latch_key(&self.key_str, &field),
+                    field: field.into(),
+                    channel: self.channel_key.clone(),
+                }
+            },
+        )
+    }
+
+    /// The wait loop (see the module docs). `wait: None` waits forever.
+    async fn acquire(
+        &self,
+        lease: Option<Duration>,
+        wait: Option<Duration>,
+    ) -> Result<Option<LockGuard>> {
+        self.check()?;
+        let engine = self.client.engine();
+        let lease_ms = lease_millis(lease.unwrap_or(engine.watchdog.timeout()))?;
+        let owner = Owner::current();
+        let lease_ref = self.lease(owner);
+        let hold = wait::wait_for(engine, &self.channel, wake_one, wait, || {
+            Box::pin(self.attempt(&lease_ref, lease.is_some(), lease_ms))
+        })
+        .await?;
+        Ok(hold.map(|hold| LockGuard {
+            hold,
+            lock: self.clone(),
+            owner,
+        }))
+    }
+
+    /// One acquire. Cancel safe (see `core::hold::acquire`).
+    async fn attempt(&self, lease: &LeaseRef, fixed: bool, lease_ms: i64) -> Result<Step<Hold>> {
+        let engine = self.client.engine();
+        let ttl = Duration::from_millis(lease_ms as u64);
+        let attempt = hold::acquire(engine, lease, |rid| Request {
+            call: Call::new(
+                &engine.conn,
+                &scripts().acquire,
+                vec![lease.key.clone()],
+                vec![lease_ms.into(), Value::String(lease.field.clone())],
+                &lease.latch,
+                rid,
+            ),
+            term: if fixed {
+                Term::Fixed(Instant::now() + ttl)
+            } else {
+                Term::Watchdog
+            },
+            ttl,
+        })
+        .await?;
+        Ok(match attempt {
+            Attempt::Held(hold) => Step::Done(hold),
+            Attempt::Busy(retry) => Step::Busy(retry),
+        })
+    }
+}
+
+fn must_acquire(guard: Option<LockGuard>) -> LockGuard {
+    // `acquire` with no deadline only returns once it holds the lock.
+    guard.unwrap_or_else(|| unreachable!("acquire without a deadline returned no guard"))
+}
+
+// === impl LockGuard ===
+
+impl LockGuard {
+    /// Releases this hold and reports the outcome. The lease stops being
+    /// renewed at once.
+    ///
+    /// Returns [`Error::NotHeld`] (changing nothing) if the lease was
+    /// already lost, so a lock now held by someone else is left alone.
+    ///
+    /// # Cancel safety
+    ///
+    /// If this future is dropped, the hold is still given back (in the
+    /// background, or settled by a background task if the release was
+    /// already sent); only the outcome is not reported. Called outside a
+    /// tokio runtime it returns [`Error::NoRuntime`] and gives the hold back
+    /// in the background, as a drop does.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+    /// let guard = client.lock("orders:42").lock().await?;
+    /// guard.unlock().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn unlock(self) -> Result<()> {
+        let name = self.lock.key_str.to_string();
+        match self.hold.release().await {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(Error::NotHeld { name }),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Whether the lease is known to be lost (see the type docs).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+    /// let guard = client.lock("orders:42").lock().await?;
+    /// assert!(!guard.is_lost());
+    /// # Ok(()) }
+    /// ```
+    pub fn is_lost(&self) -> bool {
+        self.hold.is_lost()
+    }
+
+    /// Completes when the lease is lost: at once if it already is.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only watches.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+    /// let guard = client.lock("orders:42").lock().await?;
+    /// tokio::select! {
+    ///     _ = guard.lost() => { /* stop writing */ }
+    ///     _ = async { /* work */ } => {}
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn lost(&self) {
+        self.hold.lost().await
+    }
+
+    /// The lock this guard holds.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+    /// let guard = client.lock("orders:42").lock().await?;
+    /// assert_eq!(guard.lock().name(), "orders:42");
+    /// # Ok(()) }
+    /// ```
+    pub fn lock(&self) -> &Lock {
+        &self.lock
+    }
+
+    /// The owner the hold belongs to.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+    /// let guard = client.lock("orders:42").lock().await?;
+    /// assert_eq!(guard.owner(), leasehold::Owner::current());
+    /// # Ok(()) }
+    /// ```
+    pub fn owner(&self) -> Owner {
+        self.owner
+    }
+}
+
+// === impl LockKind ===
+
+impl Kind for LockKind {
+    fn release_call(&self, lease: &Lease, count: u32, ttl_ms: i64, rid: u64) -> Call {
+        Call::new(
+            &lease.conn,
+            &scripts().release,
+            vec![lease.key.clone(), lease.channel.clone()],
+            vec![
+                ttl_ms.into(),
+                Value::String(lease.field.clone()),
+                i64::from(count).into(),
+                lease.conn.publish_command().into(),
+            ],
+            &lease.latch,
+            rid,
+        )
+    }
+
+    fn acquire_reply(&self, reply: &[i64]) -> AcquireReply {
+        match reply {
+            [1, count, ..] => AcquireReply::Held((*count).clamp(1, u32::MAX as i64) as u32),
+            [_, ttl, ..] if *ttl >= 0 => {
+                AcquireReply::Busy(Some(Duration::from_millis(*ttl as u64 + 1)))
+            }
+            _ => AcquireReply::Busy(None),
+        }
+    }
+
+    fn release_reply(&self, reply: &[i64]) -> ReleaseReply {
+        match reply.first() {
+            Some(1) => ReleaseReply::Remaining,
+            Some(2) => ReleaseReply::Freed,
+            _ => ReleaseReply::NotHeld,
+        }
+    }
+
+    fn renewal(&self) -> &'static Renewal {
+        hash_renewal()
+    }
+
+    fn excludes(&self, _mine: &Lease, _other: &Lease) -> bool {
+        // A plain lock's hash holds one owner's field at a time: whoever
+        // else this client counted on the key is gone.
+        true
+    }
+}

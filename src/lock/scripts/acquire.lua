@@ -1,0 +1,28 @@
+-- acquire: take (or re-enter) a reentrant lock, Redisson RLock layout.
+--
+-- KEYS[1]  the lock hash
+-- KEYS[2]  the latch of this owner on this lock (see core/scripts/latch_prologue.lua)
+-- ARGV[1]  lease in milliseconds
+-- ARGV[2]  owner field: "<client-uuid>:<owner-id>"
+-- ARGV[3]  latch TTL in milliseconds
+-- ARGV[4]  request id
+--
+-- Reply (after the rid the latch puts in front): {1, count} when the caller
+-- now holds the lock (its hold count, now `count`, went up by one), or
+-- {0, pttl}: someone else holds it for pttl more milliseconds (-1: the key
+-- has no expiry). The key's TTL is raised to the lease, never lowered:
+-- the lock must not expire before the longest live hold of the owner.
+--
+-- Retry policy: idempotent by request id; re-sent with the same rid until
+-- a reply arrives (core/call.rs).
+local function body()
+    if (redis.call('exists', KEYS[1]) == 0)
+        or (redis.call('hexists', KEYS[1], ARGV[2]) == 1) then
+        local count = redis.call('hincrby', KEYS[1], ARGV[2], 1)
+        if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
+            redis.call('pexpire', KEYS[1], ARGV[1])
+        end
+        return {1, count}
+    end
+    return {0, redis.call('pttl', KEYS[1])}
+end

@@ -1,0 +1,32 @@
+-- release: give back holds of a reentrant lock, Redisson RLock layout.
+--
+-- KEYS[1]  the lock hash
+-- KEYS[2]  the unlock channel: "redisson_lock__channel:{<name>}"
+-- KEYS[3]  the latch of this owner on this lock
+-- ARGV[1]  TTL in milliseconds the key keeps while holds remain: the
+--          longest deadline of the owner's remaining live holds
+-- ARGV[2]  owner field
+-- ARGV[3]  how many holds to give back (1; all of them on shutdown)
+-- ARGV[4]  "publish", or "spublish" for sharded pub/sub on a cluster
+-- ARGV[5]  latch TTL in milliseconds
+-- ARGV[6]  request id
+--
+-- Reply (after the rid): {0} the field is missing (the caller does not
+-- hold the lock; nothing changed), {1, left} holds remain, {2} the lock
+-- was freed: key deleted and "0" published, as Redisson's unlock does.
+--
+-- Retry policy: idempotent by request id (a re-send never gives back a
+-- hold twice).
+local function body()
+    if redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
+        return {0}
+    end
+    local left = redis.call('hincrby', KEYS[1], ARGV[2], -tonumber(ARGV[3]))
+    if left > 0 then
+        redis.call('pexpire', KEYS[1], ARGV[1])
+        return {1, left}
+    end
+    redis.call('del', KEYS[1])
+    redis.call(ARGV[4], KEYS[2], '0')
+    return {2}
+end

@@ -1,0 +1,210 @@
+//! Ordinary exits and runtimes must not leave a lock held for a full lease
+//! (issue 9, hole 5): a guard dropped as `main` returns, a lock call polled
+//! outside a tokio runtime, a client used after its runtime is gone.
+
+use leasehold_testkit as support;
+
+use std::future::Future;
+use std::pin::pin;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake};
+use std::time::Duration;
+
+use leasehold::{Client, Error};
+use support::fixture::{calls, exists};
+use support::RedisServer;
+
+const CHILD_URL: &str = "LEASEHOLD_EXIT_URL";
+const CHILD_KEY: &str = "LEASEHOLD_EXIT_KEY";
+
+/// Not a test: the body of a child process. Connects, takes the lock named
+/// by the parent, and returns while holding it, so the guard (then the
+/// client, then the runtime) is dropped exactly as when a
+/// `#[tokio::main]` function returns (`#[tokio::test]` expands to the same
+/// `Runtime::block_on`). No `shutdown()`.
+async fn child_body() {
+    let (Ok(url), Ok(key)) = (std::env::var(CHILD_URL), std::env::var(CHILD_KEY)) else {
+        return;
+    };
+    let client = Client::connect(&url).await.unwrap();
+    let guard = client.lock(&key).lock().await.unwrap();
+    assert!(!guard.is_lost());
+    // Returning drops `guard`, then `client`, then the runtime.
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "child process of guard_dropped_as_main_returns_is_released"]
+async fn child_exit_multi_thread() {
+    child_body().await;
+}
+
+#[tokio::test]
+#[ignore = "child process of guard_dropped_as_main_returns_is_released"]
+async fn child_exit_current_thread() {
+    child_body().await;
+}
+
+/// Runs the child `test` once with lock `key`; returns when it has exited.
+fn run_child(server: &RedisServer, test: &str, key: &str) {
+    let status = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", test, "--ignored", "--quiet"])
+        .env(CHILD_URL, server.url())
+        .env(CHILD_KEY, key)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .status()
+        .expect("re-exec the test binary");
+    assert!(status.success(), "child {test} failed: {status}");
+}
+
+/// Hole 5a. 60 processes (both runtime flavors) each take a lock and return
+/// from their async `main` with the guard alive and without `shutdown()`.
+/// The moment each process has exited, its lock must be free: the release
+/// may not race the runtime's teardown.
+#[test]
+fn guard_dropped_as_main_returns_is_released() {
+    const RUNS: usize = 60;
+    const PARALLEL: usize = 4;
+    let server = Arc::new(RedisServer::start());
+    let mut held = Vec::new();
+    let workers: Vec<_> = (0..PARALLEL)
+        .map(|w| {
+            let server = server.clone();
+            std::thread::spawn(move || {
+                let mut held = Vec::new();
+                for run in (w..RUNS).step_by(PARALLEL) {
+                    let key = format!("exit:{run}");
+                    let test = if run % 2 == 0 {
+                        "child_exit_multi_thread"
+                    } else {
+                        "child_exit_current_thread"
+                    };
+                    run_child(&server, test, &key);
+                    if exists(&server, &key) {
+                        held.push(format!(
+                            "{key} ({test}): PTTL {}",
+                            server.cmd(&["PTTL", &key])
+                        ));
+                    }
+                }
+                held
+            })
+        })
+        .collect();
+    for w in workers {
+        held.extend(w.join().unwrap());
+    }
+    assert!(
+        held.is_empty(),
+        "{} of {RUNS} locks still held after their process exited: {held:#?}",
+        held.len()
+    );
+}
+
+/// Polls `fut` to completion on the current thread with no tokio runtime.
+fn block_on_without_runtime<F: Future>(fut: F) -> F::Output {
+    struct Unpark(std::thread::Thread);
+    impl Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = Arc::new(Unpark(std::thread::current())).into();
+    let mut cx = Context::from_waker(&waker);
+    let mut fut = pin!(fut);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Poll::Ready(out) = fut.as_mut().poll(&mut cx) {
+            return out;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "hung outside a runtime"
+        );
+        std::thread::park_timeout(Duration::from_millis(50));
+    }
+}
+
+/// Hole 5b. Lock calls polled by an executor that is not tokio (here a
+/// bare `block_on`) fail with `Error::NoRuntime` before anything is sent:
+/// no panic, no script, no lock left held.
+#[test]
+fn lock_polled_outside_a_runtime_fails_before_sending() {
+    let server = RedisServer::start();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let client = rt.block_on(Client::connect(&server.url())).unwrap();
+    let lock = client.lock("outside");
+    let scripts = calls(&server, "evalsha");
+
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        (
+            block_on_without_runtime(lock.lock()),
+            block_on_without_runtime(lock.try_lock()),
+            block_on_without_runtime(lock.try_lock_for(Duration::from_millis(100))),
+            block_on_without_runtime(lock.lock_with_lease(Duration::from_secs(30))),
+        )
+    }));
+    let (a, b, c, d) = outcome.expect("a lock call outside a runtime panicked");
+    assert!(matches!(a, Err(Error::NoRuntime)), "lock(): {a:?}");
+    assert!(matches!(b, Err(Error::NoRuntime)), "try_lock(): {b:?}");
+    assert!(matches!(c, Err(Error::NoRuntime)), "try_lock_for(): {c:?}");
+    assert!(
+        matches!(d, Err(Error::NoRuntime)),
+        "lock_with_lease(): {d:?}"
+    );
+    assert_eq!(calls(&server, "evalsha"), scripts, "a script was sent");
+    assert!(!exists(&server, "outside"), "the lock is held");
+
+    // A guard taken inside the runtime and unlocked outside it: the hold
+    // is still given back (in the background, through the client's runtime).
+    let guard = rt.block_on(lock.lock()).unwrap();
+    let unlocked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        block_on_without_runtime(guard.unlock())
+    }))
+    .expect("unlock outside a runtime panicked");
+    assert!(
+        matches!(unlocked, Err(Error::NoRuntime)),
+        "unlock(): {unlocked:?}"
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while exists(&server, "outside") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the hold was not given back"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    rt.block_on(client.shutdown()).unwrap();
+}
+
+/// Hole 5c. The client's runtime is dropped and the client is then used
+/// from another runtime: every call fails at once with a clear error
+/// instead of hanging, and nothing is held.
+#[test]
+fn client_used_after_its_runtime_is_gone_fails_at_once() {
+    let server = RedisServer::start();
+    let first = tokio::runtime::Runtime::new().unwrap();
+    let client = first.block_on(Client::connect(&server.url())).unwrap();
+    drop(first);
+
+    let second = tokio::runtime::Runtime::new().unwrap();
+    let outcome = second.block_on(async {
+        tokio::time::timeout(Duration::from_secs(20), async {
+            let lock = client.lock("orphaned-runtime");
+            (
+                lock.lock().await,
+                lock.try_lock().await,
+                lock.is_locked().await,
+            )
+        })
+        .await
+    });
+    let (a, b, c) = outcome.expect("a call on a client whose runtime is gone hung");
+    assert!(matches!(a, Err(Error::RuntimeGone)), "lock(): {a:?}");
+    assert!(matches!(b, Err(Error::RuntimeGone)), "try_lock(): {b:?}");
+    assert!(matches!(c, Err(Error::RuntimeGone)), "is_locked(): {c:?}");
+    assert!(!exists(&server, "orphaned-runtime"));
+    second.block_on(async { client.shutdown().await }).unwrap();
+}
