@@ -269,6 +269,15 @@ impl Handle {
         }
     }
 
+    /// Watchdog renewal script calls this handle's client sent so far (0
+    /// for contenders without a watchdog).
+    pub fn renewal_calls(&self) -> u64 {
+        match self {
+            Handle::Leasehold(c) => c.watchdog().renewal_calls(),
+            _ => 0,
+        }
+    }
+
     pub async fn close(&self) {
         match self {
             Handle::Leasehold(c) => {

@@ -5,13 +5,17 @@
 //! `cargo run --release -p leasehold-compare` prints markdown tables and
 //! writes `docs/handoff-latency.svg`. `LEASEHOLD_COMPARE_QUICK=1` shortens
 //! every phase and runs fewer rounds (for development; numbers are then
-//! noisier).
+//! noisier). The Python peer runs from `compare/.venv`, which the report
+//! creates when it is missing (see `python.rs`).
 
 use leasehold_testkit::server;
 
 mod contender;
+mod hot;
+mod json;
 mod monitor;
 mod plot;
+mod python;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -32,6 +36,9 @@ struct Plan {
     phase: Duration,
     /// Interleaved rounds of the 64-task throughput phase.
     rounds: usize,
+    /// Window and interleaved rounds of the 32-client hot lock.
+    hot_window: Duration,
+    hot_rounds: usize,
     handoff_rounds: usize,
     handoff_limit: Duration,
     exclusion_per_task: u64,
@@ -108,6 +115,8 @@ async fn run() {
             uncontended_ops: 300,
             phase: Duration::from_millis(700),
             rounds: 3,
+            hot_window: Duration::from_millis(700),
+            hot_rounds: 3,
             handoff_rounds: 30,
             handoff_limit: Duration::from_secs(4),
             exclusion_per_task: 3,
@@ -120,6 +129,8 @@ async fn run() {
             uncontended_ops: 3000,
             phase: Duration::from_secs(3),
             rounds: 5,
+            hot_window: Duration::from_secs(3),
+            hot_rounds: 5,
             handoff_rounds: 201,
             handoff_limit: Duration::from_secs(30),
             exclusion_per_task: 10,
@@ -130,6 +141,10 @@ async fn run() {
             waiters_window_leasehold: Duration::from_secs(40),
         }
     };
+    let python = python::prepare();
+    if let Err(why) = &python {
+        eprintln!("python-redis-lock skipped: {why}");
+    }
     let server = RedisServer::start();
     let url = server.url();
     eprintln!(
@@ -196,6 +211,14 @@ async fn run() {
         eprintln!("[hot lock] {}", kind.label());
         row.hot = bounded(hot(*kind, &url, plan)).await;
     }
+    let hot32 = hot::run(
+        &server,
+        &python,
+        plan.hot_window,
+        plan.hot_rounds,
+        SCENARIO_LIMIT,
+    )
+    .await;
     for (kind, row) in rows.iter_mut().filter(|(k, _)| k.waits()) {
         eprintln!("[exclusion] {}", kind.label());
         row.exclusion = Some(
@@ -210,6 +233,7 @@ async fn run() {
     }
 
     report(&ping, &rows, plan, [&single, &multi]);
+    hot::report(&hot32, plan.hot_rounds, plan.hot_window, &python);
     waiters_report(&rows, plan);
     let series: Vec<(&str, Vec<f64>)> = rows
         .iter()
@@ -725,7 +749,7 @@ fn report(ping: &Stats, rows: &[(Kind, Row)], plan: Plan, pairs: [&Multi; 2]) {
 }
 
 /// "median (min–max)" of per-round values.
-fn spread(v: &[f64], decimals: usize) -> String {
+pub fn spread(v: &[f64], decimals: usize) -> String {
     if v.is_empty() {
         return "n/a".into();
     }
