@@ -12,6 +12,40 @@ use fred::types::{Builder, Expiration, SetOptions, Value};
 /// leasehold's own scripts: the raw-fred baseline sends exactly these.
 const ACQUIRE_LUA: &str = include_str!("../../src/scripts/acquire.lua");
 const RELEASE_LUA: &str = include_str!("../../src/scripts/release.lua");
+
+/// The keys and arguments leasehold sends with those two scripts (see
+/// `acquire` and `run_release` in `src/holds.rs`), for the raw-fred
+/// baseline on one client or several. If leasehold's arguments change,
+/// change them here: every raw-fred row follows.
+mod raw_args {
+    use super::LEASE;
+
+    /// `acquire.lua`: KEYS = [lock], ARGV = [lease ms, owner field].
+    pub fn acquire(name: &str, field: &str) -> (Vec<String>, Vec<String>) {
+        (
+            vec![name.to_owned()],
+            vec![LEASE.as_millis().to_string(), field.to_owned()],
+        )
+    }
+
+    /// `release.lua`: KEYS = [lock, unlock channel], ARGV = [lease ms,
+    /// owner field, unlock message, holds given back, publish command].
+    pub fn release(name: &str, field: &str) -> (Vec<String>, Vec<String>) {
+        (
+            vec![
+                name.to_owned(),
+                format!("redisson_lock__channel:{{{name}}}"),
+            ],
+            vec![
+                LEASE.as_millis().to_string(),
+                field.to_owned(),
+                "0".into(),
+                "1".into(),
+                "publish".into(),
+            ],
+        )
+    }
+}
 /// Compare-and-delete, the usual unlock of a `SET NX PX` lock.
 const POLL_UNLOCK_LUA: &str =
     "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0";
@@ -165,12 +199,9 @@ impl Handle {
                     .map(|t| t.to_string())
                     .unwrap_or_default();
                 let field = format!("{id}:{task}");
+                let (keys, args) = raw_args::acquire(name, &field);
                 let reply: Value = redis
-                    .evalsha(
-                        acquire.as_str(),
-                        name,
-                        vec![LEASE.as_millis().to_string(), field.clone()],
-                    )
+                    .evalsha(acquire.as_str(), keys, args)
                     .await
                     .expect("raw acquire");
                 assert!(
@@ -219,19 +250,9 @@ impl Handle {
                 g.unlock().await.expect("leasehold unlock")
             }
             (Handle::RawFred { redis, release, .. }, Guard::RawFred { key, field }) => {
-                let channel = format!("redisson_lock__channel:{{{key}}}");
+                let (keys, args) = raw_args::release(&key, &field);
                 let freed: Option<i64> = redis
-                    .evalsha(
-                        release.as_str(),
-                        vec![key, channel],
-                        vec![
-                            LEASE.as_millis().to_string(),
-                            field,
-                            "0".into(),
-                            "1".into(),
-                            "publish".into(),
-                        ],
-                    )
+                    .evalsha(release.as_str(), keys, args)
                     .await
                     .expect("raw release");
                 assert!(freed.is_some(), "raw release of a lock not held");
@@ -245,6 +266,15 @@ impl Handle {
             (Handle::Rslock(_), Guard::Rslock(g)) => g.release().await,
             (Handle::Rlock(_), Guard::Rlock(mut g)) => g.release().await.expect("rlock release"),
             _ => unreachable!("guard of another contender"),
+        }
+    }
+
+    /// Watchdog renewal script calls this handle's client sent so far (0
+    /// for contenders without a watchdog).
+    pub fn renewal_calls(&self) -> u64 {
+        match self {
+            Handle::Leasehold(c) => c.watchdog().renewal_calls(),
+            _ => 0,
         }
     }
 

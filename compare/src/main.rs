@@ -4,13 +4,18 @@
 //!
 //! `cargo run --release -p leasehold-compare` prints markdown tables and
 //! writes `docs/handoff-latency.svg`. `LEASEHOLD_COMPARE_QUICK=1` shortens
-//! every phase (for development; numbers are then noisier).
+//! every phase and runs fewer rounds (for development; numbers are then
+//! noisier). The Python peer runs from `compare/.venv`, which the report
+//! creates when it is missing (see `python.rs`).
 
 use leasehold_testkit::server;
 
 mod contender;
+mod hot;
+mod json;
 mod monitor;
 mod plot;
+mod python;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -29,6 +34,11 @@ use server::RedisServer;
 struct Plan {
     uncontended_ops: usize,
     phase: Duration,
+    /// Interleaved rounds of the 64-task throughput phase.
+    rounds: usize,
+    /// Window and interleaved rounds of the 32-client hot lock.
+    hot_window: Duration,
+    hot_rounds: usize,
     handoff_rounds: usize,
     handoff_limit: Duration,
     exclusion_per_task: u64,
@@ -38,8 +48,6 @@ struct Plan {
 }
 
 const TASKS: usize = 64;
-/// Interleaved rounds of the 64-task throughput phase.
-const ROUNDS: usize = 5;
 const CLIENTS: usize = 4;
 /// Every scenario is abandoned after this, and reported as incomplete.
 const SCENARIO_LIMIT: Duration = Duration::from_secs(90);
@@ -106,6 +114,9 @@ async fn run() {
         Plan {
             uncontended_ops: 300,
             phase: Duration::from_millis(700),
+            rounds: 3,
+            hot_window: Duration::from_millis(700),
+            hot_rounds: 3,
             handoff_rounds: 30,
             handoff_limit: Duration::from_secs(4),
             exclusion_per_task: 3,
@@ -117,6 +128,9 @@ async fn run() {
         Plan {
             uncontended_ops: 3000,
             phase: Duration::from_secs(3),
+            rounds: 5,
+            hot_window: Duration::from_secs(3),
+            hot_rounds: 5,
             handoff_rounds: 201,
             handoff_limit: Duration::from_secs(30),
             exclusion_per_task: 10,
@@ -127,6 +141,10 @@ async fn run() {
             waiters_window_leasehold: Duration::from_secs(40),
         }
     };
+    let python = python::prepare();
+    if let Err(why) = &python {
+        eprintln!("python-redis-lock skipped: {why}");
+    }
     let server = RedisServer::start();
     let url = server.url();
     eprintln!(
@@ -147,14 +165,32 @@ async fn run() {
         eprintln!("[uncontended] {}", kind.label());
         uncontended(*kind, &server, plan, row).await;
     }
-    // 64-task throughput: interleaved rounds, median (the VM is noisy)
+    // 64-task throughput: interleaved rounds, median (the VM is noisy).
+    // Every contender on one client, then leasehold and raw fred on
+    // CLIENTS clients (the pair's order alternates every round).
     let mut rates: Vec<Vec<f64>> = vec![Vec::new(); rows.len()];
-    for round in 0..ROUNDS {
+    let mut multi = Multi::default();
+    for round in 0..plan.rounds {
         eprintln!("[throughput, 64 tasks] round {}", round + 1);
         for (i, (kind, _)) in rows.iter().enumerate() {
-            rates[i].push(throughput(*kind, &url, plan.phase / 3, round).await);
+            rates[i].push(throughput(*kind, &url, plan.phase / 3, round, 1).await);
+        }
+        let mut pair = [Kind::Leasehold, Kind::RawFred];
+        if round % 2 == 1 {
+            pair.reverse();
+        }
+        for kind in pair {
+            let rate = throughput(kind, &url, plan.phase / 3, round, CLIENTS).await;
+            match kind {
+                Kind::Leasehold => multi.leasehold.push(rate),
+                _ => multi.raw.push(rate),
+            }
         }
     }
+    let single = Multi {
+        leasehold: rates[index(&rows, Kind::Leasehold)].clone(),
+        raw: rates[index(&rows, Kind::RawFred)].clone(),
+    };
     for ((_, row), r) in rows.iter_mut().zip(&rates) {
         row.ops_64 = Some(Stats::of(r).p50);
         row.ops_64_range = Some((
@@ -175,6 +211,14 @@ async fn run() {
         eprintln!("[hot lock] {}", kind.label());
         row.hot = bounded(hot(*kind, &url, plan)).await;
     }
+    let hot32 = hot::run(
+        &server,
+        &python,
+        plan.hot_window,
+        plan.hot_rounds,
+        SCENARIO_LIMIT,
+    )
+    .await;
     for (kind, row) in rows.iter_mut().filter(|(k, _)| k.waits()) {
         eprintln!("[exclusion] {}", kind.label());
         row.exclusion = Some(
@@ -188,7 +232,9 @@ async fn run() {
         row.waiters = waiters(*kind, &server, plan).await;
     }
 
-    report(&ping, &rows, plan);
+    report(&ping, &rows, plan, [&single, &multi]);
+    hot::report(&hot32, plan.hot_rounds, plan.hot_window, &python);
+    waiters_report(&rows, plan);
     let series: Vec<(&str, Vec<f64>)> = rows
         .iter()
         .filter_map(|(k, r)| r.handoff.as_ref().map(|h| (k.label(), h.clone())))
@@ -263,18 +309,35 @@ async fn uncontended(kind: Kind, server: &RedisServer, plan: Plan, row: &mut Row
     h.close().await;
 }
 
-/// Uncontended lock + unlock from 64 tasks (one name each) on one client,
-/// for `phase`; ops/s.
-async fn throughput(kind: Kind, url: &str, phase: Duration, round: usize) -> f64 {
-    let h = Handle::connect(kind, url).await;
+/// Per-round 64-task throughput of leasehold and raw fred (lock + unlock
+/// pairs/s), round `i` of both measured back to back.
+#[derive(Default)]
+struct Multi {
+    leasehold: Vec<f64>,
+    raw: Vec<f64>,
+}
+
+fn index(rows: &[(Kind, Row)], kind: Kind) -> usize {
+    rows.iter()
+        .position(|(k, _)| *k == kind)
+        .expect("contender")
+}
+
+/// Uncontended lock + unlock from 64 tasks (one name each) on `clients`
+/// clients (task t on client t % clients), for `phase`; ops/s.
+async fn throughput(kind: Kind, url: &str, phase: Duration, round: usize, clients: usize) -> f64 {
+    let mut handles = Vec::with_capacity(clients);
+    for _ in 0..clients {
+        handles.push(Handle::connect(kind, url).await);
+    }
     let ops = Arc::new(AtomicU64::new(0));
     let mut tasks = JoinSet::new();
     let deadline = Instant::now() + phase;
     let start = Instant::now();
     for t in 0..TASKS {
-        let h = h.clone();
+        let h = handles[t % clients].clone();
         let ops = ops.clone();
-        let name = format!("uc64:{}:{round}:{t}", kind.short());
+        let name = format!("uc64:{}:{clients}:{round}:{t}", kind.short());
         tasks.spawn(async move {
             while Instant::now() < deadline {
                 let g = h.lock(&name).await;
@@ -285,7 +348,9 @@ async fn throughput(kind: Kind, url: &str, phase: Duration, round: usize) -> f64
     }
     while tasks.join_next().await.is_some() {}
     let rate = ops.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64();
-    h.close().await;
+    for h in &handles {
+        h.close().await;
+    }
     rate
 }
 
@@ -559,7 +624,7 @@ fn fmt_opt<T>(v: &Option<T>, f: impl Fn(&T) -> String) -> String {
     v.as_ref().map(f).unwrap_or_else(|| "n/a".to_owned())
 }
 
-fn report(ping: &Stats, rows: &[(Kind, Row)], plan: Plan) {
+fn report(ping: &Stats, rows: &[(Kind, Row)], plan: Plan, pairs: [&Multi; 2]) {
     let raw = rows
         .iter()
         .find(|(k, _)| *k == Kind::RawFred)
@@ -575,7 +640,7 @@ fn report(ping: &Stats, rows: &[(Kind, Row)], plan: Plan) {
     );
 
     println!("## Uncontended lock + unlock (distinct names)\n");
-    println!("| contender | requests / op (MONITOR) | p50 µs | p99 µs | p50 / PING | ops/s, 1 task | ops/s, 64 tasks: median of 5 (min–max) | × raw fred @64 (medians) |");
+    println!("| contender | requests / op (MONITOR) | p50 µs | p99 µs | p50 / PING | ops/s, 1 task | ops/s, 64 tasks on 1 client: median of {} (min–max) | × raw fred @64 (medians) |", plan.rounds);
     println!("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |");
     for (kind, r) in rows {
         let ratio = match (r.ops_64, raw.and_then(|r| r.ops_64)) {
@@ -594,6 +659,31 @@ fn report(ping: &Stats, rows: &[(Kind, Row)], plan: Plan) {
                 "{m:.0} ({lo:.0}–{hi:.0})"
             )),
             ratio
+        );
+    }
+
+    println!(
+        "\n## Uncontended throughput, 64 tasks: leasehold against raw fred (the same two EVALSHA), {} interleaved rounds\n",
+        plan.rounds
+    );
+    println!("| clients (64 tasks, one name each) | leasehold pairs/s: median (min–max) | raw fred pairs/s: median (min–max) | leasehold / raw fred, per round | median of the ratios |");
+    println!("| --- | ---: | ---: | --- | ---: |");
+    for (clients, m) in [1, CLIENTS].into_iter().zip(pairs) {
+        let ratios: Vec<f64> = m.leasehold.iter().zip(&m.raw).map(|(a, b)| a / b).collect();
+        println!(
+            "| {clients} | {} | {} | {} | {} |",
+            spread(&m.leasehold, 0),
+            spread(&m.raw, 0),
+            ratios
+                .iter()
+                .map(|r| format!("{r:.2}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            if ratios.is_empty() {
+                "n/a".to_owned()
+            } else {
+                format!("{:.2}", Stats::of(&ratios).p50)
+            }
         );
     }
 
@@ -656,7 +746,23 @@ fn report(ping: &Stats, rows: &[(Kind, Row)], plan: Plan) {
             r.exclusion.clone().unwrap_or_else(|| "n/a".into())
         );
     }
+}
 
+/// "median (min–max)" of per-round values.
+pub fn spread(v: &[f64], decimals: usize) -> String {
+    if v.is_empty() {
+        return "n/a".into();
+    }
+    let lo = v.iter().copied().fold(f64::MAX, f64::min);
+    let s = Stats::of(v);
+    format!("{:.d$} ({lo:.d$}–{:.d$})", s.p50, s.max, d = decimals)
+}
+
+fn waiters_report(rows: &[(Kind, Row)], plan: Plan) {
+    let poll100 = rows
+        .iter()
+        .find(|(k, _)| *k == Kind::Poll100)
+        .map(|(_, r)| r);
     println!(
         "\n## Load caused by {} tasks (4 clients) waiting on a held lock\n",
         plan.waiters
