@@ -92,7 +92,11 @@ impl Raw {
             .await
             .expect("acquire");
         // {rid, 1, count} when the lock is now held
-        assert_eq!(reply.get(1), Some(&1), "raw acquire of a held lock: {reply:?}");
+        assert_eq!(
+            reply.get(1),
+            Some(&1),
+            "raw acquire of a held lock: {reply:?}"
+        );
         let channel = format!("redisson_lock__channel:{{{key}}}");
         let freed: Vec<i64> = self
             .redis

@@ -9,39 +9,59 @@ use fred::interfaces::{ClientLike, KeysInterface, LuaInterface};
 use fred::types::config::Config;
 use fred::types::{Builder, Expiration, SetOptions, Value};
 
-/// leasehold's own scripts: the raw-fred baseline sends exactly these.
-const ACQUIRE_LUA: &str = include_str!("../../src/scripts/acquire.lua");
-const RELEASE_LUA: &str = include_str!("../../src/scripts/release.lua");
-
-/// The keys and arguments leasehold sends with those two scripts (see
-/// `acquire` and `run_release` in `src/holds.rs`), for the raw-fred
-/// baseline on one client or several. If leasehold's arguments change,
-/// change them here: every raw-fred row follows.
+/// The keys and arguments leasehold sends with its two lock scripts (see
+/// `leasehold::__bench::lock_scripts` and `src/lock/scripts/*.lua`), for
+/// the raw-fred baseline on one client or several. If leasehold's
+/// arguments change, change them here: every raw-fred row follows.
 mod raw_args {
+    use std::sync::atomic::{AtomicU64, Ordering};
+
     use super::LEASE;
 
-    /// `acquire.lua`: KEYS = [lock], ARGV = [lease ms, owner field].
+    /// How long a latch remembers a request (leasehold's default).
+    const LATCH_TTL_MS: u64 = 30_000;
+
+    /// Request ids, which must only grow per latch, as leasehold's do.
+    fn rid() -> String {
+        static RID: AtomicU64 = AtomicU64::new(1);
+        RID.fetch_add(1, Ordering::Relaxed).to_string()
+    }
+
+    fn latch(name: &str, field: &str) -> String {
+        format!("leasehold_latch:{{{name}}}:{field}")
+    }
+
+    /// `acquire.lua`: KEYS = [lock, latch], ARGV = [lease ms, owner field,
+    /// latch TTL ms, request id].
     pub fn acquire(name: &str, field: &str) -> (Vec<String>, Vec<String>) {
         (
-            vec![name.to_owned()],
-            vec![LEASE.as_millis().to_string(), field.to_owned()],
+            vec![name.to_owned(), latch(name, field)],
+            vec![
+                LEASE.as_millis().to_string(),
+                field.to_owned(),
+                LATCH_TTL_MS.to_string(),
+                rid(),
+            ],
         )
     }
 
-    /// `release.lua`: KEYS = [lock, unlock channel], ARGV = [lease ms,
-    /// owner field, unlock message, holds given back, publish command].
+    /// `release.lua`: KEYS = [lock, unlock channel, latch], ARGV = [TTL ms
+    /// while holds remain, owner field, holds given back, publish command,
+    /// latch TTL ms, request id].
     pub fn release(name: &str, field: &str) -> (Vec<String>, Vec<String>) {
         (
             vec![
                 name.to_owned(),
                 format!("redisson_lock__channel:{{{name}}}"),
+                latch(name, field),
             ],
             vec![
                 LEASE.as_millis().to_string(),
                 field.to_owned(),
-                "0".into(),
                 "1".into(),
                 "publish".into(),
+                LATCH_TTL_MS.to_string(),
+                rid(),
             ],
         )
     }
@@ -155,8 +175,9 @@ impl Handle {
             ),
             Kind::RawFred => {
                 let redis = fred_client(url).await;
-                let acquire: String = redis.script_load(ACQUIRE_LUA).await.expect("load");
-                let release: String = redis.script_load(RELEASE_LUA).await.expect("load");
+                let (acquire_lua, release_lua) = leasehold::__bench::lock_scripts();
+                let acquire: String = redis.script_load(acquire_lua).await.expect("load");
+                let release: String = redis.script_load(release_lua).await.expect("load");
                 let id = format!("raw-{}", NEXT_TOKEN.fetch_add(1, Ordering::Relaxed));
                 Handle::RawFred {
                     redis,
@@ -251,11 +272,15 @@ impl Handle {
             }
             (Handle::RawFred { redis, release, .. }, Guard::RawFred { key, field }) => {
                 let (keys, args) = raw_args::release(&key, &field);
-                let freed: Option<i64> = redis
+                let freed: Vec<i64> = redis
                     .evalsha(release.as_str(), keys, args)
                     .await
                     .expect("raw release");
-                assert!(freed.is_some(), "raw release of a lock not held");
+                // {rid, 0} means the field was missing.
+                assert!(
+                    freed.get(1).is_some_and(|&s| s > 0),
+                    "raw release of a lock not held: {freed:?}"
+                );
             }
             (Handle::Poll { redis, unlock, .. }, Guard::Poll { key, token }) => {
                 let _: Value = redis
@@ -269,13 +294,10 @@ impl Handle {
         }
     }
 
-    /// Watchdog renewal script calls this handle's client sent so far (0
-    /// for contenders without a watchdog).
-    pub fn renewal_calls(&self) -> u64 {
-        match self {
-            Handle::Leasehold(c) => c.watchdog().renewal_calls(),
-            _ => 0,
-        }
+    /// Whether this is a leasehold client (its renewals are counted by the
+    /// process-wide watchdog, see `renewal_calls`).
+    pub fn is_leasehold(&self) -> bool {
+        matches!(self, Handle::Leasehold(_))
     }
 
     pub async fn close(&self) {
@@ -292,12 +314,11 @@ impl Handle {
     }
 }
 
-/// Whether an `acquire.lua` reply means "now held", for either reply shape
-/// the script has had: nil / pttl, or {1, count} / {0, pttl}.
+/// Whether an `acquire.lua` reply means "now held": {rid, 1, count}
+/// (busy is {rid, 0, pttl}).
 pub fn acquired(reply: &Value) -> bool {
     match reply {
-        Value::Null => true,
-        Value::Array(items) => matches!(items.first(), Some(Value::Integer(1))),
+        Value::Array(items) => matches!(items.get(1), Some(Value::Integer(1))),
         _ => false,
     }
 }
