@@ -37,6 +37,11 @@
 #   - apt sources as a Debian installer writes them: bookworm,
 #     bookworm-updates, bookworm-security from deb.debian.org;
 #   - /root/.rustup and /root/.cargo/bin from the host (rustup's toolchain).
+#   The host's local CA certificates (/usr/local/share/ca-certificates/*.crt,
+#   if any) are copied in and update-ca-certificates is run: where https
+#   goes through a TLS-inspecting egress proxy, as on the machines this was
+#   written on, a machine on that network trusts its CA, and cargo cannot
+#   reach crates.io without it.
 #   Two chroot-only adjustments, not things a machine would have:
 #   /usr/sbin/policy-rc.d exits 101, so package scripts do not start daemons
 #   (a real machine's systemd would start the packaged redis-server on port
@@ -217,6 +222,16 @@ bind_mount /dev "$ROOT/dev"
 bind_mount /sys "$ROOT/sys"
 bind_mount /root/.rustup "$ROOT/root/.rustup" ro
 bind_mount /root/.cargo/bin "$ROOT/root/.cargo/bin" ro
+
+# The network's CAs, as the host has them (see the header).
+shopt -s nullglob
+local_cas=(/usr/local/share/ca-certificates/*.crt)
+shopt -u nullglob
+if [ ${#local_cas[@]} -gt 0 ]; then
+    log "copying the host's local CA certificates: ${local_cas[*]}"
+    cp "${local_cas[@]}" "$ROOT/usr/local/share/ca-certificates/"
+    in_chroot 'update-ca-certificates >/dev/null'
+fi
 
 git clone -q --no-checkout "$REPO" "$ROOT/root/leasehold"
 git -C "$ROOT/root/leasehold" -c advice.detachedHead=false checkout -q --detach "$COMMIT"
