@@ -345,7 +345,12 @@ impl RedisCluster {
         let mut child = match command.spawn() {
             Ok(child) => child,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                panic!("redis-cli not found: apt-get install redis-tools")
+                panic!(
+                    "{} not found: `cargo xtask test` installs redis-cli (with apt-get, as \
+                     root), or install it (Debian/Ubuntu: apt-get install redis-tools; macOS: \
+                     brew install redis), or set {CLI_ENV} to its path",
+                    Path::new(&binary).display()
+                )
             }
             Err(e) => panic!("failed to spawn {}: {e}", Path::new(&binary).display()),
         };

@@ -420,7 +420,17 @@ impl Sentinel {
             .stdout(Stdio::null())
             .stderr(stderr)
             .spawn()
-            .unwrap_or_else(|e| panic!("failed to spawn {}: {e}", Path::new(&binary).display()));
+            .unwrap_or_else(|e| {
+                if e.kind() == io::ErrorKind::NotFound {
+                    panic!(
+                        "{} not found: `cargo xtask test` installs redis-server (with apt-get, \
+                         as root), or install it (Debian/Ubuntu: apt-get install redis-server; \
+                         macOS: brew install redis), or set {BINARY_ENV} to its path",
+                        Path::new(&binary).display()
+                    )
+                }
+                panic!("failed to spawn {}: {e}", Path::new(&binary).display())
+            });
         let deadline = Instant::now() + SENTINEL_READY_TIMEOUT;
         loop {
             match child.try_wait() {

@@ -268,7 +268,12 @@ fn launch(port: u16, dir: &Path, extra_args: &[String]) -> Launch {
     let mut child = match command.spawn() {
         Ok(child) => child,
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            panic!("redis-server not found: apt-get install redis-server")
+            panic!(
+                "{} not found: `cargo xtask test` installs redis-server (with apt-get, as \
+                 root), or install it (Debian/Ubuntu: apt-get install redis-server; macOS: \
+                 brew install redis), or set {BINARY_ENV} to its path",
+                Path::new(&binary).display()
+            )
         }
         Err(e) => panic!("failed to spawn {}: {e}", Path::new(&binary).display()),
     };

@@ -1,0 +1,550 @@
+//! `cargo xtask`: the README's two commands, on a machine with only Rust.
+//!
+//! ```text
+//! cargo xtask demo [ARGS…]   the seckill demo: cargo run --example seckill -- ARGS…
+//! cargo xtask test [ARGS…]   the whole test suite, then the feature-gated runs
+//! cargo xtask help           usage
+//! ```
+//!
+//! Both first make sure the programs the run starts are there: on the
+//! PATH, or where `LEASEHOLD_REDIS_SERVER` / `LEASEHOLD_REDIS_CLI` point
+//! (the harness in `testkit/` reads the same variables). When one is
+//! missing and xtask runs as root on a machine with `apt-get` (a fresh
+//! Debian or Ubuntu), it installs the package; otherwise it prints one line
+//! saying what to install and exits with 1.
+//!
+//! `cargo xtask` is an alias in `.cargo/config.toml`.
+
+use std::env;
+use std::ffi::{OsStr, OsString};
+use std::path::{Path, PathBuf};
+use std::process::{self, Command, ExitStatus};
+use std::time::Instant;
+
+/// A `cargo test` run that needs a cargo feature, after the workspace run.
+struct FeatureRun {
+    /// Value of `--features`.
+    features: &'static str,
+    /// Arguments that pick the tests, e.g. `["--test", "tls"]`.
+    select: &'static [&'static str],
+}
+
+/// The feature-gated test runs of `cargo xtask test`, in order. A feature
+/// with its own tests is one more line here.
+const FEATURE_RUNS: &[FeatureRun] = &[FeatureRun {
+    features: "tls-rustls",
+    select: &["--test", "tls"],
+}];
+
+/// Workspace members `cargo xtask test` leaves out: `leasehold-compare` is a
+/// benchmark report with no tests, and it builds the peer lock crates.
+const EXCLUDED: &[&str] = &["leasehold-compare"];
+
+/// An external program a run starts.
+struct Tool {
+    /// Name looked up on the PATH.
+    command: &'static str,
+    /// Environment variable that the harness reads instead of the PATH.
+    env: Option<&'static str>,
+    /// Debian/Ubuntu package that provides it.
+    apt: &'static str,
+    /// Homebrew formula that provides it.
+    brew: &'static str,
+}
+
+/// Every server the demo and the tests start (and the sentinels).
+const REDIS_SERVER: Tool = Tool {
+    command: "redis-server",
+    env: Some("LEASEHOLD_REDIS_SERVER"),
+    apt: "redis-server",
+    brew: "redis",
+};
+
+/// `redis-cli --cluster create` joins the cluster harness's nodes.
+const REDIS_CLI: Tool = Tool {
+    command: "redis-cli",
+    env: Some("LEASEHOLD_REDIS_CLI"),
+    apt: "redis-tools",
+    brew: "redis",
+};
+
+/// The TLS test makes its private CA and certificates with `openssl`.
+const OPENSSL: Tool = Tool {
+    command: "openssl",
+    env: None,
+    apt: "openssl",
+    brew: "openssl",
+};
+
+const USAGE_HEAD: &str = "\
+cargo xtask: the README's two commands
+
+usage:
+  cargo xtask demo [ARGS…]  the seckill demo: cargo run --example seckill -- ARGS…
+  cargo xtask test [ARGS…]  the whole test suite; ARGS go to every run:";
+
+const USAGE_TAIL: &str = "  cargo xtask help          this text
+
+Both first make sure redis-server (test: also redis-cli and openssl) is on
+the PATH or where LEASEHOLD_REDIS_SERVER / LEASEHOLD_REDIS_CLI point. If one
+is missing and this runs as root with apt-get, it runs `apt-get update` and
+`apt-get install -y` for it; otherwise it says what to install and exits 1.
+The demo needs no redis-server when REDIS_URL is set.";
+
+fn main() {
+    let mut args = env::args_os().skip(1);
+    let command = args.next();
+    let rest: Vec<OsString> = args.collect();
+    let name = command.map(|c| c.to_string_lossy().into_owned());
+    let code = match name.as_deref() {
+        None | Some("help" | "-h" | "--help") => {
+            println!("{}", usage());
+            0
+        }
+        Some("demo") => demo(&rest),
+        Some("test") => test(&rest),
+        Some(other) => {
+            eprintln!(
+                "error: unknown subcommand `{other}`; the subcommands are demo, test and help"
+            );
+            2
+        }
+    };
+    process::exit(code);
+}
+
+/// The usage text, with the test runs taken from `test_runs`.
+fn usage() -> String {
+    let mut text = String::from(USAGE_HEAD);
+    for run in test_runs(&[]) {
+        text.push_str("\n                              cargo ");
+        text.push_str(&shell_words(&run));
+    }
+    text.push('\n');
+    text.push_str(USAGE_TAIL);
+    text
+}
+
+/// `cargo xtask demo`: runs the seckill example with `extra` as its
+/// arguments and returns its exit code.
+fn demo(extra: &[OsString]) -> i32 {
+    if env::var_os("REDIS_URL").is_some() {
+        println!("xtask: REDIS_URL is set, so the demo uses that server and needs no redis-server");
+    } else if let Err(code) = ensure(&[&REDIS_SERVER]) {
+        return code;
+    }
+    let mut args: Vec<OsString> = ["run", "--example", "seckill"].map(OsString::from).into();
+    if !extra.is_empty() {
+        args.push("--".into());
+        args.extend(extra.iter().cloned());
+    }
+    match cargo(&args, "==>") {
+        Ok(_) => 0,
+        Err(code) => code,
+    }
+}
+
+/// `cargo xtask test`: the workspace tests, then each feature-gated run;
+/// stops at the first failing run and returns its exit code.
+fn test(extra: &[OsString]) -> i32 {
+    if let Err(code) = ensure(&[&REDIS_SERVER, &REDIS_CLI, &OPENSSL]) {
+        return code;
+    }
+    let runs = test_runs(extra);
+    let total = runs.len();
+    let started = Instant::now();
+    for (i, run) in runs.iter().enumerate() {
+        let header = format!("==> [{}/{total}]", i + 1);
+        match cargo(run, &header) {
+            Ok(secs) => println!("xtask: [{}/{total}] passed in {secs:.0} s", i + 1),
+            Err(code) => {
+                eprintln!("xtask: [{}/{total}] failed (exit code {code})", i + 1);
+                return code;
+            }
+        }
+    }
+    println!(
+        "xtask: all {total} test runs passed in {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
+    0
+}
+
+/// The `cargo` argument lists of `cargo xtask test`, `extra` appended to each.
+fn test_runs(extra: &[OsString]) -> Vec<Vec<OsString>> {
+    let mut workspace: Vec<OsString> = vec!["test".into(), "--workspace".into()];
+    for package in EXCLUDED {
+        workspace.push("--exclude".into());
+        workspace.push((*package).into());
+    }
+    let mut runs = vec![workspace];
+    for run in FEATURE_RUNS {
+        let mut args: Vec<OsString> = vec!["test".into(), "--features".into(), run.features.into()];
+        args.extend(run.select.iter().map(OsString::from));
+        runs.push(args);
+    }
+    for run in &mut runs {
+        run.extend(extra.iter().cloned());
+    }
+    runs
+}
+
+/// Runs `cargo ARGS` in the workspace root after printing `header` and the
+/// command on one line. Returns the seconds it took, or its exit code.
+fn cargo(args: &[OsString], header: &str) -> Result<f64, i32> {
+    println!("{header} cargo {}", shell_words(args));
+    let cargo = env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let started = Instant::now();
+    match Command::new(&cargo)
+        .args(args)
+        .current_dir(workspace_root())
+        .status()
+    {
+        Ok(status) if status.success() => Ok(started.elapsed().as_secs_f64()),
+        Ok(status) => Err(exit_code(status)),
+        Err(e) => {
+            eprintln!("error: cannot run {}: {e}", cargo.to_string_lossy());
+            Err(1)
+        }
+    }
+}
+
+/// The workspace root: the parent of this crate's directory.
+fn workspace_root() -> PathBuf {
+    // `cargo run` sets CARGO_MANIFEST_DIR for the binary too; the value
+    // baked in at build time is the fallback for a directly run binary.
+    let manifest = env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
+    match manifest.parent() {
+        Some(root) => root.to_path_buf(),
+        None => manifest,
+    }
+}
+
+/// A child's exit code, or 128 + the signal that killed it (as a shell
+/// reports it); never 0.
+fn exit_code(status: ExitStatus) -> i32 {
+    if let Some(code) = status.code() {
+        return if code == 0 { 1 } else { code };
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::ExitStatusExt;
+        if let Some(signal) = status.signal() {
+            return 128 + signal;
+        }
+    }
+    1
+}
+
+/// `args` joined with spaces, each quoted if a shell would need it.
+fn shell_words(args: &[OsString]) -> String {
+    let words: Vec<String> = args
+        .iter()
+        .map(|a| {
+            let a = a.to_string_lossy();
+            let plain = !a.is_empty()
+                && a.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_=./:,+@%".contains(c));
+            if plain {
+                a.into_owned()
+            } else {
+                format!("'{}'", a.replace('\'', r"'\''"))
+            }
+        })
+        .collect();
+    words.join(" ")
+}
+
+/// Where a tool was found.
+enum Located {
+    At(PathBuf),
+    Missing,
+    /// Its environment variable is set but names no executable file.
+    BadOverride(&'static str, OsString),
+}
+
+fn locate(tool: &Tool) -> Located {
+    if let Some(var) = tool.env {
+        if let Some(value) = env::var_os(var) {
+            return match resolve(&value) {
+                Some(path) => Located::At(path),
+                None => Located::BadOverride(var, value),
+            };
+        }
+    }
+    match find_in_path(OsStr::new(tool.command)) {
+        Some(path) => Located::At(path),
+        None => Located::Missing,
+    }
+}
+
+/// Resolves a program as `Command::new` does: a name with more than one
+/// path component is a path, a bare name is searched on the PATH.
+fn resolve(program: &OsStr) -> Option<PathBuf> {
+    let path = Path::new(program);
+    match path.components().count() {
+        0 => None,
+        1 => find_in_path(program),
+        _ => is_executable(path).then(|| path.to_path_buf()),
+    }
+}
+
+/// The first executable file called `name` in the PATH's directories.
+fn find_in_path(name: &OsStr) -> Option<PathBuf> {
+    let path = env::var_os("PATH")?;
+    env::split_paths(&path)
+        .filter(|dir| !dir.as_os_str().is_empty())
+        .flat_map(|dir| {
+            let mut with_suffix = name.to_os_string();
+            with_suffix.push(env::consts::EXE_SUFFIX);
+            [dir.join(name), dir.join(with_suffix)]
+        })
+        .find(|candidate| is_executable(candidate))
+}
+
+fn is_executable(path: &Path) -> bool {
+    let Ok(meta) = path.metadata() else {
+        return false;
+    };
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        meta.is_file() && meta.permissions().mode() & 0o111 != 0
+    }
+    #[cfg(not(unix))]
+    {
+        meta.is_file()
+    }
+}
+
+/// Makes sure every tool is there, installing the missing ones with
+/// apt-get when running as root where apt-get exists. `Err` carries the
+/// exit code to stop with; the reason has been printed.
+fn ensure(tools: &[&Tool]) -> Result<(), i32> {
+    let mut missing = Vec::new();
+    for tool in tools {
+        match locate(tool) {
+            Located::At(_) => {}
+            Located::Missing => missing.push(*tool),
+            Located::BadOverride(var, value) => {
+                eprintln!(
+                    "error: {var}={} is not an executable file; point it at {} or unset it",
+                    value.to_string_lossy(),
+                    tool.command
+                );
+                return Err(1);
+            }
+        }
+    }
+    if !missing.is_empty() {
+        if !(is_root() && find_in_path(OsStr::new("apt-get")).is_some()) {
+            eprintln!("error: {}", install_hint(&missing));
+            return Err(1);
+        }
+        apt_install(&missing)?;
+    }
+    let found: Vec<String> = tools
+        .iter()
+        .map(|tool| match locate(tool) {
+            Located::At(path) => format!("{} ({})", tool.command, path.display()),
+            _ => format!("{} (missing)", tool.command),
+        })
+        .collect();
+    println!("xtask: using {}", found.join(", "));
+    Ok(())
+}
+
+/// The one line that says what to install.
+fn install_hint(missing: &[&Tool]) -> String {
+    let names: Vec<&str> = missing.iter().map(|t| t.command).collect();
+    let apt = unique(missing.iter().map(|t| t.apt));
+    let brew = unique(missing.iter().map(|t| t.brew));
+    let vars: Vec<&str> = missing.iter().filter_map(|t| t.env).collect();
+    let (it, paths) = if missing.len() == 1 {
+        ("it", "its path")
+    } else {
+        ("them", "their paths")
+    };
+    let mut line = format!(
+        "{} not found; install {it} (Debian/Ubuntu: sudo apt-get install {}; macOS: brew install {})",
+        names.join(", "),
+        apt.join(" "),
+        brew.join(" ")
+    );
+    if !vars.is_empty() {
+        let paths = if vars.len() == 1 { "its path" } else { paths };
+        line.push_str(&format!(" or set {} to {paths}", vars.join(", ")));
+    }
+    line
+}
+
+/// `items` without repeats, in first-seen order.
+fn unique<'a>(items: impl Iterator<Item = &'a str>) -> Vec<&'a str> {
+    let mut out: Vec<&str> = Vec::new();
+    for item in items {
+        if !out.contains(&item) {
+            out.push(item);
+        }
+    }
+    out
+}
+
+/// Whether this process runs as root (effective uid 0), asked of `id -u`.
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|out| out.status.success() && String::from_utf8_lossy(&out.stdout).trim() == "0")
+        .unwrap_or(false)
+}
+
+/// `apt-get update`, then `apt-get install -y` the missing tools' packages;
+/// checks that they are on the PATH afterwards.
+fn apt_install(missing: &[&Tool]) -> Result<(), i32> {
+    let names: Vec<&str> = missing.iter().map(|t| t.command).collect();
+    let packages = unique(missing.iter().map(|t| t.apt));
+    println!(
+        "xtask: {} not found; installing as root: apt-get update && apt-get install -y {}",
+        names.join(", "),
+        packages.join(" ")
+    );
+    let started = Instant::now();
+    let steps: [Vec<&str>; 2] = [
+        vec!["update", "-q"],
+        [&["install", "-y", "-q"][..], &packages].concat(),
+    ];
+    for args in steps {
+        let status = Command::new("apt-get")
+            .args(&args)
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .status();
+        match status {
+            Ok(s) if s.success() => {}
+            Ok(s) => {
+                let code = exit_code(s);
+                eprintln!(
+                    "error: apt-get {} failed (exit code {code})",
+                    args.join(" ")
+                );
+                return Err(code);
+            }
+            Err(e) => {
+                eprintln!("error: cannot run apt-get: {e}");
+                return Err(1);
+            }
+        }
+    }
+    for tool in missing {
+        if !matches!(locate(tool), Located::At(_)) {
+            eprintln!(
+                "error: {} is still not on the PATH after apt-get install {}",
+                tool.command, tool.apt
+            );
+            return Err(1);
+        }
+    }
+    println!(
+        "xtask: installed {} in {:.0} s",
+        packages.join(" "),
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn strings(run: &[OsString]) -> Vec<&str> {
+        run.iter().map(|a| a.to_str().unwrap()).collect()
+    }
+
+    #[test]
+    fn test_runs_are_the_workspace_then_each_feature_with_extra_args_on_each() {
+        let runs = test_runs(&["--".into(), "--nocapture".into()]);
+        assert_eq!(runs.len(), 1 + FEATURE_RUNS.len());
+        assert_eq!(
+            strings(&runs[0]),
+            [
+                "test",
+                "--workspace",
+                "--exclude",
+                "leasehold-compare",
+                "--",
+                "--nocapture"
+            ]
+        );
+        assert_eq!(
+            strings(&runs[1]),
+            [
+                "test",
+                "--features",
+                "tls-rustls",
+                "--test",
+                "tls",
+                "--",
+                "--nocapture"
+            ]
+        );
+    }
+
+    #[test]
+    fn usage_lists_every_test_run() {
+        let text = usage();
+        assert!(text.contains("cargo test --workspace --exclude leasehold-compare"));
+        assert!(text.contains("cargo test --features tls-rustls --test tls"));
+    }
+
+    #[test]
+    fn install_hint_is_one_line_naming_packages_once() {
+        let line = install_hint(&[&REDIS_SERVER, &REDIS_CLI, &OPENSSL]);
+        assert!(!line.contains('\n'));
+        assert!(line.contains("sudo apt-get install redis-server redis-tools openssl;"));
+        assert!(line.contains("brew install redis openssl)"));
+        assert!(line.contains("LEASEHOLD_REDIS_SERVER, LEASEHOLD_REDIS_CLI to their paths"));
+        let line = install_hint(&[&REDIS_SERVER]);
+        assert_eq!(
+            line,
+            "redis-server not found; install it (Debian/Ubuntu: sudo apt-get install \
+             redis-server; macOS: brew install redis) or set LEASEHOLD_REDIS_SERVER to its path"
+        );
+        assert!(!install_hint(&[&OPENSSL]).contains("LEASEHOLD"));
+    }
+
+    #[test]
+    fn shell_words_quotes_only_what_needs_it() {
+        let args: Vec<OsString> = ["run", "--processes", "8", "a b", "it's"]
+            .map(OsString::from)
+            .into();
+        assert_eq!(shell_words(&args), r"run --processes 8 'a b' 'it'\''s'");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn resolve_finds_paths_and_path_names_and_rejects_the_rest() {
+        assert_eq!(
+            resolve(OsStr::new("sh")).is_some(),
+            find_in_path(OsStr::new("sh")).is_some()
+        );
+        assert_eq!(
+            resolve(OsStr::new("/bin/sh")),
+            Some(PathBuf::from("/bin/sh"))
+        );
+        assert_eq!(resolve(OsStr::new("")), None);
+        assert_eq!(resolve(OsStr::new("/nonexistent/redis-server")), None);
+        // A directory and a file without an execute bit are not programs.
+        assert_eq!(resolve(OsStr::new("/")), None);
+        let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml");
+        assert_eq!(resolve(manifest.as_os_str()), None);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn exit_code_passes_codes_and_maps_signals() {
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(exit_code(ExitStatus::from_raw(3 << 8)), 3);
+        assert_eq!(exit_code(ExitStatus::from_raw(9)), 137);
+    }
+}
