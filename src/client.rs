@@ -15,7 +15,7 @@ use crate::core::watchdog::Watchdog;
 use crate::core::{Engine, Options, ReplicaWait};
 use crate::error::{Error, Result};
 
-/// A connection to Redis that hands out [`Lock`]s.
+/// A connection to Redis that hands out locks ([`Client::lock`](crate::Client::lock)).
 ///
 /// Cheap to clone (an `Arc` inside); clones share the connections, the
 /// watchdog and the client id. Call [`Client::shutdown`] when done: it

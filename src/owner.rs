@@ -1,38 +1,39 @@
-//! Who holds a lock: the reentrancy identity.
-//!
-//! A hold is counted per *owner field* `<client-uuid>:<owner-id>` in the
-//! lock hash. The client uuid is [`Client::id`](crate::Client::id); the
-//! owner id is an [`Owner`], chosen by [`Owner::current`] in this order:
-//!
-//! 1. the owner set by an enclosing [`Owner::scope`];
-//! 2. the id of the current tokio task ([`tokio::task::try_id`]);
-//! 3. outside any task (inside `Runtime::block_on`, or with no runtime), a
-//!    stable id of the current OS thread.
-//!
-//! # The identity rule
-//!
-//! * Tokio task ids are unique among *live* tasks only; tokio documents that
-//!   an id may be reused after its task ends. A guard outliving its task is
-//!   still fine (the guard carries its owner), but a new task that happens
-//!   to get the old id would re-enter that lock.
-//! * Every future joined inside one task (`join!`, `select!`,
-//!   `FuturesUnordered`, …) shares that task's id, **so those futures share
-//!   one owner and re-enter each other's locks instead of excluding each
-//!   other.** Give each such future its own owner with
-//!   `Owner::new().scope(fut)`, or spawn it as its own task.
-//! * A task spawned by a holder is a different owner: it waits for the
-//!   lock. To re-enter on purpose, capture `Owner::current()` and run the
-//!   spawned work inside `owner.scope(..)`.
-//!
-//! The three id sources never collide: task ids count up from 1, ids from
-//! [`Owner::new`] start at 2⁶², thread ids at 2⁶³.
+//! Who holds a lock: the reentrancy identity (see [`Owner`]).
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The identity that locks are held by, within one [`Client`](crate::Client).
 ///
-/// See the [module docs](self) for the rule that picks the current owner.
+/// A hold is counted per *owner field* `<client-uuid>:<owner-id>` in the
+/// lock hash. The client uuid is [`Client::id`](crate::Client::id); the
+/// owner id is an `Owner`, chosen by [`Owner::current`] in this order:
+///
+/// 1. the owner set by an enclosing [`Owner::scope`];
+/// 2. the id of the current tokio task ([`tokio::task::try_id`]);
+/// 3. outside any task (inside `Runtime::block_on`, or with no runtime), a
+///    stable id of the current OS thread.
+///
+/// # The identity rule
+///
+/// * Tokio task ids are unique among *live* tasks only; tokio documents that
+///   an id may be reused after its task ends. A guard outliving its task is
+///   still fine (the guard carries its owner), but a new task that happens
+///   to get the old id would re-enter that lock.
+/// * Every future joined inside one task (`join!`, `select!`,
+///   `FuturesUnordered`, …) shares that task's id, **so those futures share
+///   one owner and re-enter each other's locks instead of excluding each
+///   other.** Give each such future its own owner with
+///   `Owner::new().scope(fut)`, or spawn it as its own task.
+/// * **A task spawned by a holder is a different owner**: if it locks what
+///   its parent holds, it waits for the parent to unlock — and if the
+///   parent awaits the child first, both wait forever, silently. To
+///   re-enter on purpose, capture `Owner::current()` and run the spawned
+///   work inside `owner.scope(..)`; to find out instead of hanging, take the
+///   lock with [`try_lock_for`](crate::Lock::try_lock_for) in the child.
+///
+/// The three id sources never collide: task ids count up from 1, ids from
+/// [`Owner::new`] start at 2⁶², thread ids at 2⁶³.
 ///
 /// # Example
 ///
@@ -110,7 +111,9 @@ impl Owner {
     /// belong to `self`, whichever task polls it.
     ///
     /// The scope does not cross `tokio::spawn`: a task spawned inside it
-    /// has its own owner unless it is scoped too.
+    /// has its own owner unless it is scoped too. A spawned task that locks
+    /// what its (unscoped) parent holds waits for the parent: see the
+    /// identity rule on [`Owner`].
     ///
     /// # Cancel safety
     ///
