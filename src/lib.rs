@@ -61,13 +61,15 @@
 mod client;
 mod core;
 mod error;
+mod guard;
 mod lock;
 mod owner;
 
 pub use crate::core::watchdog::Watchdog;
 pub use client::{Client, ClientBuilder};
 pub use error::{Error, Result};
-pub use lock::{Lock, LockGuard};
+pub use guard::LockGuard;
+pub use lock::Lock;
 pub use owner::Owner;
 
 /// Not part of the API: what the benchmarks' bare-fred baseline needs to

@@ -38,6 +38,7 @@ pub(crate) struct Hold {
     parts: Option<HoldParts>,
     signal: Arc<Signal>,
     engine: Arc<Engine>,
+    token: Option<u64>,
 }
 
 /// One try of an acquire.
@@ -123,9 +124,9 @@ pub(crate) async fn acquire(
         Err(e) => return Err(Error::Redis(e)),
     };
     let turn = flight.finish();
-    let count = match reply {
+    let (count, token) = match reply {
         AcquireReply::Busy(retry) => return Ok(Attempt::Busy(retry)),
-        AcquireReply::Held(count) => count,
+        AcquireReply::Held { count, token } => (count, token),
     };
     let (signal, incarnation) = lease.acquired(count, term, sent, ttl);
     let hold = Hold {
@@ -136,6 +137,7 @@ pub(crate) async fn acquire(
         }),
         signal,
         engine: engine.clone(),
+        token,
     };
     if engine.is_shut_down() {
         // Shutdown may have drained this lease already: give it back now,
@@ -184,6 +186,11 @@ impl Hold {
     /// Completes when the hold is lost.
     pub(crate) async fn lost(&self) {
         self.signal.lost().await
+    }
+
+    /// The fencing token its acquire took, if the kind hands them out.
+    pub(crate) fn token(&self) -> Option<u64> {
+        self.token
     }
 
     /// Gives the hold back and reports whether it was still held.
@@ -386,7 +393,7 @@ impl Job for Settle {
             let lease = &self.lease;
             match (outcome, self.kind) {
                 (Ok(Outcome::Ran(reply)), SettleKind::Acquire { sent, ttl }) => {
-                    if let AcquireReply::Held(count) = lease.kind.acquire_reply(&reply) {
+                    if let AcquireReply::Held { count, .. } = lease.kind.acquire_reply(&reply) {
                         // It ran for a caller that has gone: count the hold
                         // as a guard would, and give it back at once.
                         let term = Term::Fixed(Instant::now());

@@ -71,8 +71,9 @@ pub(crate) trait Kind: std::fmt::Debug + Send + Sync + 'static {
 /// What an acquire script found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum AcquireReply {
-    /// The caller now holds it; the field's new hold count.
-    Held(u32),
+    /// The caller now holds it: the field's new hold count, and a fencing
+    /// token if the kind hands them out.
+    Held { count: u32, token: Option<u64> },
     /// Someone else holds it; retry after about this long (`None`: no
     /// expiry is known, re-check at the client's recheck interval).
     Busy(Option<Duration>),
@@ -188,7 +189,7 @@ impl Leases {
         key: &Key,
         owner: u64,
         tag: u8,
-        init: impl FnOnce() -> LeaseInit,
+        init: &(dyn Fn() -> LeaseInit + Sync),
     ) -> LeaseRef {
         let mut entry = self.map.entry(key.clone()).or_default();
         let lease = match entry.iter().find(|l| l.owner == owner && l.tag == tag) {

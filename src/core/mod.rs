@@ -46,6 +46,7 @@
 //!   connection before it is gone; shutdown gives back every hold,
 //!   including one whose acquire completes while it drains.
 
+pub(crate) mod acquire;
 pub(crate) mod background;
 pub(crate) mod call;
 pub(crate) mod conn;

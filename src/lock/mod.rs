@@ -29,15 +29,15 @@ use fred::types::{Key, Value};
 use tokio::time::Instant;
 
 use crate::client::Client;
+use crate::core::acquire::{acquire, Spec};
 use crate::core::call::Call;
-use crate::core::hold::{self, Attempt, Hold, Request};
-use crate::core::lease::{AcquireReply, Kind, Lease, LeaseInit, LeaseRef, ReleaseReply, Term};
+use crate::core::lease::{AcquireReply, Kind, Lease, LeaseInit, ReleaseReply};
 use crate::core::pubsub::wake_one;
 use crate::core::script::Script;
-use crate::core::wait::{self, Step};
 use crate::core::watchdog::Renewal;
-use crate::core::{latch_key, lease_millis, prefix_name};
+use crate::core::{latch_key, prefix_name};
 use crate::error::{Error, Result};
+use crate::guard::LockGuard;
 use crate::owner::Owner;
 
 /// A reentrant distributed lock, by name. Cheap to clone; nothing is sent
@@ -81,44 +81,6 @@ pub struct Lock {
     key: Key,
     channel: Arc<str>,
     channel_key: Key,
-}
-
-/// One hold on a [`Lock`], released when dropped.
-///
-/// The guard carries its owner, so it can be moved to and unlocked from
-/// any task. [`unlock`](LockGuard::unlock) releases and reports the
-/// outcome; dropping releases in the background. Either way the lease stops
-/// being renewed at once.
-///
-/// [`is_lost`](LockGuard::is_lost) and [`lost`](LockGuard::lost) tell the
-/// holder when the lease is gone (another process may then hold the lock):
-/// when a renewal finds the lock gone or cannot be confirmed in time, when
-/// the key may have expired (the longest of the owner's holds ran out), or
-/// when this client sees the lock taken by another owner, force-unlocked,
-/// or gone after a reconnect.
-///
-/// A guard bound to `_` (`let _ = lock.lock().await?`) is dropped at once,
-/// releasing the lock: bind it to a name (`let _guard = …`).
-///
-/// # Example
-///
-/// ```no_run
-/// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
-/// let guard = client.lock("orders:42").lock().await?;
-/// tokio::select! {
-///     _ = guard.lost() => eprintln!("lease lost: abandon the work"),
-///     _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => guard.unlock().await?,
-/// }
-/// # Ok(()) }
-/// ```
-#[must_use = "a dropped guard releases the lock at once: bind it to a name (`let _guard = …`), not `_`"]
-#[clippy::has_significant_drop]
-#[derive(Debug)]
-pub struct LockGuard {
-    /// Gives the hold back when dropped (see `core::hold`).
-    hold: Hold,
-    lock: Lock,
-    owner: Owner,
 }
 
 /// The lock's scripts, hashed once per process.
@@ -505,178 +467,51 @@ impl Lock {
         Ok(())
     }
 
-    /// This lock's lease for `owner` in the client's table.
-    fn lease(&self, owner: Owner) -> LeaseRef {
-        let engine = self.client.engine();
-        engine.leases.get(
-            &engine.conn,
-            &engine.watchdog,
-            &self.key,
-            owner.id(),
-            TAG,
-            || {
-                let field = self.client.field(owner.id(), "");
-                LeaseInit {
-                    kind: &LockKind,
-                    latch: latch_key(&self.key_str, &field),
-                    field: field.into(),
-                    channel: self.channel_key.clone(),
-                }
-            },
-        )
-    }
-
     /// The wait loop (see the module docs). `wait: None` waits forever.
-    async fn acquire(
+    pub(crate) async fn acquire(
         &self,
         lease: Option<Duration>,
         wait: Option<Duration>,
     ) -> Result<Option<LockGuard>> {
         self.check()?;
-        let engine = self.client.engine();
-        let lease_ms = lease_millis(lease.unwrap_or(engine.watchdog.timeout()))?;
         let owner = Owner::current();
-        let lease_ref = self.lease(owner);
-        let hold = wait::wait_for(engine, &self.channel, wake_one, wait, || {
-            Box::pin(self.attempt(&lease_ref, lease.is_some(), lease_ms))
-        })
-        .await?;
-        Ok(hold.map(|hold| LockGuard {
-            hold,
-            lock: self.clone(),
-            owner,
-        }))
-    }
-
-    /// One acquire. Cancel safe (see `core::hold::acquire`).
-    async fn attempt(&self, lease: &LeaseRef, fixed: bool, lease_ms: i64) -> Result<Step<Hold>> {
-        let engine = self.client.engine();
-        let ttl = Duration::from_millis(lease_ms as u64);
-        let attempt = hold::acquire(engine, lease, |rid| Request {
-            call: Call::new(
-                &engine.conn,
+        let init = || {
+            let field = self.client.field(owner.id(), "");
+            LeaseInit {
+                kind: &LockKind,
+                latch: latch_key(&self.key_str, &field),
+                field: field.into(),
+                channel: self.channel_key.clone(),
+            }
+        };
+        let spec = Spec {
+            key: &self.key,
+            tag: TAG,
+            owner: owner.id(),
+            init: &init,
+            channel: &self.channel,
+            policy: wake_one,
+            lease,
+            wait,
+        };
+        let hold = acquire(self.client.engine(), spec, &|lease, lease_ms, rid| {
+            Call::new(
+                &lease.conn,
                 &scripts().acquire,
                 vec![lease.key.clone()],
                 vec![lease_ms.into(), Value::String(lease.field.clone())],
                 &lease.latch,
                 rid,
-            ),
-            term: if fixed {
-                Term::Fixed(Instant::now() + ttl)
-            } else {
-                Term::Watchdog
-            },
-            ttl,
+            )
         })
         .await?;
-        Ok(match attempt {
-            Attempt::Held(hold) => Step::Done(hold),
-            Attempt::Busy(retry) => Step::Busy(retry),
-        })
+        Ok(hold.map(|hold| LockGuard::new(hold, self.name.clone(), self.key_str.clone(), owner)))
     }
 }
 
 fn must_acquire(guard: Option<LockGuard>) -> LockGuard {
     // `acquire` with no deadline only returns once it holds the lock.
     guard.unwrap_or_else(|| unreachable!("acquire without a deadline returned no guard"))
-}
-
-// === impl LockGuard ===
-
-impl LockGuard {
-    /// Releases this hold and reports the outcome. The lease stops being
-    /// renewed at once.
-    ///
-    /// Returns [`Error::NotHeld`] (changing nothing) if the lease was
-    /// already lost, so a lock now held by someone else is left alone.
-    ///
-    /// # Cancel safety
-    ///
-    /// If this future is dropped, the hold is still given back (in the
-    /// background, or settled by a background task if the release was
-    /// already sent); only the outcome is not reported. Called outside a
-    /// tokio runtime it returns [`Error::NoRuntime`] and gives the hold back
-    /// in the background, as a drop does.
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
-    /// let guard = client.lock("orders:42").lock().await?;
-    /// guard.unlock().await?;
-    /// # Ok(()) }
-    /// ```
-    pub async fn unlock(self) -> Result<()> {
-        let name = self.lock.key_str.to_string();
-        match self.hold.release().await {
-            Ok(true) => Ok(()),
-            Ok(false) => Err(Error::NotHeld { name }),
-            Err(e) => Err(e),
-        }
-    }
-
-    /// Whether the lease is known to be lost (see the type docs).
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
-    /// let guard = client.lock("orders:42").lock().await?;
-    /// assert!(!guard.is_lost());
-    /// # Ok(()) }
-    /// ```
-    pub fn is_lost(&self) -> bool {
-        self.hold.is_lost()
-    }
-
-    /// Completes when the lease is lost: at once if it already is.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: it only watches.
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
-    /// let guard = client.lock("orders:42").lock().await?;
-    /// tokio::select! {
-    ///     _ = guard.lost() => { /* stop writing */ }
-    ///     _ = async { /* work */ } => {}
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub async fn lost(&self) {
-        self.hold.lost().await
-    }
-
-    /// The lock this guard holds.
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
-    /// let guard = client.lock("orders:42").lock().await?;
-    /// assert_eq!(guard.lock().name(), "orders:42");
-    /// # Ok(()) }
-    /// ```
-    pub fn lock(&self) -> &Lock {
-        &self.lock
-    }
-
-    /// The owner the hold belongs to.
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
-    /// let guard = client.lock("orders:42").lock().await?;
-    /// assert_eq!(guard.owner(), leasehold::Owner::current());
-    /// # Ok(()) }
-    /// ```
-    pub fn owner(&self) -> Owner {
-        self.owner
-    }
 }
 
 // === impl LockKind ===
@@ -700,7 +535,10 @@ impl Kind for LockKind {
 
     fn acquire_reply(&self, reply: &[i64]) -> AcquireReply {
         match reply {
-            [1, count, ..] => AcquireReply::Held((*count).clamp(1, u32::MAX as i64) as u32),
+            [1, count, ..] => AcquireReply::Held {
+                count: (*count).clamp(1, u32::MAX as i64) as u32,
+                token: None,
+            },
             [_, ttl, ..] if *ttl >= 0 => {
                 AcquireReply::Busy(Some(Duration::from_millis(*ttl as u64 + 1)))
             }

@@ -1,0 +1,99 @@
+//! The acquire every lock kind uses: the current owner's lease, the one
+//! wait loop, one latched script call per try.
+//!
+//! A primitive describes what it acquires ([`Spec`]: the key and tag of its
+//! leases, the channel its releases are announced on and what a message
+//! there wakes) and how one try is sent ([`Build`]: its acquire script's
+//! call); the engine does the rest — lease records, turns, unknown
+//! outcomes, cancellation, waiting (see `hold.rs` and `wait.rs`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fred::types::Key;
+use tokio::time::Instant;
+
+use super::call::Call;
+use super::hold::{self, Attempt, Hold, Request};
+use super::lease::{Lease, LeaseInit, LeaseRef, Term};
+use super::pubsub::Policy;
+use super::wait::{self, Step};
+use super::{lease_millis, Engine};
+use crate::error::Result;
+
+/// What to acquire, for whom, how long to wait and keep it.
+pub(crate) struct Spec<'a> {
+    /// The key the lease is of.
+    pub(crate) key: &'a Key,
+    /// Tells this primitive's leases on the key from others'.
+    pub(crate) tag: u8,
+    /// The owner id (see `Owner`).
+    pub(crate) owner: u64,
+    /// Makes the lease record, the first time this owner acquires.
+    pub(crate) init: &'a (dyn Fn() -> LeaseInit + Sync),
+    /// Where releases are announced, and what a message there wakes.
+    pub(crate) channel: &'a Arc<str>,
+    pub(crate) policy: Policy,
+    /// A fixed lease; `None`: the watchdog keeps it.
+    pub(crate) lease: Option<Duration>,
+    /// How long to wait; `None`: forever; zero: one try.
+    pub(crate) wait: Option<Duration>,
+}
+
+/// Builds one try's call from the lease record, the lease in milliseconds
+/// and the request id.
+pub(crate) type Build<'a> = &'a (dyn Fn(&Lease, i64, u64) -> Call + Sync);
+
+/// Acquires per `spec`; `Ok(None)` when the wait ran out.
+///
+/// # Cancel safety
+///
+/// Cancel safe: a dropped acquire holds nothing (an acquire under way is
+/// settled in the background and a hold it took given back), leaves the
+/// channel's queue and passes on a wake-up it held.
+pub(crate) async fn acquire(
+    engine: &Arc<Engine>,
+    spec: Spec<'_>,
+    build: Build<'_>,
+) -> Result<Option<Hold>> {
+    engine.check()?;
+    let lease_ms = lease_millis(spec.lease.unwrap_or(engine.watchdog.timeout()))?;
+    let lease = engine.leases.get(
+        &engine.conn,
+        &engine.watchdog,
+        spec.key,
+        spec.owner,
+        spec.tag,
+        spec.init,
+    );
+    let fixed = spec.lease.is_some();
+    wait::wait_for(engine, spec.channel, spec.policy, spec.wait, || {
+        Box::pin(attempt(engine, &lease, fixed, lease_ms, build))
+    })
+    .await
+}
+
+/// One try. Cancel safe (see `hold::acquire`).
+async fn attempt(
+    engine: &Arc<Engine>,
+    lease: &LeaseRef,
+    fixed: bool,
+    lease_ms: i64,
+    build: Build<'_>,
+) -> Result<Step<Hold>> {
+    let ttl = Duration::from_millis(lease_ms as u64);
+    let attempt = hold::acquire(engine, lease, |rid| Request {
+        call: build(lease, lease_ms, rid),
+        term: if fixed {
+            Term::Fixed(Instant::now() + ttl)
+        } else {
+            Term::Watchdog
+        },
+        ttl,
+    })
+    .await?;
+    Ok(match attempt {
+        Attempt::Held(hold) => Step::Done(hold),
+        Attempt::Busy(retry) => Step::Busy(retry),
+    })
+}

@@ -1,0 +1,188 @@
+//! The guard every lock kind hands out.
+//!
+//! A [`LockGuard`] owns one hold (see `core::hold`): dropping it gives the
+//! hold back in the background, [`LockGuard::unlock`] gives it back and
+//! reports the outcome. It carries its owner, so it can move between tasks.
+
+use std::sync::Arc;
+
+use crate::core::hold::Hold;
+use crate::error::{Error, Result};
+use crate::owner::Owner;
+
+/// One hold on a lock (of any kind: [`Lock`](crate::Lock) and the rest of
+/// the family), released when dropped.
+///
+/// The guard carries its owner, so it can be moved to and unlocked from
+/// any task. [`unlock`](LockGuard::unlock) releases and reports the
+/// outcome; dropping releases in the background. Either way the lease stops
+/// being renewed at once.
+///
+/// [`is_lost`](LockGuard::is_lost) and [`lost`](LockGuard::lost) tell the
+/// holder when the lease is gone (another process may then hold the lock):
+/// when a renewal finds the lock gone or cannot be confirmed in time, when
+/// the key may have expired (the longest of the owner's holds ran out), or
+/// when this client sees the lock taken by another owner, force-unlocked,
+/// or gone after a reconnect.
+///
+/// A guard bound to `_` (`let _ = lock.lock().await?`) is dropped at once,
+/// releasing the lock: bind it to a name (`let _guard = …`).
+///
+/// # Example
+///
+/// ```no_run
+/// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+/// let guard = client.lock("orders:42").lock().await?;
+/// tokio::select! {
+///     _ = guard.lost() => eprintln!("lease lost: abandon the work"),
+///     _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => guard.unlock().await?,
+/// }
+/// # Ok(()) }
+/// ```
+#[must_use = "a dropped guard releases the lock at once: bind it to a name (`let _guard = …`), not `_`"]
+#[clippy::has_significant_drop]
+#[derive(Debug)]
+pub struct LockGuard {
+    /// Gives the hold back when dropped (see `core::hold`).
+    hold: Hold,
+    /// The lock's name (without the key prefix) and key.
+    name: Arc<str>,
+    key: Arc<str>,
+    owner: Owner,
+}
+
+// === impl LockGuard ===
+
+impl LockGuard {
+    pub(crate) fn new(hold: Hold, name: Arc<str>, key: Arc<str>, owner: Owner) -> LockGuard {
+        LockGuard {
+            hold,
+            name,
+            key,
+            owner,
+        }
+    }
+
+    /// Releases this hold and reports the outcome. The lease stops being
+    /// renewed at once.
+    ///
+    /// Returns [`Error::NotHeld`] (changing nothing) if the lease was
+    /// already lost, so a lock now held by someone else is left alone.
+    ///
+    /// # Cancel safety
+    ///
+    /// If this future is dropped, the hold is still given back (in the
+    /// background, or settled by a background task if the release was
+    /// already sent); only the outcome is not reported. Called outside a
+    /// tokio runtime it returns [`Error::NoRuntime`] and gives the hold back
+    /// in the background, as a drop does.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+    /// let guard = client.lock("orders:42").lock().await?;
+    /// guard.unlock().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn unlock(self) -> Result<()> {
+        let name = self.key.to_string();
+        match self.hold.release().await {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(Error::NotHeld { name }),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Whether the lease is known to be lost (see the type docs).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+    /// let guard = client.lock("orders:42").lock().await?;
+    /// assert!(!guard.is_lost());
+    /// # Ok(()) }
+    /// ```
+    pub fn is_lost(&self) -> bool {
+        self.hold.is_lost()
+    }
+
+    /// Completes when the lease is lost: at once if it already is.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only watches.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+    /// let guard = client.lock("orders:42").lock().await?;
+    /// tokio::select! {
+    ///     _ = guard.lost() => { /* stop writing */ }
+    ///     _ = async { /* work */ } => {}
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn lost(&self) {
+        self.hold.lost().await
+    }
+
+    /// The name of the lock this guard holds (without the key prefix).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+    /// let guard = client.lock("orders:42").lock().await?;
+    /// assert_eq!(guard.name(), "orders:42");
+    /// # Ok(()) }
+    /// ```
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The Redis key of the lock this guard holds (prefix included).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+    /// let guard = client.lock("orders:42").lock().await?;
+    /// assert_eq!(guard.key(), client.lock("orders:42").key());
+    /// # Ok(()) }
+    /// ```
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The fencing token this hold's acquire took: `Some` for a fenced
+    /// lock, `None` for the other kinds.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+    /// let guard = client.lock("orders:42").lock().await?;
+    /// assert_eq!(guard.token(), None); // a plain lock takes no token
+    /// # Ok(()) }
+    /// ```
+    pub fn token(&self) -> Option<u64> {
+        self.hold.token()
+    }
+
+    /// The owner the hold belongs to.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+    /// let guard = client.lock("orders:42").lock().await?;
+    /// assert_eq!(guard.owner(), leasehold::Owner::current());
+    /// # Ok(()) }
+    /// ```
+    pub fn owner(&self) -> Owner {
+        self.owner
+    }
+}
