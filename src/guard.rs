@@ -129,6 +129,27 @@ impl LockGuard {
         self.hold.lost().await
     }
 
+    /// Since when the lease is lost: the instant it was declared lost, or
+    /// the deadline it ran out at (whichever came first); `None` while the
+    /// guard holds. Use it to tell what was done after the loss, e.g. to
+    /// undo writes made past that instant.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+    /// let guard = client.lock("orders:42").lock().await?;
+    /// let started = tokio::time::Instant::now();
+    /// // … work …
+    /// if let Some(lost) = guard.lost_since() {
+    ///     eprintln!("lost {:?} into the work", lost.saturating_duration_since(started));
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn lost_since(&self) -> Option<tokio::time::Instant> {
+        self.hold.lost_since()
+    }
+
     /// The name of the lock this guard holds (without the key prefix).
     ///
     /// # Example

@@ -121,7 +121,7 @@ impl Call {
                 Err(e) if outcome_unknown(&e) || server_busy(&e) => e,
                 Err(e) => return Err(e),
             };
-            if Instant::now() + pause >= give_up {
+            if conn.is_closed() || Instant::now() + pause >= give_up {
                 tracing::warn!(script = self.script.name(), rid = self.rid, error = %error, "outcome still unknown");
                 return Err(error);
             }

@@ -12,7 +12,7 @@
 //! timeout, and a command connection that stops answering is closed and
 //! reconnected. A `connect` dropped half-way closes what it opened.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -35,6 +35,9 @@ pub(crate) struct Conn {
     /// The server takes script flags (`#!lua flags=…`, Redis 7+).
     pub(crate) script_flags: bool,
     pub(crate) settings: Settings,
+    /// Set when the client closes the connection for good (shutdown):
+    /// nothing is sent again after that.
+    closed: AtomicBool,
 }
 
 /// Connection settings kept to build a fresh connection later (the
@@ -132,6 +135,7 @@ impl Conn {
                 sharded,
                 script_flags: v7,
                 settings,
+                closed: AtomicBool::new(false),
             },
             subscriber,
         ))
@@ -169,8 +173,20 @@ impl Conn {
             sharded: self.sharded,
             script_flags: self.script_flags,
             settings: self.settings.clone(),
+            closed: AtomicBool::new(false),
             redis,
         })
+    }
+
+    /// Closes the connection for good: calls stop re-sending.
+    pub(crate) async fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        let _ = self.redis.quit().await;
+    }
+
+    /// Whether [`close`](Self::close) was called.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
     }
 
     /// A new request id: they only grow, per client.

@@ -188,6 +188,11 @@ impl Hold {
         self.signal.lost().await
     }
 
+    /// Since when the hold is lost (see `Signal::lost_since`).
+    pub(crate) fn lost_since(&self) -> Option<Instant> {
+        self.signal.lost_since()
+    }
+
     /// The fencing token its acquire took, if the kind hands them out.
     pub(crate) fn token(&self) -> Option<u64> {
         self.token

@@ -105,6 +105,8 @@ pub(crate) struct Signal {
     /// Set once: by the watchdog, a failed check, a newer incarnation, or
     /// shutdown.
     lost: AtomicBool,
+    /// When `lost` was set.
+    lost_at: Mutex<Option<Instant>>,
     /// Lower bound of the key's expiry in Redis (see the module docs).
     until: Mutex<Instant>,
     notify: Notify,
@@ -225,6 +227,20 @@ impl Leases {
             lease: Some(lease),
             table: Arc::downgrade(self),
         }
+    }
+
+    /// Every lease in the table (shutdown waits for their calls).
+    pub(crate) fn all(self: &Arc<Self>) -> Vec<LeaseRef> {
+        let mut out = Vec::new();
+        for entry in self.map.iter() {
+            for lease in entry.iter() {
+                out.push(LeaseRef {
+                    lease: Some(lease.clone()),
+                    table: Arc::downgrade(self),
+                });
+            }
+        }
+        out
     }
 
     /// Every lease with holds counted (shutdown, reconnect checks).
@@ -594,6 +610,7 @@ impl Signal {
     pub(crate) fn new(until: Instant) -> Arc<Signal> {
         Arc::new(Signal {
             lost: AtomicBool::new(false),
+            lost_at: Mutex::new(None),
             until: Mutex::new(until),
             notify: Notify::new(),
         })
@@ -625,8 +642,21 @@ impl Signal {
     }
 
     pub(crate) fn mark_lost(&self) {
+        self.lost_at.lock().get_or_insert_with(Instant::now);
         self.lost.store(true, Ordering::Release);
         self.notify.notify_waiters();
+    }
+
+    /// Since when the signal is lost: when it was marked so, or the
+    /// deadline it ran out at, whichever came first; `None` while not lost.
+    pub(crate) fn lost_since(&self) -> Option<Instant> {
+        let until = self.until();
+        let marked = *self.lost_at.lock();
+        match marked {
+            Some(at) => Some(at.min(until)),
+            None if Instant::now() >= until => Some(until),
+            None => None,
+        }
     }
 
     pub(crate) fn until(&self) -> Instant {

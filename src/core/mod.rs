@@ -22,6 +22,7 @@
 //! | `watchdog` | one task per watchdog renews every lease in batches (per node on a cluster) and checks every lease after a reconnect |
 //! | `pubsub` | one subscription per channel per client; messages wake one, all or N local waiters |
 //! | `wait` | the one wait loop: try, subscribe, try, sleep until woken or the bound, repeat |
+//! | `acquire` | the acquire every lock kind uses: its lease for the current owner, the wait loop, one latched call per try |
 //!
 //! # How a hold stays true
 //!
@@ -61,7 +62,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use fred::interfaces::{ClientLike, EventInterface};
+use fred::interfaces::EventInterface;
 use tokio::sync::broadcast::error::RecvError;
 
 use crate::error::{Error, Result};
@@ -205,11 +206,19 @@ impl Engine {
             return Ok(());
         }
         self.pubsub.wake_all();
-        let drained = hold::drain(self).await;
         let bound = self.conn.settings.command_timeout;
+        // Calls under way finish first (an acquire completing now gives
+        // its hold back itself), then every counted hold is given back.
+        let _ = tokio::time::timeout(bound, async {
+            for lease in self.leases.all() {
+                drop(lease.turn().await);
+            }
+        })
+        .await;
+        let drained = hold::drain(self).await;
         let _ = tokio::time::timeout(bound, self.background.idle()).await;
         self.pubsub.quit().await;
-        let _ = self.conn.redis.quit().await;
+        self.conn.close().await;
         drained
     }
 
@@ -219,11 +228,11 @@ impl Engine {
             return;
         }
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            let redis = self.conn.redis.clone();
+            let conn = self.conn.clone();
             let pubsub = self.pubsub.clone();
             handle.spawn(async move {
                 pubsub.quit().await;
-                let _ = redis.quit().await;
+                conn.close().await;
             });
         }
     }
