@@ -160,3 +160,32 @@ fn guard_dropped_outside_a_runtime_does_not_panic() {
     drop(fixed);
     drop(c);
 }
+
+/// A `build()` dropped half-way (here while the connections wait for their
+/// first replies through a slow proxy) closes the connections it opened:
+/// they do not stay, nor reconnect forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelled_build_leaves_no_connection_behind() {
+    let server = RedisServer::start();
+    let proxy = support::Proxy::start(&server.addr()).await;
+    proxy.delay(Duration::from_millis(300));
+    for _ in 0..5 {
+        let build = leasehold::Client::builder().url(&proxy.url()).build();
+        assert!(
+            tokio::time::timeout(Duration::from_millis(150), build)
+                .await
+                .is_err(),
+            "build finished before it could be cancelled"
+        );
+    }
+    proxy.pass();
+    assert!(
+        proxy
+            .wait_connection_count(0, Duration::from_secs(10))
+            .await,
+        "{} connections of cancelled builds remain",
+        proxy.connection_count()
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(proxy.connection_count(), 0, "a cancelled build reconnected");
+}

@@ -155,3 +155,50 @@ async fn blackholed_then_cut_acquire_never_yields_a_phantom_guard() {
 async fn blackholed_cut_and_healed_acquire_never_yields_a_phantom_guard() {
     blackholed_then_cut(true).await;
 }
+
+/// Hole 6, the mechanism. A black hole that drops a waiter's acquire and
+/// then heals *without* closing the connection leaves the connection one
+/// reply out of step: the next reply that arrives (here, another task's
+/// successful acquire of a free lock on the same client) answers the
+/// dropped acquire. Before replies were checked against their request, the
+/// waiter took that `{1, 1}` for its own and returned a guard Redis never
+/// granted, while another client held the lock. 10 rounds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reply_out_of_step_never_yields_a_phantom_guard() {
+    let server = RedisServer::start();
+    let holder_client = client(&server).await;
+    for round in 0..10 {
+        let proxy = Proxy::start(&server.addr()).await;
+        let url = proxy.url();
+        // A long command timeout: the connection is not closed as
+        // unresponsive while the black hole lasts.
+        let waiter_client: Client = client_with(&server, |b| b.url(&url)).await;
+        let name = format!("phantom:{round}");
+        let holder = holder_client.lock(&name).lock().await.unwrap();
+
+        proxy.blackhole();
+        let lock = waiter_client.lock(&name);
+        let waiter = tokio::spawn(async move { lock.try_lock_for(Duration::from_secs(3)).await });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        proxy.pass();
+        // Traffic after the heal: a free lock taken by another task.
+        let other = waiter_client.lock(&format!("free:{round}"));
+        let other_task =
+            tokio::spawn(async move { other.try_lock_for(Duration::from_secs(3)).await });
+
+        let got = within(HANG, "the waiter", waiter).await.unwrap();
+        if let Ok(Some(g)) = &got {
+            panic!(
+                "round {round}: the waiter got a guard (lost: {}) while another client holds `{name}`: {:?}",
+                g.is_lost(),
+                server.cmd(&["HGETALL", &name])
+            );
+        }
+        let _ = within(HANG, "the other task", other_task).await.unwrap();
+        holder.unlock().await.unwrap();
+        within(HANG, "waiter shutdown", waiter_client.shutdown())
+            .await
+            .ok();
+    }
+    holder_client.shutdown().await.unwrap();
+}

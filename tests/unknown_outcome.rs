@@ -160,3 +160,28 @@ async fn cuts_under_contention_keep_counts_exact() {
     c.shutdown().await.unwrap();
     direct.shutdown().await.unwrap();
 }
+
+/// An unlock whose outcome stays unknown for a while (the connection
+/// black-holed for 7 s, longer than any single command timeout) is resolved
+/// once the connection heals: the hold is given back. It is never forgotten
+/// while it may still be in Redis, so it cannot be left held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unlock_unknown_for_a_while_is_resolved_not_forgotten() {
+    let server = RedisServer::start();
+    let (proxy, c) = through_proxy(&server).await;
+    let guard = c.lock("unknown-release").lock().await.unwrap();
+    proxy.blackhole();
+    let unlock = tokio::spawn(guard.unlock());
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    proxy.pass();
+    let outcome = within(HANG, "unlock across a long black hole", unlock)
+        .await
+        .unwrap();
+    eprintln!("unlock after a 7 s black hole: {outcome:?}");
+    within(HANG, "shutdown", c.shutdown()).await.ok();
+    assert!(
+        !exists(&server, "unknown-release"),
+        "the hold was forgotten while still in Redis (PTTL {})",
+        server.cmd(&["PTTL", "unknown-release"])
+    );
+}

@@ -631,3 +631,78 @@ async fn next_change(
         None => std::future::pending().await,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A channel entry with `n` subscriptions, on a subscriber client that
+    /// never connects (only the local queue is exercised).
+    fn channel_with(n: usize) -> (Arc<Shared>, Vec<Subscription>) {
+        let subscriber = fred::types::Builder::default_centralized()
+            .build_subscriber_client()
+            .unwrap();
+        let (ops, _) = mpsc::unbounded_channel();
+        let shared = Arc::new(Shared {
+            subscriber,
+            sharded: false,
+            channels: DashMap::new(),
+            ops,
+        });
+        let name: Arc<str> = "c".into();
+        let channel = Arc::new(Channel::new(name.clone(), wake_one));
+        shared.channels.insert(name, channel.clone());
+        let subs = (0..n)
+            .map(|_| {
+                // As `subscribe` does: counted and queued at the back.
+                let waiter = Arc::new(Waiter::default());
+                let mut state = channel.state.lock();
+                state.refs += 1;
+                state.queue.push_back(waiter.clone());
+                Subscription {
+                    shared: shared.clone(),
+                    channel: channel.clone(),
+                    waiter,
+                }
+            })
+            .collect();
+        (shared, subs)
+    }
+
+    /// A waiter woken by a message, then dropped during the attempt the
+    /// wake-up led to (before it concluded), passes the wake-up to the next
+    /// waiter instead of swallowing it.
+    #[tokio::test]
+    async fn a_waiter_cancelled_during_its_attempt_passes_the_wake_up_on() {
+        let (shared, mut subs) = channel_with(2);
+        let w2 = subs.pop().unwrap();
+        let w1 = subs.pop().unwrap();
+        // Both wait (a zero bound returns at once); w1 is the oldest.
+        assert!(!w1.wait(Duration::ZERO).await);
+        assert!(!w2.wait(Duration::ZERO).await);
+        shared.deliver("c", b"0");
+        // w1 is woken and returns from its wait, holding the wake-up.
+        assert!(w1.wait(Duration::from_secs(5)).await);
+        drop(w1);
+        let woken = tokio::time::timeout(Duration::from_secs(5), w2.wait(Duration::from_secs(60)))
+            .await
+            .expect("w2's wait outlived the test bound");
+        assert!(woken, "the wake-up was swallowed by the cancelled waiter");
+    }
+
+    /// A waiter whose attempt concluded (it lost the race) uses up the
+    /// wake-up: dropping it then wakes nobody.
+    #[tokio::test]
+    async fn a_concluded_attempt_uses_the_wake_up() {
+        let (shared, mut subs) = channel_with(2);
+        let w2 = subs.pop().unwrap();
+        let w1 = subs.pop().unwrap();
+        assert!(!w1.wait(Duration::ZERO).await);
+        assert!(!w2.wait(Duration::ZERO).await);
+        shared.deliver("c", b"0");
+        assert!(w1.wait(Duration::from_secs(5)).await);
+        w1.consumed();
+        drop(w1);
+        assert!(!w2.wait(Duration::from_millis(50)).await);
+    }
+}
