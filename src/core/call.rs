@@ -28,7 +28,6 @@
 
 use std::time::Duration;
 
-use fred::interfaces::ClientLike;
 use fred::types::{Key, Value};
 use tokio::time::Instant;
 
@@ -111,11 +110,14 @@ impl Call {
                     Err(e) => {
                         // Not our reply: the connection is out of step with
                         // its replies. Start it afresh, then ask again.
-                        tracing::error!(script = self.script.name(), error = %e, "reply out of step: reconnecting");
-                        let _ = conn.redis.force_reconnection().await;
+                        conn.suspect("a reply answered another request");
                         e
                     }
                 },
+                Err(e) if e.kind() == &fred::error::ErrorKind::Timeout => {
+                    conn.suspect("a request timed out");
+                    e
+                }
                 // Unknown, or refused for now (loading, busy, a slot
                 // moving): the same request is safe to send again.
                 Err(e) if outcome_unknown(&e) || server_busy(&e) => e,

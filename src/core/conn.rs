@@ -38,6 +38,8 @@ pub(crate) struct Conn {
     /// Set when the client closes the connection for good (shutdown):
     /// nothing is sent again after that.
     closed: AtomicBool,
+    /// When the connection was last reset as suspect (ms since `BASE`).
+    last_reset: AtomicU64,
 }
 
 /// Connection settings kept to build a fresh connection later (the
@@ -58,6 +60,10 @@ pub(crate) struct Settings {
 struct QuitOnDrop(Vec<FredClient>, Option<SubscriberClient>);
 
 static NEXT_CONN: AtomicU64 = AtomicU64::new(1);
+
+/// Origin of `Conn::last_reset`.
+static BASE: std::sync::LazyLock<std::time::Instant> =
+    std::sync::LazyLock::new(std::time::Instant::now);
 
 // === impl Conn ===
 
@@ -136,6 +142,7 @@ impl Conn {
                 script_flags: v7,
                 settings,
                 closed: AtomicBool::new(false),
+                last_reset: AtomicU64::new(0),
             },
             subscriber,
         ))
@@ -174,6 +181,7 @@ impl Conn {
             script_flags: self.script_flags,
             settings: self.settings.clone(),
             closed: AtomicBool::new(false),
+            last_reset: AtomicU64::new(0),
             redis,
         })
     }
@@ -187,6 +195,32 @@ impl Conn {
     /// Whether [`close`](Self::close) was called.
     pub(crate) fn is_closed(&self) -> bool {
         self.closed.load(Ordering::Acquire)
+    }
+
+    /// The connection looks out of step with its replies: a reply that
+    /// answers another request, or requests timing out while it claims to
+    /// be connected (replies lost on the way, each later one consumed by an
+    /// older request that already gave up; fred's unresponsive check does
+    /// not see it, since replies keep arriving). Reconnects it, at most once
+    /// a second; what was in flight fails and is sent again by its caller.
+    pub(crate) fn suspect(&self, why: &str) {
+        let now = BASE.elapsed().as_millis() as u64 + 1;
+        let last = self.last_reset.load(Ordering::Relaxed);
+        if now.saturating_sub(last) < 1000
+            || self
+                .last_reset
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_err()
+        {
+            return;
+        }
+        tracing::warn!(why, "command connection suspect: reconnecting");
+        let redis = self.redis.clone();
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let _ = redis.force_reconnection().await;
+            });
+        }
     }
 
     /// A new request id: they only grow, per client.

@@ -95,10 +95,14 @@ pub struct Watchdog {
 }
 
 /// How one kind of lease is renewed.
+///
+/// Both scripts take `ARGV[1]` = a nonce, `ARGV[2]` = the TTL in ms (0:
+/// only check), then one entry per lease (see `entry`), and reply
+/// `{nonce, indices of the entries whose hold is gone}`: the nonce tells
+/// the batch's reply from any other (a connection out of step).
 #[derive(Debug)]
 pub(crate) struct Renewal {
-    /// Declared keys, one hash slot per call: `[ttl, …]` + one entry per
-    /// lease (see `entry`); replies with the indices of gone entries.
+    /// Declared keys, one hash slot per call.
     pub(crate) slot: &'static Script,
     /// Keys as arguments, every slot of one node per call (Redis 7+
     /// clusters), same reply.
@@ -476,8 +480,10 @@ async fn send_batch(batch: Vec<Sent>, target: Target, ttl: Duration, interval: D
     let renewal = first.kind.renewal();
     let conn = &first.conn;
     let node_call = matches!(target, Target::Node(_));
+    let nonce = conn.rid() as i64;
     let mut keys = Vec::with_capacity(if node_call { 0 } else { batch.len() });
-    let mut args: Vec<Value> = Vec::with_capacity(1 + batch.len() * if node_call { 2 } else { 1 });
+    let mut args: Vec<Value> = Vec::with_capacity(2 + batch.len() * if node_call { 2 } else { 1 });
+    args.push(Value::Integer(nonce));
     args.push(Value::Integer(ttl.as_millis().min(i64::MAX as u128) as i64));
     for sent in &batch {
         (renewal.entry)(&sent.lease, &mut keys, &mut args, node_call);
@@ -492,17 +498,9 @@ async fn send_batch(batch: Vec<Sent>, target: Target, ttl: Duration, interval: D
         }
     })
     .await;
-    match reply {
+    match reply.map(|r| r.and_then(|r| gone_entries(conn, nonce, r))) {
         Ok(Ok(gone)) => {
-            let mut gone = gone.into_iter().peekable();
-            for (i, sent) in batch.iter().enumerate() {
-                if gone.peek() == Some(&(i as i64 + 1)) {
-                    gone.next();
-                    sent.gone();
-                } else {
-                    sent.renewed(sent_at, ttl);
-                }
-            }
+            apply(&batch, gone, sent_at, ttl);
             0
         }
         Ok(Err(e)) if node_call => {
@@ -571,6 +569,38 @@ async fn split_per_slot(
     }
     while set.join_next().await.is_some() {}
     calls
+}
+
+/// The indices of gone entries in a renewal's reply, after checking the
+/// reply answers this batch (its first element is the batch's nonce).
+fn gone_entries(
+    conn: &Conn,
+    nonce: i64,
+    reply: Vec<i64>,
+) -> std::result::Result<Vec<i64>, fred::error::Error> {
+    match reply.split_first() {
+        Some((&first, gone)) if first == nonce => Ok(gone.to_vec()),
+        _ => {
+            conn.suspect("a renewal reply answered another request");
+            Err(fred::error::Error::new(
+                fred::error::ErrorKind::IO,
+                format!("renewal reply {reply:?} is not for batch {nonce}"),
+            ))
+        }
+    }
+}
+
+/// Applies a renewal's verdict to its batch.
+fn apply(batch: &[Sent], gone: Vec<i64>, sent_at: Instant, ttl: Duration) {
+    let mut gone = gone.into_iter().peekable();
+    for (i, sent) in batch.iter().enumerate() {
+        if gone.peek() == Some(&(i as i64 + 1)) {
+            gone.next();
+            sent.gone();
+        } else {
+            sent.renewed(sent_at, ttl);
+        }
+    }
 }
 
 /// A renewal that got no answer: leases that would not outlive the next

@@ -4,17 +4,18 @@
 -- touch keys of several slots of the node it runs on). The keys are passed
 -- as arguments, not KEYS, because declared keys must share one slot.
 --
--- ARGV[1]           TTL in milliseconds; 0 only checks the fields
--- ARGV[2i], ARGV[2i+1]  the i-th lock hash and owner field
+-- ARGV[1]               the batch's nonce, echoed first in the reply
+-- ARGV[2]               TTL in milliseconds; 0 only checks the fields
+-- ARGV[2i+1], ARGV[2i+2]  the i-th lock hash and owner field
 --
--- Reply: the indices i whose field is gone. An error (a slot moved away
+-- Reply: {nonce, the indices i whose field is gone}. An error (a slot moved away
 -- while the batch was on its way) leaves the batch to be sent again per
 -- slot; every renewal already applied was idempotent.
-local gone = {}
-local ttl = tonumber(ARGV[1])
-local n = (#ARGV - 1) / 2
+local gone = {tonumber(ARGV[1])}
+local ttl = tonumber(ARGV[2])
+local n = (#ARGV - 2) / 2
 for i = 1, n do
-    local key, field = ARGV[2 * i], ARGV[2 * i + 1]
+    local key, field = ARGV[2 * i + 1], ARGV[2 * i + 2]
     if redis.call('hexists', key, field) == 1 then
         if ttl > 0 and redis.call('pttl', key) < ttl then
             redis.call('pexpire', key, ttl)
