@@ -39,6 +39,9 @@ pub struct Section {
     pub owner: String,
     /// The fencing token taken inside the section.
     pub token: u64,
+    /// When the acquire that led to the section was called (its script may
+    /// have run any time from then until `start`).
+    pub requested: Instant,
     /// When the section began (lock held, token taken).
     pub start: Instant,
     /// When it ended (before the unlock).
@@ -63,10 +66,17 @@ impl Section {
             lock: lock.to_owned(),
             owner: owner.to_owned(),
             token,
+            requested: start,
             start,
             end,
             lost_at: None,
         }
+    }
+
+    /// The same section, whose acquire was called at `at`.
+    pub fn requested_at(mut self, at: Instant) -> Section {
+        self.requested = at.min(self.start);
+        self
     }
 
     /// The same section, told lost at `at`.
@@ -83,6 +93,41 @@ impl Section {
             _ => self.end,
         }
     }
+}
+
+/// An override the holders cannot know of at once: the lock was
+/// force-unlocked by someone else. The force-unlock was sent at `at` and
+/// answered at `done`; its delete ran somewhere in between.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Override {
+    /// The lock's name.
+    pub lock: String,
+    /// When the force-unlock was sent.
+    pub at: Instant,
+    /// When its reply arrived.
+    pub done: Instant,
+}
+
+/// [`check`], after cutting short every section whose hold the override of
+/// its lock may have deleted: a section whose acquire was called before the
+/// override's reply and which was still trusted when the override was sent
+/// is trusted only until `max(start, at)`.
+pub fn check_with(sections: &[Section], overrides: &[Override]) -> Result<(), Vec<Violation>> {
+    let cut: Vec<Section> = sections
+        .iter()
+        .map(|s| {
+            let first = overrides
+                .iter()
+                .filter(|o| o.lock == s.lock && s.requested < o.done && o.at < s.trusted_until())
+                .map(|o| o.at.max(s.start))
+                .min();
+            match first {
+                Some(at) => s.clone().lost_at(at.min(s.lost_at.unwrap_or(at))),
+                None => s.clone(),
+            }
+        })
+        .collect();
+    check(&cut)
 }
 
 /// Checks a history (in any order). `Ok` when no two owners trusted one
@@ -207,6 +252,47 @@ mod tests {
             check(&[a.clone(), b.clone()]),
             Err(vec![Violation::TokenOrder(a, b)])
         );
+    }
+
+    #[test]
+    fn a_force_unlock_cuts_the_sections_it_overrode() {
+        let t = Instant::now();
+        let a = Section::new("l", "a", 1, at(t, 0), at(t, 50));
+        let b = Section::new("l", "b", 2, at(t, 12), at(t, 20));
+        let o = Override {
+            lock: "l".into(),
+            at: at(t, 10),
+            done: at(t, 11),
+        };
+        assert_eq!(
+            check_with(&[a.clone(), b.clone()], std::slice::from_ref(&o)),
+            Ok(())
+        );
+        // An override of another lock, or one after the overlap began,
+        // excuses nothing.
+        let other = Override {
+            lock: "m".into(),
+            at: at(t, 10),
+            done: at(t, 11),
+        };
+        assert!(check_with(&[a.clone(), b.clone()], &[other]).is_err());
+        let late = Override {
+            lock: "l".into(),
+            at: at(t, 15),
+            done: at(t, 16),
+        };
+        assert!(check_with(&[a.clone(), b.clone()], &[late]).is_err());
+        // A hold whose acquire ran before the delete but whose section began
+        // after it (a slow reply) was overridden too.
+        let slow = Section::new("l", "a", 1, at(t, 12), at(t, 30)).requested_at(at(t, 5));
+        let c = Section::new("l", "b", 2, at(t, 14), at(t, 20));
+        assert_eq!(
+            check_with(&[slow.clone(), c.clone()], std::slice::from_ref(&o)),
+            Ok(())
+        );
+        // One called after the override's reply was not.
+        let fresh = Section::new("l", "a", 1, at(t, 12), at(t, 30)).requested_at(at(t, 11));
+        assert!(check_with(&[fresh, c], &[o]).is_err());
     }
 
     #[test]
