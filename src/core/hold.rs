@@ -196,6 +196,12 @@ impl Hold {
         self.signal.lost().await
     }
 
+    /// A lower bound of when the key may expire in Redis (see
+    /// `lease::Signal`): raised by renewals, cut by releases.
+    pub(crate) fn until(&self) -> Instant {
+        self.signal.until()
+    }
+
     /// The fencing token its acquire took, if the kind hands them out.
     pub(crate) fn token(&self) -> Option<u64> {
         self.token
