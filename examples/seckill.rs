@@ -10,11 +10,18 @@
 //! ```text
 //! cargo run --example seckill                     # private redis-server
 //! REDIS_URL=redis://127.0.0.1:6379 cargo run --example seckill -- --processes 8
+//! cargo run --example seckill -- --redlock 3      # a Redlock over 3 servers
 //! ```
 //!
 //! With no `REDIS_URL`, a private `redis-server` is started on a free
 //! loopback port and stopped at exit. The exit code is non-zero if more or
 //! fewer items were sold than were on sale.
+//!
+//! With `--redlock N` (N odd, at least 3) the lock is a `RedLock` over N
+//! more private `redis-server`s started here (the stock stays where it
+//! was). Once half the stock is sold, the coordinator kills one of those
+//! servers with SIGKILL. The sale goes on with a majority of the lock
+//! servers, and still sells exactly the stock.
 
 use leasehold_testkit::server;
 
@@ -22,6 +29,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use leasehold::fred::interfaces::KeysInterface;
+use leasehold::{Client, Error, LockGuard, MultiGuard, RedLock};
 
 const STOCK_KEY: &str = "seckill:stock";
 const SOLD_KEY: &str = "seckill:sold";
@@ -36,6 +44,10 @@ struct Args {
     tasks: u64,
     worker: bool,
     url: Option<String>,
+    /// `--redlock N`: the lock is a RedLock over N private servers.
+    redlock: Option<usize>,
+    /// Worker only: the RedLock's servers.
+    lock_urls: Vec<String>,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -46,6 +58,8 @@ fn parse_args() -> Result<Args, String> {
         tasks: 8,
         worker: false,
         url: None,
+        redlock: None,
+        lock_urls: Vec::new(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -60,10 +74,15 @@ fn parse_args() -> Result<Args, String> {
             }
             "--tasks" => args.tasks = value()?.parse().map_err(|e| format!("--tasks: {e}"))?,
             "--url" => args.url = Some(value()?),
+            "--redlock" => {
+                args.redlock = Some(value()?.parse().map_err(|e| format!("--redlock: {e}"))?)
+            }
+            "--lock-urls" => args.lock_urls = value()?.split(',').map(str::to_owned).collect(),
             "--worker" => args.worker = true,
             "-h" | "--help" => {
                 return Err(
-                    "usage: seckill [--processes N] [--stock N] [--attempts N] [--tasks N]".into(),
+                    "usage: seckill [--processes N] [--stock N] [--attempts N] [--tasks N] [--redlock N]"
+                        .into(),
                 )
             }
             other => return Err(format!("unknown argument {other}")),
@@ -71,6 +90,9 @@ fn parse_args() -> Result<Args, String> {
     }
     if args.processes == 0 || args.tasks == 0 {
         return Err("--processes and --tasks must be at least 1".into());
+    }
+    if args.redlock.is_some_and(|n| n < 3 || n % 2 == 0) {
+        return Err("--redlock needs an odd number of servers, at least 3".into());
     }
     Ok(args)
 }
@@ -101,6 +123,18 @@ async fn coordinator(args: Args) -> Result<(), Box<dyn std::error::Error + Send 
             (Some(server), url)
         }
     };
+    // `--redlock N`: N more private servers for the lock alone.
+    let lock_servers: Vec<server::RedisServer> = (0..args.redlock.unwrap_or(0))
+        .map(|_| server::RedisServer::start())
+        .collect();
+    let lock_urls: Vec<String> = lock_servers.iter().map(|s| s.url()).collect();
+    if !lock_urls.is_empty() {
+        println!(
+            "started {} lock servers: {}",
+            lock_urls.len(),
+            lock_urls.join(" ")
+        );
+    }
     let client = leasehold::Client::connect(&url).await?;
     let redis = client.redis();
     let () = redis.set(STOCK_KEY, args.stock, None, None, false).await?;
@@ -113,7 +147,8 @@ async fn coordinator(args: Args) -> Result<(), Box<dyn std::error::Error + Send 
         // Spread the attempts: the first `rest` workers make one more.
         let share = args.attempts / u64::from(args.processes)
             + u64::from(i < args.attempts % u64::from(args.processes));
-        let child = Command::new(&exe)
+        let mut command = Command::new(&exe);
+        command
             .args(["--worker", "--url", &url])
             .args([
                 "--attempts",
@@ -121,15 +156,40 @@ async fn coordinator(args: Args) -> Result<(), Box<dyn std::error::Error + Send 
                 "--tasks",
                 &args.tasks.to_string(),
             ])
-            .stdout(Stdio::piped())
-            .spawn()?;
-        children.push(child);
+            .stdout(Stdio::piped());
+        if !lock_urls.is_empty() {
+            command.args(["--lock-urls", &lock_urls.join(",")]);
+        }
+        children.push(tokio::task::spawn_blocking(move || {
+            command.spawn().and_then(|child| child.wait_with_output())
+        }));
     }
+    // With a RedLock: kill one lock server once half the stock is sold.
+    let killer = (!lock_servers.is_empty()).then(|| {
+        let (redis, half) = (redis.clone(), args.stock / 2);
+        tokio::spawn(async move {
+            let mut servers = lock_servers;
+            loop {
+                let sold: Option<i64> = redis.get(SOLD_KEY).await.ok().flatten();
+                if sold.unwrap_or(0) >= half {
+                    servers[0].kill();
+                    println!(
+                        "killed lock server 0 ({}) at {} sold",
+                        servers[0].url(),
+                        sold.unwrap_or(0)
+                    );
+                    return (servers, sold.unwrap_or(0));
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+    });
     let mut totals = WorkerReport::default();
     for child in children {
-        let out = child.wait_with_output()?;
+        let out = child.await??;
         if !out.status.success() {
-            return Err(format!("a worker failed: {}", out.status).into());
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            return Err(format!("a worker failed: {}\n{stderr}", out.status).into());
         }
         let text = String::from_utf8_lossy(&out.stdout);
         let report = text
@@ -139,6 +199,14 @@ async fn coordinator(args: Args) -> Result<(), Box<dyn std::error::Error + Send 
         totals.add(&report);
     }
     let wall = started.elapsed();
+    let killed_at = match killer {
+        Some(killer) if killer.is_finished() => Some(killer.await?.1),
+        Some(killer) => {
+            killer.abort();
+            None
+        }
+        None => None,
+    };
 
     let stock_left: i64 = redis.get(STOCK_KEY).await?;
     let sold_in_redis: Option<i64> = redis.get(SOLD_KEY).await?;
@@ -148,6 +216,13 @@ async fn coordinator(args: Args) -> Result<(), Box<dyn std::error::Error + Send 
     println!();
     println!("| seckill | value |");
     println!("| --- | --- |");
+    match (args.redlock, killed_at) {
+        (Some(n), Some(at)) => {
+            println!("| lock | RedLock over {n} servers, one killed at {at} sold |")
+        }
+        (Some(n), None) => println!("| lock | RedLock over {n} servers |"),
+        (None, _) => println!("| lock | one leasehold Lock |"),
+    }
     println!("| processes | {} |", args.processes);
     println!("| tasks per process | {} |", args.tasks);
     println!("| stock on sale | {} |", args.stock);
@@ -155,6 +230,9 @@ async fn coordinator(args: Args) -> Result<(), Box<dyn std::error::Error + Send 
     println!("| sold | {} |", totals.sold);
     println!("| stock left | {stock_left} |");
     println!("| lock waits (try_lock found it busy) | {} |", totals.waits);
+    if args.redlock.is_some() {
+        println!("| unlocks that found the hold lost | {} |", totals.lost);
+    }
     println!("| mean time to acquire | {:.2?} |", totals.mean_acquire());
     println!("| wall time | {wall:.2?} |");
     println!(
@@ -179,27 +257,78 @@ async fn coordinator(args: Args) -> Result<(), Box<dyn std::error::Error + Send 
     }
 }
 
+/// The lock the workers sell under: one `Lock`, or a `RedLock`.
+#[derive(Clone)]
+enum SaleLock {
+    One(leasehold::Lock),
+    Red(RedLock),
+}
+
+/// A hold of either.
+enum SaleGuard {
+    One(LockGuard),
+    Red(MultiGuard),
+}
+
+impl SaleLock {
+    /// The guard, and whether it had to wait (the first try found it busy).
+    async fn take(&self) -> Result<(SaleGuard, bool), Error> {
+        Ok(match self {
+            SaleLock::One(lock) => match lock.try_lock().await? {
+                Some(g) => (SaleGuard::One(g), false),
+                None => (SaleGuard::One(lock.lock().await?), true),
+            },
+            SaleLock::Red(red) => match red.try_lock().await {
+                Ok(Some(g)) => (SaleGuard::Red(g), false),
+                // Busy, or a majority did not answer this one round (a
+                // server down, or slow): wait, retrying rounds.
+                Ok(None) | Err(Error::NoQuorum { .. }) => (SaleGuard::Red(red.lock().await?), true),
+                Err(e) => return Err(e),
+            },
+        })
+    }
+}
+
+impl SaleGuard {
+    async fn unlock(self) -> Result<(), Error> {
+        match self {
+            SaleGuard::One(g) => g.unlock().await,
+            SaleGuard::Red(g) => g.unlock().await,
+        }
+    }
+}
+
 /// One process's share of the attempts.
 async fn worker(args: Args) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let url = args.url.clone().ok_or("--worker needs --url")?;
-    let client = leasehold::Client::connect(&url).await?;
+    let client = Client::connect(&url).await?;
+    let mut lock_clients = Vec::new();
+    for url in &args.lock_urls {
+        // A short command timeout: a killed server's client gives up its
+        // background work sooner when the worker exits.
+        let c = Client::builder()
+            .url(url)
+            .command_timeout(Duration::from_secs(1))
+            .build()
+            .await?;
+        lock_clients.push(c);
+    }
+    let lock = if lock_clients.is_empty() {
+        SaleLock::One(client.lock(LOCK_NAME))
+    } else {
+        SaleLock::Red(RedLock::new(lock_clients.clone(), LOCK_NAME))
+    };
     let mut tasks = Vec::new();
     for t in 0..args.tasks {
         let attempts = args.attempts / args.tasks + u64::from(t < args.attempts % args.tasks);
-        let client = client.clone();
+        let (client, lock) = (client.clone(), lock.clone());
         tasks.push(tokio::spawn(async move {
-            let lock = client.lock(LOCK_NAME);
             let redis = client.redis();
             let mut report = WorkerReport::default();
             for _ in 0..attempts {
                 let asked = Instant::now();
-                let guard = match lock.try_lock().await? {
-                    Some(guard) => guard,
-                    None => {
-                        report.waits += 1;
-                        lock.lock().await?
-                    }
-                };
+                let (guard, waited) = lock.take().await?;
+                report.waits += u64::from(waited);
                 report.acquire_time += asked.elapsed();
                 report.attempts += 1;
                 let stock: i64 = redis.get(STOCK_KEY).await?;
@@ -210,9 +339,15 @@ async fn worker(args: Args) -> Result<(), Box<dyn std::error::Error + Send + Syn
                 } else if stock < 0 {
                     let _: i64 = redis.incr(OVERSOLD_KEY).await?;
                 }
-                guard.unlock().await?;
+                if let Err(e) = guard.unlock().await {
+                    // A RedLock guard that lost its majority (a member on
+                    // the killed server, and another missing) reports it
+                    // here; the final count says whether the sale was right.
+                    eprintln!("unlock: {e}");
+                    report.lost += 1;
+                }
             }
-            Ok::<_, leasehold::Error>(report)
+            Ok::<_, Error>(report)
         }));
     }
     let mut total = WorkerReport::default();
@@ -220,6 +355,10 @@ async fn worker(args: Args) -> Result<(), Box<dyn std::error::Error + Send + Syn
         total.add(&task.await??);
     }
     client.shutdown().await?;
+    for c in &lock_clients {
+        // The killed server's client cannot say goodbye: do not wait long.
+        let _ = tokio::time::timeout(Duration::from_secs(2), c.shutdown()).await;
+    }
     println!("{}", total.line());
     Ok(())
 }
@@ -229,6 +368,8 @@ struct WorkerReport {
     attempts: u64,
     sold: u64,
     waits: u64,
+    /// Unlocks that reported the hold lost.
+    lost: u64,
     acquire_time: Duration,
 }
 
@@ -237,6 +378,7 @@ impl WorkerReport {
         self.attempts += other.attempts;
         self.sold += other.sold;
         self.waits += other.waits;
+        self.lost += other.lost;
         self.acquire_time += other.acquire_time;
     }
 
@@ -246,10 +388,11 @@ impl WorkerReport {
 
     fn line(&self) -> String {
         format!(
-            "REPORT attempts={} sold={} waits={} acquire_us={}",
+            "REPORT attempts={} sold={} waits={} lost={} acquire_us={}",
             self.attempts,
             self.sold,
             self.waits,
+            self.lost,
             self.acquire_time.as_micros()
         )
     }
@@ -264,6 +407,7 @@ impl WorkerReport {
                 "attempts" => report.attempts = v,
                 "sold" => report.sold = v,
                 "waits" => report.waits = v,
+                "lost" => report.lost = v,
                 "acquire_us" => report.acquire_time = Duration::from_micros(v),
                 _ => {}
             }

@@ -18,6 +18,7 @@
 ///         Error::NoRuntime | Error::RuntimeGone => "call it from a live tokio runtime",
 ///         Error::Redis(_) => "Redis failed: retry later",
 ///         Error::ReplicasMissing { .. } => "replicas lag: the lock was not taken",
+///         Error::NoQuorum { .. } => "too few RedLock servers answered: nothing is held",
 ///         _ => "unknown",
 ///     }
 /// }
@@ -78,6 +79,72 @@ pub enum Error {
         /// Replicas that acknowledged.
         acked: u32,
     },
+
+    /// A [`RedLock`](crate::RedLock) could not reach a majority of its
+    /// servers: fewer than a majority answered its last round (acquired or
+    /// found the lock busy) before the wait ran out, or failures that
+    /// cannot pass (clients shut down) left no majority. Nothing is held:
+    /// every server that acquired was released. `servers` says what each
+    /// server answered.
+    #[error("{}", describe_no_quorum(.name, *.quorum, .servers))]
+    NoQuorum {
+        /// The lock's name.
+        name: String,
+        /// Servers needed: N/2 + 1.
+        quorum: usize,
+        /// What each server answered in the last round, in the order the
+        /// clients were given.
+        servers: Vec<ServerResult>,
+    },
+}
+
+/// What one server answered in a [`RedLock`](crate::RedLock)'s last round (see
+/// [`Error::NoQuorum`]).
+///
+/// # Example
+///
+/// ```no_run
+/// # async fn f(red: leasehold::RedLock) {
+/// if let Err(leasehold::Error::NoQuorum { servers, .. }) = red.try_lock().await {
+///     for s in &servers {
+///         eprintln!("server {} (client {}): {}", s.server, s.client, s.outcome);
+///     }
+/// }
+/// # }
+/// ```
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct ServerResult {
+    /// The server's position in the clients given to
+    /// [`RedLock::new`](crate::RedLock::new).
+    pub server: usize,
+    /// Its client's id ([`Client::id`](crate::Client::id)).
+    pub client: uuid::Uuid,
+    /// What it answered.
+    pub outcome: ServerOutcome,
+}
+
+/// What one server answered (see [`ServerResult`]).
+///
+/// # Example
+///
+/// ```
+/// let o = leasehold::ServerOutcome::Busy;
+/// assert_eq!(o.to_string(), "held by another owner");
+/// ```
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum ServerOutcome {
+    /// It acquired. The hold was released again, since the round failed.
+    Acquired,
+    /// Another owner holds the lock there.
+    Busy,
+    /// No answer in time: not within the server timeout, or not before the
+    /// round was decided. Also used for an answer that came too late to
+    /// leave the majority any validity. A hold taken late was given back.
+    TimedOut,
+    /// It failed: the server is unreachable, or its client was shut down.
+    Failed(Box<Error>),
 }
 
 impl Error {
@@ -151,3 +218,33 @@ pub(crate) fn server_busy(e: &fred::error::Error) -> bool {
 
 /// `Result` with this crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+// === impl ServerOutcome ===
+
+impl std::fmt::Display for ServerOutcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ServerOutcome::Acquired => f.write_str("acquired"),
+            ServerOutcome::Busy => f.write_str("held by another owner"),
+            ServerOutcome::TimedOut => f.write_str("no answer in time"),
+            ServerOutcome::Failed(e) => write!(f, "failed: {e}"),
+        }
+    }
+}
+
+/// The text of [`Error::NoQuorum`]: counts, then each server's answer.
+fn describe_no_quorum(name: &str, quorum: usize, servers: &[ServerResult]) -> String {
+    let acquired = servers
+        .iter()
+        .filter(|s| matches!(s.outcome, ServerOutcome::Acquired))
+        .count();
+    let each: Vec<String> = servers
+        .iter()
+        .map(|s| format!("server {} (client {}): {}", s.server, s.client, s.outcome))
+        .collect();
+    format!(
+        "redlock `{name}` not acquired: {acquired} of {} servers acquired (given back), {quorum} needed; {}",
+        servers.len(),
+        each.join("; ")
+    )
+}

@@ -193,6 +193,13 @@ impl LockGuard {
         self.hold.token()
     }
 
+    /// A lower bound of when the lease may end in Redis, as this client
+    /// knows it: raised by each renewal, cut by releases (see
+    /// `core::lease::Signal`). Past it the guard reports lost.
+    pub(crate) fn valid_until(&self) -> tokio::time::Instant {
+        self.hold.until()
+    }
+
     /// The owner the hold belongs to.
     ///
     /// # Example

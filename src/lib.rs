@@ -63,13 +63,15 @@ mod core;
 mod error;
 mod guard;
 mod lock;
+mod multi;
 mod owner;
 
 pub use crate::core::watchdog::Watchdog;
 pub use client::{Client, ClientBuilder};
-pub use error::{Error, Result};
+pub use error::{Error, Result, ServerOutcome, ServerResult};
 pub use guard::LockGuard;
 pub use lock::Lock;
+pub use multi::{Member, MultiGuard, MultiLock, RedLock};
 pub use owner::Owner;
 
 /// Not part of the API: what the benchmarks' bare-fred baseline needs to
@@ -105,10 +107,20 @@ mod bounds {
         is_send_sync::<crate::Watchdog>();
         is_send_sync::<crate::Error>();
         is_unpin::<crate::LockGuard>();
+        is_send_sync::<crate::MultiLock>();
+        is_send_sync::<crate::RedLock>();
+        is_send_sync::<crate::MultiGuard>();
+        is_send_sync::<crate::Member>();
+        is_unpin::<crate::MultiGuard>();
     }
 
     #[allow(dead_code)]
-    fn futures_are_send(lock: crate::Lock, guard: crate::LockGuard, client: crate::Client) {
+    fn futures_are_send(
+        lock: crate::Lock,
+        guard: crate::LockGuard,
+        client: crate::Client,
+        multi_guard: crate::MultiGuard,
+    ) {
         fn send<T: Send>(_: T) {}
         send(lock.lock());
         send(lock.try_lock_for(std::time::Duration::ZERO));
@@ -117,6 +129,14 @@ mod bounds {
         send(guard.lost());
         send(guard.unlock());
         send(client.shutdown());
+        let multi = crate::MultiLock::new(vec![lock.clone()]);
+        send(multi.lock());
+        send(multi.try_lock_for(std::time::Duration::ZERO));
+        let red = crate::RedLock::new(vec![client.clone()], "x");
+        send(red.lock());
+        send(red.try_lock());
+        send(multi_guard.lost());
+        send(multi_guard.unlock());
         send(crate::Client::connect(""));
     }
 }

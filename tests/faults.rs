@@ -585,3 +585,43 @@ async fn cancelled_acquires_retried_by_the_same_owner() {
     assert!(problems.is_empty(), "{problems:#?}");
     c.shutdown().await.unwrap();
 }
+
+// --- an unlock dropped while it waits for its turn ----------------------------
+
+/// An unlock dropped while it waits for its lease's turn (another hold of
+/// the same owner is being released, its reply slowed by a proxy) still
+/// gives its hold back. MultiLock and RedLock give members back with such
+/// unlocks, and a dropped acquire may drop them there. Before the fix the
+/// hold stayed in Redis, unrenewed, until its lease ran out (30 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unlock_dropped_while_waiting_for_its_turn_still_releases() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(&server.addr()).await;
+    let url = proxy.url();
+    let c = client_with(&server, |b| b.url(&url)).await;
+    let lock = c.lock("turn");
+    for round in 0..3 {
+        let first = lock.lock().await.unwrap();
+        let second = lock.lock().await.unwrap();
+        proxy.delay(Duration::from_millis(300));
+        // The first unlock takes the turn and waits about 600 ms for its reply.
+        let first = tokio::spawn(first.unlock());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        // The second waits for that turn and is dropped meanwhile.
+        let dropped = tokio::time::timeout(Duration::from_millis(50), second.unlock()).await;
+        assert!(
+            dropped.is_err(),
+            "round {round}: the unlock was not cut short"
+        );
+        within(HANG, "the first unlock", first)
+            .await
+            .unwrap()
+            .unwrap();
+        proxy.pass();
+        eventually(Duration::from_secs(10), "the lock is free", || {
+            !exists(&server, "turn")
+        })
+        .await;
+    }
+    c.shutdown().await.unwrap();
+}

@@ -1,4 +1,5 @@
-//! Mutual exclusion across tasks and clients, and across OS processes.
+//! Mutual exclusion across tasks and clients, and across OS processes
+//! (the demo, with one lock and with a RedLock that loses a server).
 
 use leasehold_testkit as support;
 
@@ -79,6 +80,32 @@ fn seckill_demo_across_four_processes() {
         "(nil)",
         "stock never went below 0"
     );
+}
+
+/// The demo over a RedLock on 3 private lock servers (`--redlock 3`), one
+/// of them SIGKILLed once half the stock is sold: still exactly 200 sold.
+#[test]
+fn seckill_demo_over_a_redlock_with_a_server_killed() {
+    let server = RedisServer::start();
+    let exe = example_binary("seckill");
+    let out = std::process::Command::new(&exe)
+        .args(["--redlock", "3", "--processes", "4", "--stock", "200"])
+        .args(["--attempts", "1600"])
+        .env("REDIS_URL", server.url())
+        .output()
+        .expect("run the seckill example");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "seckill --redlock 3 failed\nstdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    assert!(stdout.contains("killed lock server 0"), "stdout:\n{stdout}");
+    assert!(stdout.contains("| sold | 200 |"), "stdout:\n{stdout}");
+    assert!(stdout.contains("| attempts | 1600 |"), "stdout:\n{stdout}");
+    assert_eq!(server.cmd(&["GET", "seckill:stock"]), "0");
+    assert_eq!(server.cmd(&["GET", "seckill:sold"]), "200");
+    assert_eq!(server.cmd(&["GET", "seckill:oversold"]), "(nil)");
 }
 
 /// The built example, building it first if `cargo test` did not.

@@ -165,6 +165,8 @@ async fn run() {
         eprintln!("[uncontended] {}", kind.label());
         uncontended(*kind, &server, plan, row).await;
     }
+    eprintln!("[uncontended] leasehold RedLock, 3 servers");
+    let redlock = bounded(redlock_uncontended(plan)).await;
     // 64-task throughput: interleaved rounds, median (the VM is noisy).
     // Every contender on one client, then leasehold and raw fred on
     // CLIENTS clients (the pair's order alternates every round).
@@ -232,7 +234,7 @@ async fn run() {
         row.waiters = waiters(*kind, &server, plan).await;
     }
 
-    report(&ping, &rows, plan, [&single, &multi]);
+    report(&ping, &rows, redlock.as_ref(), plan, [&single, &multi]);
     hot::report(&hot32, plan.hot_rounds, plan.hot_window, &python);
     waiters_report(&rows, plan);
     let series: Vec<(&str, Vec<f64>)> = rows
@@ -307,6 +309,65 @@ async fn uncontended(kind: Kind, server: &RedisServer, plan: Plan, row: &mut Row
     row.requests_per_op = Some((d.requests() as f64 / n as f64, d.summary()));
 
     h.close().await;
+}
+
+/// Uncontended lock + unlock of a leasehold `RedLock` over 3 more private
+/// redis-servers (started here, loopback), one task: the latencies (µs),
+/// ops/s, and the requests per lock + unlock summed over the 3 servers
+/// (MONITOR on each), to set beside the plain lock's row of the same run.
+async fn redlock_uncontended(plan: Plan) -> (Stats, f64, (f64, String)) {
+    let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let mut clients = Vec::new();
+    for s in &servers {
+        clients.push(
+            leasehold::Client::connect(&s.url())
+                .await
+                .expect("connect to a RedLock server"),
+        );
+    }
+    let red = leasehold::RedLock::new(clients.clone(), "uc:redlock");
+    for _ in 0..50 {
+        let g = red.lock().await.expect("RedLock lock");
+        g.unlock().await.expect("RedLock unlock");
+    }
+    let mut samples = Vec::with_capacity(plan.uncontended_ops);
+    let start = Instant::now();
+    for _ in 0..plan.uncontended_ops {
+        let t = Instant::now();
+        let g = red.lock().await.expect("RedLock lock");
+        g.unlock().await.expect("RedLock unlock");
+        samples.push(us(t.elapsed()));
+        if start.elapsed() > plan.phase * 3 {
+            break;
+        }
+    }
+    let rate = samples.len() as f64 / start.elapsed().as_secs_f64();
+
+    let monitors: Vec<Monitor> = servers.iter().map(|s| Monitor::start(s.port())).collect();
+    Monitor::settle().await;
+    let before: Vec<_> = monitors.iter().map(Monitor::counts).collect();
+    let n = 100;
+    for _ in 0..n {
+        let g = red.lock().await.expect("RedLock lock");
+        g.unlock().await.expect("RedLock unlock");
+    }
+    Monitor::settle().await;
+    let mut requests = 0;
+    let mut by_server = Vec::new();
+    for (m, b) in monitors.iter().zip(&before) {
+        let d = m.counts().minus(b);
+        requests += d.requests();
+        by_server.push(d.summary());
+    }
+    drop(monitors);
+    for c in &clients {
+        let _ = c.shutdown().await;
+    }
+    let requests = (
+        requests as f64 / n as f64,
+        format!("per server: {}", by_server.join(" / ")),
+    );
+    (Stats::of(&samples), rate, requests)
 }
 
 /// Per-round 64-task throughput of leasehold and raw fred (lock + unlock
@@ -624,7 +685,13 @@ fn fmt_opt<T>(v: &Option<T>, f: impl Fn(&T) -> String) -> String {
     v.as_ref().map(f).unwrap_or_else(|| "n/a".to_owned())
 }
 
-fn report(ping: &Stats, rows: &[(Kind, Row)], plan: Plan, pairs: [&Multi; 2]) {
+fn report(
+    ping: &Stats,
+    rows: &[(Kind, Row)],
+    redlock: Option<&(Stats, f64, (f64, String))>,
+    plan: Plan,
+    pairs: [&Multi; 2],
+) {
     let raw = rows
         .iter()
         .find(|(k, _)| *k == Kind::RawFred)
@@ -659,6 +726,26 @@ fn report(ping: &Stats, rows: &[(Kind, Row)], plan: Plan, pairs: [&Multi; 2]) {
                 "{m:.0} ({lo:.0}–{hi:.0})"
             )),
             ratio
+        );
+    }
+    // RedLock over 3 more loopback servers: every server asked at once.
+    match redlock {
+        Some((s, rate, (requests, by))) => println!(
+            "| leasehold RedLock, 3 servers | {requests:.2} ({by}) | {:.1} | {:.1} | {:.2} | {rate:.0} | n/a | n/a |",
+            s.p50,
+            s.p99,
+            s.p50 / ping.p50
+        ),
+        None => println!("| leasehold RedLock, 3 servers | incomplete (scenario limit) | | | | | | |"),
+    }
+    let plain = rows
+        .iter()
+        .find(|(k, _)| *k == Kind::Leasehold)
+        .and_then(|(_, r)| r.uncontended.as_ref());
+    if let (Some((red, _, _)), Some(plain)) = (redlock, plain) {
+        println!(
+            "\nRedLock (3 servers) p50 / leasehold Lock p50, same run: {:.2}",
+            red.p50 / plain.p50
         );
     }
 

@@ -83,6 +83,14 @@ enum SettleKind {
     Release { sent: Instant, ttl: Duration },
 }
 
+/// A hold whose release is not sent yet. Dropped (an `unlock` cancelled
+/// while it waits for the turn, or called outside a runtime), it hands the
+/// hold to a background release, as a dropped guard does.
+struct Unsent {
+    engine: Arc<Engine>,
+    parts: Option<HoldParts>,
+}
+
 /// The release of a dropped guard's hold.
 struct Drop_ {
     hold: HoldParts,
@@ -193,6 +201,12 @@ impl Hold {
         self.signal.lost_since()
     }
 
+    /// A lower bound of when the key may expire in Redis (see
+    /// `lease::Signal`): raised by renewals, cut by releases.
+    pub(crate) fn until(&self) -> Instant {
+        self.signal.until()
+    }
+
     /// The fencing token its acquire took, if the kind hands them out.
     pub(crate) fn token(&self) -> Option<u64> {
         self.token
@@ -204,20 +218,18 @@ impl Hold {
     /// background; dropped while under way, a background job settles it.
     pub(crate) async fn release(self) -> Result<bool> {
         let engine = self.engine.clone();
-        let parts = self.into_parts();
+        let mut unsent = Unsent {
+            engine: engine.clone(),
+            parts: Some(self.into_parts()),
+        };
         if let Err(e) = engine.check() {
             // Outside a runtime, or the client's runtime is gone: the drop
-            // path gives the hold back. After shutdown there is nothing to
-            // give back (shutdown did).
-            if !engine.is_shut_down() {
-                engine.background.spawn(Drop_ {
-                    hold: parts,
-                    rid: OnceLock::new(),
-                });
-            }
+            // path gives the hold back.
+            drop(unsent);
             return Err(e);
         }
-        let turn = parts.lease.turn().await;
+        let turn = unsent.lease().turn().await;
+        let parts = unsent.take();
         if !parts.lease.is_current(parts.incarnation) {
             return Ok(false);
         }
@@ -385,6 +397,40 @@ impl Drop for InFlight {
     fn drop(&mut self) {
         if let Some(job) = self.job.take() {
             self.engine.background.spawn(job);
+        }
+    }
+}
+
+// === impl Unsent ===
+
+impl Unsent {
+    fn lease(&self) -> &LeaseRef {
+        &self
+            .parts
+            .as_ref()
+            .unwrap_or_else(|| unreachable!("taken once"))
+            .lease
+    }
+
+    /// The release is being sent: the caller owns the hold from here.
+    fn take(&mut self) -> HoldParts {
+        self.parts
+            .take()
+            .unwrap_or_else(|| unreachable!("taken once"))
+    }
+}
+
+impl Drop for Unsent {
+    fn drop(&mut self) {
+        let Some(parts) = self.parts.take() else {
+            return;
+        };
+        // After shutdown there is nothing to give back (shutdown did).
+        if !self.engine.is_shut_down() {
+            self.engine.background.spawn(Drop_ {
+                hold: parts,
+                rid: OnceLock::new(),
+            });
         }
     }
 }

@@ -455,6 +455,12 @@ impl Lock {
         Ok(deleted == 1)
     }
 
+    /// The client the lock is taken through (`MultiLock` orders its
+    /// members by client id).
+    pub(crate) fn client(&self) -> &Client {
+        &self.client
+    }
+
     fn redis(&self) -> &fred::clients::Client {
         &self.client.engine().conn.redis
     }

@@ -1,0 +1,269 @@
+//! [`MultiGuard`]: the holds of a [`MultiLock`](super::MultiLock) or a
+//! [`RedLock`](super::RedLock), and when they stop counting.
+//!
+//! The guard owns one [`LockGuard`] per member held, and a quorum: how many
+//! of them must still be valid (every one for a MultiLock, a majority of
+//! the servers for a RedLock). Its validity is the quorum-th longest of
+//! the members' `valid_until` (a lower bound of each key's expiry, raised
+//! by renewals), minus a drift allowance (RedLock only). It is lost as
+//! soon as that is in the past, which covers both "fewer than a quorum of
+//! members are still held" and "their leases ran out". Dropping the guard
+//! drops every member guard, and each releases in the background.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use tokio::time::Instant;
+
+use crate::error::{Error, Result};
+use crate::guard::LockGuard;
+
+/// The holds of a [`MultiLock`](crate::MultiLock) (every member) or of a
+/// [`RedLock`](crate::RedLock) (the servers that acquired, at least a
+/// majority). Dropping it releases every member in the background.
+///
+/// [`is_lost`](Self::is_lost) and [`lost`](Self::lost) report when the
+/// guard no longer holds what it promises. For a MultiLock, that is as soon
+/// as any member is lost (see [`LockGuard`]). For a RedLock, it is as soon
+/// as fewer than a majority of its holds are still valid, or the
+/// [`validity`](Self::validity) runs out. Either way, it happens before
+/// Redis could let another owner in.
+///
+/// A guard bound to `_` (`let _ = multi.lock().await?`) is dropped at once,
+/// releasing everything: bind it to a name (`let _guard = …`).
+///
+/// # Example
+///
+/// ```no_run
+/// # async fn f(a: leasehold::Client, b: leasehold::Client) -> leasehold::Result<()> {
+/// let guard = leasehold::MultiLock::new(vec![a.lock("x"), b.lock("y")]).lock().await?;
+/// tokio::select! {
+///     _ = guard.lost() => eprintln!("a member was lost: abandon the work"),
+///     _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => guard.unlock().await?,
+/// }
+/// # Ok(()) }
+/// ```
+#[must_use = "a dropped guard releases every member at once: bind it to a name (`let _guard = …`), not `_`"]
+#[clippy::has_significant_drop]
+#[derive(Debug)]
+pub struct MultiGuard {
+    /// The member holds; each releases itself when dropped.
+    guards: Vec<LockGuard>,
+    /// How many of `guards` must stay valid.
+    quorum: usize,
+    /// Taken off the quorum's validity (RedLock's clock-drift allowance).
+    drift: Duration,
+    /// Bound on each member's unlock (RedLock: the server timeout); a
+    /// slower release finishes in the background.
+    unlock_bound: Option<Duration>,
+    /// What `unlock` names in `Error::NotHeld`.
+    name: Arc<str>,
+}
+
+// === impl MultiGuard ===
+
+impl MultiGuard {
+    /// A MultiLock's guard: every member must stay held.
+    pub(crate) fn all(guards: Vec<LockGuard>) -> MultiGuard {
+        let name = guards
+            .iter()
+            .map(LockGuard::key)
+            .collect::<Vec<_>>()
+            .join(", ");
+        MultiGuard {
+            quorum: guards.len(),
+            guards,
+            drift: Duration::ZERO,
+            unlock_bound: None,
+            name: name.into(),
+        }
+    }
+
+    /// A RedLock's guard: `quorum` of `guards` must stay valid, `drift`
+    /// before their leases end.
+    pub(crate) fn quorum(
+        guards: Vec<LockGuard>,
+        quorum: usize,
+        drift: Duration,
+        unlock_bound: Duration,
+        name: Arc<str>,
+    ) -> MultiGuard {
+        MultiGuard {
+            guards,
+            quorum,
+            drift,
+            unlock_bound: Some(unlock_bound),
+            name,
+        }
+    }
+
+    /// Releases every member at once and reports the outcome. Each lease
+    /// stops being renewed at once.
+    ///
+    /// For a MultiLock, it returns the first member's error if any member
+    /// was not held any more ([`Error::NotHeld`]) or failed. The others are
+    /// released all the same. For a RedLock, it succeeds when a majority of
+    /// the servers released a hold that was still theirs. Each server gets
+    /// the server timeout, and a slower release finishes in the background.
+    ///
+    /// # Cancel safety
+    ///
+    /// If this future is dropped, every member is still released (in the
+    /// background); only the outcome is not reported.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn f(a: leasehold::Client) -> leasehold::Result<()> {
+    /// let guard = leasehold::MultiLock::new(vec![a.lock("x"), a.lock("y")]).lock().await?;
+    /// guard.unlock().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn unlock(self) -> Result<()> {
+        let bound = self.unlock_bound;
+        let results = futures_util::future::join_all(self.guards.into_iter().map(|g| async move {
+            let key = g.key().to_owned();
+            match bound {
+                None => g.unlock().await,
+                Some(bound) => tokio::time::timeout(bound, g.unlock())
+                    .await
+                    .unwrap_or_else(|_| Err(unlock_timed_out(&key, bound))),
+            }
+        }))
+        .await;
+        let released = results.iter().filter(|r| r.is_ok()).count();
+        if released >= self.quorum {
+            return Ok(());
+        }
+        Err(results
+            .into_iter()
+            .find_map(Result::err)
+            .unwrap_or_else(|| Error::NotHeld {
+                name: self.name.to_string(),
+            }))
+    }
+
+    /// Whether the guard is lost (see the type docs).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn f(a: leasehold::Client) -> leasehold::Result<()> {
+    /// let guard = leasehold::MultiLock::new(vec![a.lock("x"), a.lock("y")]).lock().await?;
+    /// assert!(!guard.is_lost());
+    /// # Ok(()) }
+    /// ```
+    pub fn is_lost(&self) -> bool {
+        self.validity().is_zero()
+    }
+
+    /// Completes when the guard is lost: at once if it already is.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only watches.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn f(a: leasehold::Client) -> leasehold::Result<()> {
+    /// let guard = leasehold::MultiLock::new(vec![a.lock("x"), a.lock("y")]).lock().await?;
+    /// tokio::select! {
+    ///     _ = guard.lost() => { /* stop writing */ }
+    ///     _ = async { /* work */ } => {}
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn lost(&self) {
+        loop {
+            let Some(end) = self.valid_until() else {
+                return;
+            };
+            if end <= Instant::now() {
+                return;
+            }
+            // Wake when a member is lost, or when the validity would run
+            // out (a renewal may have moved it on by then: look again).
+            let mut members: FuturesUnordered<_> = self
+                .guards
+                .iter()
+                .filter(|g| !g.is_lost())
+                .map(LockGuard::lost)
+                .collect();
+            tokio::select! {
+                _ = members.next() => {}
+                _ = tokio::time::sleep_until(end) => {}
+            }
+        }
+    }
+
+    /// How long the guard stays valid if nothing is renewed from now on:
+    /// the time left of the quorum's leases, as this client knows them
+    /// (raised by each watchdog renewal), less the drift allowance for a
+    /// RedLock. Zero once the guard is lost.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # async fn f(a: leasehold::Client, b: leasehold::Client, c: leasehold::Client) -> leasehold::Result<()> {
+    /// let red = leasehold::RedLock::new(vec![a, b, c], "orders:42");
+    /// let guard = red.lock_with_lease(Duration::from_secs(10)).await?;
+    /// assert!(guard.validity() <= Duration::from_secs(10));
+    /// # Ok(()) }
+    /// ```
+    pub fn validity(&self) -> Duration {
+        self.valid_until().map_or(Duration::ZERO, |end| {
+            end.saturating_duration_since(Instant::now())
+        })
+    }
+
+    /// The member holds: every member of a MultiLock (in the order they
+    /// were taken), or the servers of a RedLock that acquired (in the order
+    /// the clients were given). Each tells its own key and whether it is
+    /// lost.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn f(a: leasehold::Client) -> leasehold::Result<()> {
+    /// let guard = leasehold::MultiLock::new(vec![a.lock("x"), a.lock("y")]).lock().await?;
+    /// let keys: Vec<&str> = guard.guards().iter().map(|g| g.key()).collect();
+    /// # Ok(()) }
+    /// ```
+    pub fn guards(&self) -> &[LockGuard] {
+        &self.guards
+    }
+
+    /// The member guards, taken out (their drops release them).
+    pub(crate) fn into_guards(self) -> Vec<LockGuard> {
+        self.guards
+    }
+
+    /// When the guard stops being valid: the quorum-th latest end among
+    /// the members not lost, less the drift. `None` if fewer than a quorum
+    /// are left.
+    fn valid_until(&self) -> Option<Instant> {
+        let mut ends: Vec<Instant> = self
+            .guards
+            .iter()
+            .filter(|g| !g.is_lost())
+            .map(LockGuard::valid_until)
+            .collect();
+        if self.quorum == 0 || ends.len() < self.quorum {
+            return None;
+        }
+        ends.sort_unstable_by(|a, b| b.cmp(a));
+        ends[self.quorum - 1].checked_sub(self.drift)
+    }
+}
+
+fn unlock_timed_out(key: &str, bound: Duration) -> Error {
+    Error::Redis(fred::error::Error::new(
+        fred::error::ErrorKind::Timeout,
+        format!(
+            "the unlock of `{key}` got no answer within {bound:?}; it goes on in the background"
+        ),
+    ))
+}
