@@ -64,6 +64,7 @@ mod error;
 mod guard;
 mod lock;
 mod owner;
+mod rw_lock;
 
 pub use crate::core::watchdog::Watchdog;
 pub use client::{Client, ClientBuilder};
@@ -71,6 +72,7 @@ pub use error::{Error, Result};
 pub use guard::LockGuard;
 pub use lock::Lock;
 pub use owner::Owner;
+pub use rw_lock::{ReadLock, ReadWriteLock, WriteLock};
 
 /// Not part of the API: what the benchmarks' bare-fred baseline needs to
 /// send exactly the requests leasehold sends.
@@ -102,18 +104,30 @@ mod bounds {
         is_send_sync::<crate::Lock>();
         is_send_sync::<crate::LockGuard>();
         is_send_sync::<crate::Owner>();
+        is_send_sync::<crate::ReadWriteLock>();
+        is_send_sync::<crate::ReadLock>();
+        is_send_sync::<crate::WriteLock>();
         is_send_sync::<crate::Watchdog>();
         is_send_sync::<crate::Error>();
         is_unpin::<crate::LockGuard>();
     }
 
     #[allow(dead_code)]
-    fn futures_are_send(lock: crate::Lock, guard: crate::LockGuard, client: crate::Client) {
+    fn futures_are_send(
+        lock: crate::Lock,
+        guard: crate::LockGuard,
+        client: crate::Client,
+        rw: crate::ReadWriteLock,
+    ) {
         fn send<T: Send>(_: T) {}
         send(lock.lock());
         send(lock.try_lock_for(std::time::Duration::ZERO));
         send(lock.force_unlock());
         send(lock.hold_count());
+        send(rw.read().lock());
+        send(rw.write().try_lock_for(std::time::Duration::ZERO));
+        send(rw.read().force_unlock());
+        send(rw.write().is_locked());
         send(guard.lost());
         send(guard.unlock());
         send(client.shutdown());
