@@ -92,8 +92,8 @@
 //! waits, so a stream of overlapping readers can keep a writer out for as
 //! long as it lasts. leasehold does not add writer preference: a marker
 //! that stops new readers would be ignored by Java readers and would
-//! deadlock a Java reader re-entering its read lock. Make readers short, or
-//! give writers a plain lock taken by readers too, if writers must win.
+//! deadlock a Java reader re-entering its read lock. Keep read holds
+//! short, or bound writers with `try_lock_for`.
 //! `tests/rw_lock.rs` measures how long a writer waits under such a stream
 //! (printed, not asserted).
 //!
