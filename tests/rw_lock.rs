@@ -940,6 +940,99 @@ fn rw_count(server: &RedisServer, name: &str, client: &Client) -> String {
     server.cmd(&["HGET", name, &read_field(client, Owner::current())])
 }
 
+// === cluster ===
+
+/// On a 3-primary Redis 7 cluster (sharded pub/sub, per-node renewal
+/// batches): read holds on 30 locks spread over every node (some names
+/// with braces) outlive 3 watchdog timeouts with their timeout keys; a
+/// writer waiting on a 60 s read lease is woken by the read unlock's
+/// SPUBLISH; afterwards no node keeps anything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_and_write_on_a_cluster() {
+    let cluster = support::cluster::RedisCluster::start(3, 0);
+    let connect = |b: leasehold::ClientBuilder| async move { b.build().await.unwrap() };
+    let url = cluster.url();
+    let a = connect(
+        Client::builder()
+            .url(&url)
+            .watchdog_timeout(Duration::from_secs(1)),
+    )
+    .await;
+    let b = connect(
+        Client::builder()
+            .url(&url)
+            .recheck_interval(Duration::from_secs(60)),
+    )
+    .await;
+    let names: Vec<String> = (0..30)
+        .map(|i| {
+            if i % 3 == 0 {
+                format!("{{t{i}}}cfg")
+            } else {
+                format!("cfg:{i}")
+            }
+        })
+        .collect();
+    let mut reads = Vec::new();
+    for name in &names {
+        reads.push(a.read_write_lock(name).read().lock().await.unwrap());
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let me = Owner::current();
+    for (name, guard) in names.iter().zip(&reads) {
+        assert!(!guard.is_lost(), "{name}: the read guard says lost");
+        let stem = if name.contains('{') {
+            name.clone()
+        } else {
+            format!("{{{name}}}")
+        };
+        let key = format!("{stem}:{}:{}:rwlock_timeout:1", a.id(), me.id());
+        let ttl = |k: &str| -> i64 { cluster.cmd_on_key(k, &["PTTL", k]).parse().unwrap() };
+        assert!(ttl(name) > 0, "{name}: the hash expired");
+        assert!(ttl(&key) > 0, "{name}: its timeout key expired");
+    }
+
+    let target = names[1].clone();
+    let fixed = a
+        .read_write_lock(&target)
+        .read()
+        .lock_with_lease(Duration::from_secs(60))
+        .await
+        .unwrap();
+    let rw = b.read_write_lock(&target);
+    let channel = rw.channel().to_owned();
+    let writer = tokio::spawn(async move { rw.write().lock().await.unwrap() });
+    eventually(
+        Duration::from_secs(20),
+        "writer subscribed (sharded)",
+        || {
+            let reply = cluster.cmd_on_key(&target, &["PUBSUB", "SHARDNUMSUB", &channel]);
+            reply.lines().nth(1) == Some("1")
+        },
+    )
+    .await;
+    for guard in reads {
+        guard.unlock().await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!writer.is_finished());
+    fixed.unlock().await.unwrap();
+    let w = within(
+        Duration::from_secs(10),
+        "the writer, woken by SPUBLISH",
+        writer,
+    )
+    .await
+    .unwrap();
+    w.unlock().await.unwrap();
+    for i in cluster.primaries() {
+        let left = lock_keys(&cluster.nodes()[i]);
+        assert!(left.is_empty(), "node {i} keeps {left:?}");
+    }
+    a.shutdown().await.unwrap();
+    b.shutdown().await.unwrap();
+}
+
 // === writer starvation (measured, not asserted) ===
 
 /// A stream of overlapping readers on one client (a new one every 20 ms,
