@@ -601,6 +601,55 @@ async fn names_follow_redissons_brace_rules() {
     app.shutdown().await.unwrap();
 }
 
+/// Bad arguments are refused before anything is sent; odd names (spaces,
+/// newlines, unbalanced braces, glob characters, `mode`) lock, re-enter
+/// and clean up like any other.
+#[tokio::test]
+async fn odd_names_work_and_bad_arguments_are_refused() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let invalid = |r: leasehold::Result<_>| matches!(r, Err(Error::InvalidArgument(_)));
+    let empty = c.read_write_lock("");
+    assert!(invalid(empty.read().lock().await.map(drop)));
+    assert!(invalid(empty.write().try_lock().await.map(drop)));
+    assert!(invalid(empty.read().force_unlock().await.map(drop)));
+    assert!(invalid(empty.write().hold_count().await.map(drop)));
+    let rw = c.read_write_lock("args");
+    assert!(invalid(
+        rw.read().lock_with_lease(Duration::ZERO).await.map(drop)
+    ));
+    let tiny = Duration::from_nanos(1);
+    assert!(invalid(
+        rw.write().try_lock_with_lease(tiny, tiny).await.map(drop)
+    ));
+    assert!(lock_keys(&server).is_empty());
+    for name in [
+        "a b",
+        "line\nbreak",
+        "ключ",
+        "{",
+        "}{",
+        "a{b}c{d}",
+        "%s:*?",
+        "mode",
+    ] {
+        let rw = c.read_write_lock(name);
+        let w = rw.write().lock().await.unwrap();
+        let r = rw.read().lock().await.unwrap();
+        assert_eq!(rw.read().hold_count().await.unwrap(), 1, "{name:?}");
+        w.unlock().await.unwrap();
+        let r2 = rw.read().lock().await.unwrap();
+        r2.unlock().await.unwrap();
+        r.unlock().await.unwrap();
+        assert!(
+            lock_keys(&server).is_empty(),
+            "{name:?}: {:?}",
+            lock_keys(&server)
+        );
+    }
+    c.shutdown().await.unwrap();
+}
+
 // === cancellation and shutdown ===
 
 /// Many rounds of `timeout(random small, lock())` on both halves, from 8
