@@ -65,6 +65,7 @@ mod guard;
 mod lock;
 mod multi;
 mod owner;
+mod rw_lock;
 
 pub use crate::core::watchdog::Watchdog;
 pub use client::{Client, ClientBuilder};
@@ -73,6 +74,7 @@ pub use guard::LockGuard;
 pub use lock::Lock;
 pub use multi::{Member, MultiGuard, MultiLock, RedLock};
 pub use owner::Owner;
+pub use rw_lock::{ReadLock, ReadWriteLock, WriteLock};
 
 /// Not part of the API: what the benchmarks' bare-fred baseline needs to
 /// send exactly the requests leasehold sends.
@@ -104,6 +106,9 @@ mod bounds {
         is_send_sync::<crate::Lock>();
         is_send_sync::<crate::LockGuard>();
         is_send_sync::<crate::Owner>();
+        is_send_sync::<crate::ReadWriteLock>();
+        is_send_sync::<crate::ReadLock>();
+        is_send_sync::<crate::WriteLock>();
         is_send_sync::<crate::Watchdog>();
         is_send_sync::<crate::Error>();
         is_unpin::<crate::LockGuard>();
@@ -120,12 +125,17 @@ mod bounds {
         guard: crate::LockGuard,
         client: crate::Client,
         multi_guard: crate::MultiGuard,
+        rw: crate::ReadWriteLock,
     ) {
         fn send<T: Send>(_: T) {}
         send(lock.lock());
         send(lock.try_lock_for(std::time::Duration::ZERO));
         send(lock.force_unlock());
         send(lock.hold_count());
+        send(rw.read().lock());
+        send(rw.write().try_lock_for(std::time::Duration::ZERO));
+        send(rw.read().force_unlock());
+        send(rw.write().is_locked());
         send(guard.lost());
         send(guard.unlock());
         send(client.shutdown());

@@ -438,6 +438,14 @@ impl Lease {
         }
     }
 
+    /// Live guards of this lease (their holds need the key; a guard
+    /// unlocked or dropped no longer counts, even while its release is on
+    /// its way).
+    pub(crate) fn live_holds(&self) -> u32 {
+        let s = self.state.lock();
+        s.watched + s.fixed.len() as u32
+    }
+
     /// Whether holds of `incarnation` can still be in Redis.
     pub(crate) fn is_current(&self, incarnation: u64) -> bool {
         self.state.lock().incarnation == incarnation

@@ -13,7 +13,8 @@
 //!
 //! What a message means is the channel's [`Policy`], set by the primitive
 //! that subscribes: wake **one** waiter (an unlock) or **all** of them
-//! (a reconnect), decided from the message's text.
+//! (a reconnect), decided from the message's text: [`wake_one`] for every
+//! message, or [`wake_all_on_one`] (`1` wakes all, anything else one).
 //!
 //! # How waiting works
 //!
@@ -109,6 +110,17 @@ pub(crate) enum Wake {
 /// One unlock message (Redisson's `0`) wakes one waiter.
 pub(crate) fn wake_one(_: &[u8]) -> Wake {
     Wake::One
+}
+
+/// The message `1` wakes every waiter, any other message one (Redisson's
+/// `LockPubSub`: `0` is its unlock message, `1` its "read unlock" message,
+/// sent when a release may let several waiters in at once).
+pub(crate) fn wake_all_on_one(message: &[u8]) -> Wake {
+    if message == b"1" {
+        Wake::All
+    } else {
+        Wake::One
+    }
 }
 
 #[derive(Debug)]
@@ -704,5 +716,14 @@ mod tests {
         w1.consumed();
         drop(w1);
         assert!(!w2.wait(Duration::from_millis(50)).await);
+    }
+
+    #[test]
+    fn policies_read_the_message() {
+        assert_eq!(wake_one(b"1"), Wake::One);
+        assert_eq!(wake_all_on_one(b"1"), Wake::All);
+        assert_eq!(wake_all_on_one(b"0"), Wake::One);
+        assert_eq!(wake_all_on_one(b"10"), Wake::One);
+        assert_eq!(wake_all_on_one(b""), Wake::One);
     }
 }

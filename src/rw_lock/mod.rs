@@ -1,0 +1,747 @@
+//! The read-write lock (Redisson `RReadWriteLock`): many readers or one
+//! writer.
+//!
+//! # When to use
+//!
+//! Use a [`ReadWriteLock`] when a resource is read far more often than it
+//! is written and readers may overlap: a configuration, a cached catalogue,
+//! a file other services read. Readers hold [`ReadLock`]s together; a
+//! [`WriteLock`] excludes readers and other writers. If most holders write,
+//! or holds are short, a plain [`Lock`](crate::Lock) is cheaper (one field,
+//! no per-hold keys). Readers are preferred: under a steady stream of
+//! overlapping readers a writer may wait long (see *Writer starvation*).
+//!
+//! # Keys, channel and scripts
+//!
+//! For lock `name` (after the client's key prefix), exactly as Redisson
+//! lays it out, so Java and Rust services can share one lock:
+//!
+//! * the hash at `name`: field `mode` (`read` or `write`); a reader's
+//!   field `<client-uuid>:<owner-id>` holds its read count; the writer's
+//!   field `<client-uuid>:<owner-id>:write` its write count;
+//! * one string per read hold, `{name}:<client-uuid>:<owner-id>:rwlock_timeout:<n>`
+//!   for n = 1..count (value `1`, expiring with the hold's lease). A Java
+//!   read unlock sets the hash's TTL to the longest of *every* holder's
+//!   timeout keys, and deletes the hash if none lives; so ours exist and
+//!   are renewed with the hash. (`name:…` instead of `{name}:…` when the
+//!   name has braces: Redisson's `suffixName`.)
+//! * the channel `redisson_rwlock:{name}` (Redisson's `prefixName`): a read
+//!   unlock that frees the lock publishes `0` (wakes one local waiter), a
+//!   write unlock `1` (wakes every local waiter, readers and writers).
+//! * a latch key `leasehold_latch:{name}:<field>` per owner and mode, kept
+//!   for the latch TTL (see `core/call.rs`).
+//!
+//! Scripts beside this file: `read_acquire.lua`, `read_release.lua`,
+//! `write_acquire.lua`, `write_release.lua` (latched: idempotent by request
+//! id), `force_unlock.lua`, `is_locked.lua`, and the watchdog's
+//! `renew_read.lua` / `renew_read_node.lua`. Write holds are renewed like a
+//! plain lock's (`lock/scripts/renew.lua` on the write field); read holds
+//! with the hash *and* the owner's timeout keys, as Redisson's
+//! `ReadLockTask` does.
+//!
+//! # Waiting, dropping, cancelling
+//!
+//! The engine's wait loop and hold rules (`core/wait.rs`, `core/hold.rs`),
+//! as for [`Lock`](crate::Lock): a dropped acquire holds nothing and leaves
+//! the local queue, a dropped guard releases in the background, a stale
+//! guard gives back nothing. Readers and writers of one client wait on the
+//! same channel subscription.
+//!
+//! # Re-entry: downgrade yes, upgrade no
+//!
+//! An owner holding the write lock may take it again and may take the read
+//! lock too (a downgrade: give the write guard back and keep reading). An
+//! owner holding a read lock who asks for the write lock waits for its own
+//! read hold to go, which, as in Redisson (#4796), never happens while it
+//! keeps the read guard:
+//!
+//! * [`WriteLock::lock`] and [`WriteLock::lock_with_lease`] see the live
+//!   read guard on this client and return [`Error::InvalidArgument`] at
+//!   once, instead of hanging;
+//! * the bounded variants ([`WriteLock::try_lock`], `try_lock_for`,
+//!   `try_lock_until`, `try_lock_with_lease`) wait until their deadline and
+//!   return `Ok(None)` — unless the read guard is given back meanwhile (by
+//!   another task it was moved to), when they take the write lock.
+//!
+//! # Where leasehold differs from Redisson, and why
+//!
+//! The engine's rule is that an acquire or renewal only *raises* the
+//! hash's TTL, and a release sets it to what the remaining holds need.
+//!
+//! * Write re-entry raises the TTL to the lease; Redisson adds the lease to
+//!   the TTL left (a thousand nested 10 s holds would keep a dead holder's
+//!   lock for hours). Read acquires raise it, as Redisson does.
+//! * A read release leaves the owner's remaining timeout keys set to what
+//!   its remaining holds need, recreating any that expired (Redisson only
+//!   deletes the top one), so a Java read unlock keeps the hash for them.
+//! * A read release in mode `write` (the writer also reading) leaves the
+//!   hash's TTL alone; Redisson sets it to the read holds' timeout keys,
+//!   which can cut the write lease short.
+//! * A write release that leaves the owner's read holds sets the hash's
+//!   TTL to what they need and publishes `1`, so readers waiting elsewhere
+//!   get in at once; Redisson keeps the write lease's TTL and publishes
+//!   nothing (its readers wait for that TTL).
+//! * Renewals raise the hash and timeout keys and never lower them;
+//!   Redisson's set them to the watchdog timeout.
+//! * Force unlock also deletes the holders' timeout keys; Redisson leaves
+//!   them to expire.
+//!
+//! # Writer starvation
+//!
+//! New readers are let in whenever the mode is `read`, even while a writer
+//! waits, so a stream of overlapping readers can keep a writer out for as
+//! long as it lasts. leasehold does not add writer preference: a marker
+//! that stops new readers would be ignored by Java readers and would
+//! deadlock a Java reader re-entering its read lock. Keep read holds
+//! short, or bound writers with `try_lock_for`.
+//! `tests/rw_lock.rs` measures how long a writer waits under such a stream
+//! (printed, not asserted).
+//!
+//! # Java and Rust on one lock: the limits
+//!
+//! A Java reader's watchdog sets the hash's TTL to its own lease (30 s by
+//! default), which can cut a longer *fixed* read lease of a Rust reader
+//! short if the Java reader then dies without unlocking; a Redisson
+//! older than 3.44 renews every holder's timeout keys the same way. Keep
+//! fixed read leases at or under the Java watchdog timeout on locks shared
+//! with Java, or use the watchdog (no fixed lease) on both sides.
+
+mod read;
+mod write;
+
+pub use read::ReadLock;
+pub use write::WriteLock;
+
+use std::borrow::Cow;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use fred::interfaces::{HashesInterface, KeysInterface};
+use fred::types::{Key, Value};
+
+use crate::client::Client;
+use crate::core::acquire::{acquire, Spec};
+use crate::core::call::Call;
+use crate::core::lease::{AcquireReply, Kind, Lease, LeaseInit, ReleaseReply};
+use crate::core::pubsub::wake_all_on_one;
+use crate::core::script::Script;
+use crate::core::watchdog::Renewal;
+use crate::core::{latch_key, prefix_name};
+use crate::error::{Error, Result};
+use crate::guard::LockGuard;
+use crate::owner::Owner;
+
+/// A distributed read-write lock, by name: many readers or one writer.
+/// Cheap to clone; nothing is sent until a method of [`read`](Self::read)
+/// or [`write`](Self::write) is called.
+///
+/// Both halves are reentrant per [`Owner`] (by default the current tokio
+/// task), keep a watchdog-renewed or fixed lease, and hand out
+/// [`LockGuard`]s with [`lost`](LockGuard::lost). Waiters of one client
+/// are woken by each release: one per read unlock that frees the lock, all
+/// of them (readers and writers) per write unlock. Across clients there is
+/// no queue.
+///
+/// # When to use
+///
+/// When a resource is read far more often than written and readers may
+/// overlap: a configuration, a cached catalogue, a file other services
+/// read. If most holders write, or holds are short, a plain
+/// [`Lock`](crate::Lock) is cheaper (one hash field; a read hold also
+/// keeps a timeout key per hold).
+///
+/// # Re-entry: downgrade yes, upgrade no
+///
+/// The writer may take the write lock again and may take the read lock (a
+/// downgrade: take the read lock, give the write guard back, keep
+/// reading; other readers then get in). A reader asking for the write lock
+/// would wait for its own read hold, which never goes while it keeps the
+/// guard (Redisson #4796). So [`WriteLock::lock`] and
+/// [`WriteLock::lock_with_lease`] return [`Error::InvalidArgument`] at
+/// once when the current owner has a live read guard on this lock in this
+/// client; the bounded variants ([`WriteLock::try_lock_for`] and the
+/// rest) wait until their deadline and return `Ok(None)`, unless the read
+/// guard is given back meanwhile (by a task it was moved to).
+///
+/// # Writer starvation
+///
+/// Readers are preferred: new readers get in whenever the lock is in read
+/// mode, even while a writer waits, so a stream of overlapping readers
+/// keeps a writer out for as long as it lasts (`tests/rw_lock.rs`
+/// measures it; in one run the writer waited until a 3 s stream of
+/// readers ended). There is
+/// no writer preference: a marker stopping new readers would be ignored by
+/// Java readers and would deadlock a Java reader re-entering its read
+/// lock. Keep read holds short, or bound writers with `try_lock_for`.
+///
+/// # Sharing a lock with Java (Redisson)
+///
+/// The keys, fields, timeout keys, channel and messages are Redisson's
+/// `RReadWriteLock` layout, so Java and Rust readers and writers exclude
+/// each other. Where leasehold behaves differently (never shortening a
+/// live hold's lease; publishing on a downgrade; cleaning up timeout keys
+/// on a force unlock), the Redisson side sees only longer TTLs or extra
+/// wake-ups. One limit remains: a Java reader's watchdog sets the hash's
+/// TTL to its own lease (30 s by default), which can cut a longer *fixed*
+/// Rust read lease short if that Java reader then dies without unlocking.
+/// On locks shared with Java, keep fixed read leases at or under the Java
+/// watchdog timeout, or let the watchdog keep them.
+///
+/// # Example
+///
+/// ```no_run
+/// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+/// let rw = client.read_write_lock("config");
+/// let r1 = rw.read().lock().await?;
+/// let r2 = client.read_write_lock("config").read().try_lock().await?; // readers share
+/// drop(r2);
+/// r1.unlock().await?;
+/// let w = rw.write().lock().await?; // excludes every reader and writer
+/// w.unlock().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct ReadWriteLock {
+    names: Arc<Names>,
+}
+
+/// What both halves of one read-write lock share. Set once, at creation.
+#[derive(Debug)]
+struct Names {
+    client: Client,
+    /// The name given (without the key prefix).
+    name: Arc<str>,
+    /// The hash's key.
+    key_str: Arc<str>,
+    key: Key,
+    /// `redisson_rwlock:{key}`.
+    channel: Arc<str>,
+    channel_key: Key,
+    /// `{key}` (`key` if it has braces): the start of every holder's
+    /// timeout keys.
+    key_prefix: Key,
+}
+
+/// Which half of the lock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    Read,
+    Write,
+}
+
+/// The engine's view of read holds.
+#[derive(Debug)]
+struct ReadKind;
+
+/// The engine's view of write holds.
+#[derive(Debug)]
+struct WriteKind;
+
+/// Tell read and write leases from other primitives' on the same key.
+const READ_TAG: u8 = 4;
+const WRITE_TAG: u8 = 5;
+
+/// The lock's scripts, hashed once per process.
+#[derive(Debug)]
+struct Scripts {
+    /// Latched (re-sent with the same request id).
+    read_acquire: Script,
+    read_release: Script,
+    write_acquire: Script,
+    write_release: Script,
+    /// Not retried.
+    force_unlock: Script,
+    /// Read-only.
+    is_locked: Script,
+    /// The watchdog's read batches: per slot, and per node (Redis 7
+    /// clusters).
+    renew_read: Script,
+    renew_read_node: Script,
+}
+
+fn scripts() -> &'static Scripts {
+    static SCRIPTS: OnceLock<Scripts> = OnceLock::new();
+    SCRIPTS.get_or_init(|| Scripts {
+        read_acquire: Script::latched("rw.read_acquire", include_str!("scripts/read_acquire.lua")),
+        read_release: Script::latched(
+            "rw.read_release",
+            concat!(
+                include_str!("scripts/timeouts.lua"),
+                include_str!("scripts/read_release.lua")
+            ),
+        ),
+        write_acquire: Script::latched(
+            "rw.write_acquire",
+            include_str!("scripts/write_acquire.lua"),
+        ),
+        write_release: Script::latched(
+            "rw.write_release",
+            concat!(
+                include_str!("scripts/timeouts.lua"),
+                include_str!("scripts/write_release.lua")
+            ),
+        ),
+        force_unlock: Script::plain("rw.force_unlock", include_str!("scripts/force_unlock.lua")),
+        is_locked: Script::plain("rw.is_locked", include_str!("scripts/is_locked.lua")),
+        renew_read: Script::plain("rw.renew_read", include_str!("scripts/renew_read.lua")),
+        renew_read_node: Script::plain(
+            "rw.renew_read_node",
+            include_str!("scripts/renew_read_node.lua"),
+        ),
+    })
+}
+
+/// Renewal of read leases: the hash and the owner's timeout keys
+/// (Redisson's `ReadLockTask`).
+fn read_renewal() -> &'static Renewal {
+    static RENEWAL: OnceLock<Renewal> = OnceLock::new();
+    RENEWAL.get_or_init(|| Renewal {
+        slot: &scripts().renew_read,
+        node: Some(&scripts().renew_read_node),
+        entry: |lease, keys, args, node| {
+            let prefix = timeout_prefix(&lease.key, &lease.field);
+            if node {
+                args.push(Value::Bytes(lease.key.inner().clone()));
+                args.push(Value::from(prefix));
+            } else {
+                keys.push(lease.key.clone());
+                keys.push(Key::from(prefix));
+            }
+            args.push(Value::String(lease.field.clone()));
+        },
+    })
+}
+
+/// Redisson's `suffixName` stem: `{key}`, or `key` when it has braces.
+fn key_prefix(key: &str) -> String {
+    if key.contains('{') {
+        key.to_owned()
+    } else {
+        format!("{{{key}}}")
+    }
+}
+
+/// The timeout-key prefix of read field `field` on `key`:
+/// `{key}:<field>:rwlock_timeout` (hold n's key appends `:<n>`).
+fn timeout_prefix(key: &Key, field: &str) -> String {
+    let key: Cow<'_, str> = String::from_utf8_lossy(key.as_bytes());
+    format!("{}:{field}:rwlock_timeout", key_prefix(&key))
+}
+
+// === impl Client ===
+
+impl Client {
+    /// A handle to the read-write lock called `name` (the key prefix is
+    /// added). Cheap; nothing is sent until it is used. An empty name is
+    /// reported as [`Error::InvalidArgument`] by every call on it.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+    /// let rw = client.read_write_lock("config");
+    /// assert_eq!(rw.name(), "config");
+    /// assert_eq!(rw.channel(), "redisson_rwlock:{config}");
+    /// # Ok(()) }
+    /// ```
+    pub fn read_write_lock(&self, name: &str) -> ReadWriteLock {
+        let key = self.key(name);
+        let channel = prefix_name("redisson_rwlock", &key);
+        ReadWriteLock {
+            names: Arc::new(Names {
+                client: self.clone(),
+                name: name.into(),
+                key: Key::from(key.as_str()),
+                key_prefix: Key::from(key_prefix(&key)),
+                key_str: key.into(),
+                channel_key: Key::from(channel.as_str()),
+                channel: channel.into(),
+            }),
+        }
+    }
+}
+
+// === impl ReadWriteLock ===
+
+impl ReadWriteLock {
+    /// The read half: shared with other readers.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+    /// let guard = client.read_write_lock("config").read().lock().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn read(&self) -> ReadLock {
+        ReadLock::new(self.names.clone())
+    }
+
+    /// The write half: excludes readers and other writers.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+    /// let guard = client.read_write_lock("config").write().lock().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn write(&self) -> WriteLock {
+        WriteLock::new(self.names.clone())
+    }
+
+    /// The name given to [`Client::read_write_lock`] (without the key
+    /// prefix).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # fn f(client: leasehold::Client) {
+    /// assert_eq!(client.read_write_lock("a").name(), "a");
+    /// # }
+    /// ```
+    pub fn name(&self) -> &str {
+        &self.names.name
+    }
+
+    /// The Redis key of the lock hash (prefix included).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # fn f(client: leasehold::Client) {
+    /// let key = client.read_write_lock("a").key().to_owned();
+    /// # }
+    /// ```
+    pub fn key(&self) -> &str {
+        &self.names.key_str
+    }
+
+    /// The channel releases are announced on: `redisson_rwlock:{<key>}`,
+    /// or `redisson_rwlock:<key>` if the key contains `{`.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # fn f(client: leasehold::Client) {
+    /// assert_eq!(client.read_write_lock("a{b}").channel(), "redisson_rwlock:a{b}");
+    /// # }
+    /// ```
+    pub fn channel(&self) -> &str {
+        &self.names.channel
+    }
+}
+
+// === impl Names ===
+
+impl Names {
+    fn check(&self) -> Result<()> {
+        self.client.engine().check()?;
+        if self.name.is_empty() {
+            return Err(Error::invalid("lock name is empty"));
+        }
+        Ok(())
+    }
+
+    fn redis(&self) -> &fred::clients::Client {
+        &self.client.engine().conn.redis
+    }
+
+    fn lease_init(&self, mode: Mode, field: &str) -> LeaseInit {
+        LeaseInit {
+            kind: mode.kind(),
+            latch: latch_key(&self.key_str, field),
+            field: field.into(),
+            channel: self.channel_key.clone(),
+        }
+    }
+
+    /// Takes `mode` for the current owner (see the module docs). `wait:
+    /// None` waits forever.
+    async fn acquire(
+        &self,
+        mode: Mode,
+        lease: Option<Duration>,
+        wait: Option<Duration>,
+    ) -> Result<Option<LockGuard>> {
+        self.check()?;
+        let owner = Owner::current();
+        if mode == Mode::Write && wait.is_none() && self.reads_held(owner) {
+            return Err(Error::invalid(format!(
+                "the current owner holds a read lock on `{}`: its write lock would wait for that \
+                 read hold forever (a read lock cannot be upgraded); give the read guard back \
+                 first, or wait with a deadline (try_lock_for)",
+                self.key_str
+            )));
+        }
+        let field = self.client.field(owner.id(), mode.suffix());
+        let init = || self.lease_init(mode, &field);
+        let spec = Spec {
+            key: &self.key,
+            tag: mode.tag(),
+            owner: owner.id(),
+            init: &init,
+            channel: &self.channel,
+            policy: wake_all_on_one,
+            lease,
+            wait,
+        };
+        let hold = acquire(self.client.engine(), spec, &|lease, lease_ms, rid| {
+            mode.acquire_call(lease, lease_ms, rid)
+        })
+        .await?;
+        Ok(hold.map(|hold| LockGuard::new(hold, self.name.clone(), self.key_str.clone(), owner)))
+    }
+
+    /// Whether `owner` has a live read guard on this lock in this client.
+    fn reads_held(&self, owner: Owner) -> bool {
+        let engine = self.client.engine();
+        let field = self.client.field(owner.id(), Mode::Read.suffix());
+        let lease = engine.leases.get(
+            &engine.conn,
+            &engine.watchdog,
+            &self.key,
+            owner.id(),
+            READ_TAG,
+            &|| self.lease_init(Mode::Read, &field),
+        );
+        lease.live_holds() > 0
+    }
+
+    async fn is_locked(&self, mode: Mode) -> Result<bool> {
+        self.check()?;
+        let locked: i64 = scripts()
+            .is_locked
+            .run(
+                self.redis(),
+                vec![self.key.clone()],
+                vec![mode.as_str().into()],
+            )
+            .await?;
+        Ok(locked == 1)
+    }
+
+    async fn hold_count(&self, mode: Mode) -> Result<u32> {
+        self.check()?;
+        let field = self.client.field(Owner::current().id(), mode.suffix());
+        let count: Option<i64> = self.redis().hget(self.key.clone(), field).await?;
+        Ok(count.unwrap_or(0).clamp(0, u32::MAX as i64) as u32)
+    }
+
+    async fn remaining_lease(&self) -> Result<Option<Duration>> {
+        self.check()?;
+        let ttl: i64 = self.redis().pttl(self.key.clone()).await?;
+        Ok((ttl >= 0).then(|| Duration::from_millis(ttl as u64)))
+    }
+
+    async fn force_unlock(&self, mode: Mode) -> Result<bool> {
+        self.check()?;
+        let engine = self.client.engine();
+        let deleted: i64 = scripts()
+            .force_unlock
+            .run(
+                &engine.conn.redis,
+                vec![
+                    self.key.clone(),
+                    self.channel_key.clone(),
+                    self.key_prefix.clone(),
+                ],
+                vec![
+                    mode.as_str().into(),
+                    mode.message().into(),
+                    engine.conn.publish_command().into(),
+                ],
+            )
+            .await?;
+        if deleted == 1 {
+            engine.leases.key_gone(&self.key, "force-unlocked");
+        }
+        Ok(deleted == 1)
+    }
+}
+
+fn must_acquire(guard: Option<LockGuard>) -> LockGuard {
+    // `acquire` with no deadline only returns once it holds the lock.
+    guard.unwrap_or_else(|| unreachable!("acquire without a deadline returned no guard"))
+}
+
+// === impl Mode ===
+
+impl Mode {
+    fn tag(self) -> u8 {
+        match self {
+            Mode::Read => READ_TAG,
+            Mode::Write => WRITE_TAG,
+        }
+    }
+
+    /// Appended to `<uuid>:<owner-id>` to make the hash field.
+    fn suffix(self) -> &'static str {
+        match self {
+            Mode::Read => "",
+            Mode::Write => ":write",
+        }
+    }
+
+    /// The hash's `mode` value.
+    fn as_str(self) -> &'static str {
+        match self {
+            Mode::Read => "read",
+            Mode::Write => "write",
+        }
+    }
+
+    /// What a release freeing this mode publishes.
+    fn message(self) -> &'static str {
+        match self {
+            Mode::Read => "0",
+            Mode::Write => "1",
+        }
+    }
+
+    fn kind(self) -> &'static dyn Kind {
+        match self {
+            Mode::Read => &ReadKind,
+            Mode::Write => &WriteKind,
+        }
+    }
+
+    /// One acquire try of `lease` (this mode's lease of one owner).
+    fn acquire_call(self, lease: &Lease, lease_ms: i64, rid: u64) -> Call {
+        match self {
+            Mode::Read => Call::new(
+                &lease.conn,
+                &scripts().read_acquire,
+                vec![
+                    lease.key.clone(),
+                    Key::from(timeout_prefix(&lease.key, &lease.field)),
+                ],
+                vec![
+                    lease_ms.into(),
+                    Value::String(lease.field.clone()),
+                    Value::from(format!("{}{}", &*lease.field, Mode::Write.suffix())),
+                ],
+                &lease.latch,
+                rid,
+            ),
+            Mode::Write => Call::new(
+                &lease.conn,
+                &scripts().write_acquire,
+                vec![lease.key.clone()],
+                vec![lease_ms.into(), Value::String(lease.field.clone())],
+                &lease.latch,
+                rid,
+            ),
+        }
+    }
+}
+
+// === impl ReadKind, WriteKind ===
+
+fn acquire_reply(reply: &[i64]) -> AcquireReply {
+    match reply {
+        [1, count, ..] => AcquireReply::Held {
+            count: (*count).clamp(1, u32::MAX as i64) as u32,
+            token: None,
+        },
+        [_, ttl, ..] if *ttl >= 0 => {
+            AcquireReply::Busy(Some(Duration::from_millis(*ttl as u64 + 1)))
+        }
+        _ => AcquireReply::Busy(None),
+    }
+}
+
+fn release_reply(reply: &[i64]) -> ReleaseReply {
+    match reply.first() {
+        Some(1) => ReleaseReply::Remaining,
+        Some(2) => ReleaseReply::Freed,
+        _ => ReleaseReply::NotHeld,
+    }
+}
+
+/// The key prefix shared by every holder's timeout keys on `lease`'s key.
+fn holders_prefix(lease: &Lease) -> Key {
+    let key: Cow<'_, str> = String::from_utf8_lossy(lease.key.as_bytes());
+    Key::from(key_prefix(&key))
+}
+
+impl Kind for ReadKind {
+    fn release_call(&self, lease: &Lease, count: u32, ttl_ms: i64, rid: u64) -> Call {
+        Call::new(
+            &lease.conn,
+            &scripts().read_release,
+            vec![
+                lease.key.clone(),
+                lease.channel.clone(),
+                Key::from(timeout_prefix(&lease.key, &lease.field)),
+                holders_prefix(lease),
+            ],
+            vec![
+                ttl_ms.into(),
+                Value::String(lease.field.clone()),
+                i64::from(count).into(),
+                lease.conn.publish_command().into(),
+            ],
+            &lease.latch,
+            rid,
+        )
+    }
+
+    fn acquire_reply(&self, reply: &[i64]) -> AcquireReply {
+        acquire_reply(reply)
+    }
+
+    fn release_reply(&self, reply: &[i64]) -> ReleaseReply {
+        release_reply(reply)
+    }
+
+    fn renewal(&self) -> &'static Renewal {
+        read_renewal()
+    }
+
+    fn excludes(&self, mine: &Lease, other: &Lease) -> bool {
+        // Taking a read hold proves no other owner writes; other readers
+        // may well be in.
+        other.tag == WRITE_TAG && other.owner != mine.owner
+    }
+}
+
+impl Kind for WriteKind {
+    fn release_call(&self, lease: &Lease, count: u32, ttl_ms: i64, rid: u64) -> Call {
+        Call::new(
+            &lease.conn,
+            &scripts().write_release,
+            vec![
+                lease.key.clone(),
+                lease.channel.clone(),
+                holders_prefix(lease),
+            ],
+            vec![
+                ttl_ms.into(),
+                Value::String(lease.field.clone()),
+                i64::from(count).into(),
+                lease.conn.publish_command().into(),
+            ],
+            &lease.latch,
+            rid,
+        )
+    }
+
+    fn acquire_reply(&self, reply: &[i64]) -> AcquireReply {
+        acquire_reply(reply)
+    }
+
+    fn release_reply(&self, reply: &[i64]) -> ReleaseReply {
+        release_reply(reply)
+    }
+
+    fn renewal(&self) -> &'static Renewal {
+        crate::lock::hash_renewal()
+    }
+
+    fn excludes(&self, mine: &Lease, other: &Lease) -> bool {
+        // Taking the write hold proves every other owner's read and write
+        // holds gone; the owner's own read holds may stay (downgrade).
+        (other.tag == READ_TAG || other.tag == WRITE_TAG) && other.owner != mine.owner
+    }
+}
