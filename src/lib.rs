@@ -64,6 +64,7 @@ mod error;
 mod guard;
 mod lock;
 mod owner;
+mod semaphore;
 
 pub use crate::core::watchdog::Watchdog;
 pub use client::{Client, ClientBuilder};
@@ -71,6 +72,7 @@ pub use error::{Error, Result};
 pub use guard::LockGuard;
 pub use lock::Lock;
 pub use owner::Owner;
+pub use semaphore::{Permit, Semaphore};
 
 /// Not part of the API: what the benchmarks' bare-fred baseline needs to
 /// send exactly the requests leasehold sends.
@@ -105,6 +107,9 @@ mod bounds {
         is_send_sync::<crate::Watchdog>();
         is_send_sync::<crate::Error>();
         is_unpin::<crate::LockGuard>();
+        is_send_sync::<crate::Semaphore>();
+        is_send_sync::<crate::Permit>();
+        is_unpin::<crate::Permit>();
     }
 
     #[allow(dead_code)]
@@ -117,6 +122,11 @@ mod bounds {
         send(guard.lost());
         send(guard.unlock());
         send(client.shutdown());
+        let sem = client.semaphore("s");
+        send(sem.acquire());
+        send(sem.try_acquire_for(std::time::Duration::ZERO));
+        send(sem.available_permits());
+        send(sem.add_permits(1));
         send(crate::Client::connect(""));
     }
 }
