@@ -62,6 +62,7 @@ mod client;
 mod core;
 mod error;
 mod guard;
+mod latch;
 mod lock;
 mod owner;
 mod semaphore;
@@ -70,6 +71,7 @@ pub use crate::core::watchdog::Watchdog;
 pub use client::{Client, ClientBuilder};
 pub use error::{Error, Result};
 pub use guard::LockGuard;
+pub use latch::CountDownLatch;
 pub use lock::Lock;
 pub use owner::Owner;
 pub use semaphore::{Permit, Semaphore};
@@ -110,6 +112,7 @@ mod bounds {
         is_send_sync::<crate::Semaphore>();
         is_send_sync::<crate::Permit>();
         is_unpin::<crate::Permit>();
+        is_send_sync::<crate::CountDownLatch>();
     }
 
     #[allow(dead_code)]
@@ -127,6 +130,9 @@ mod bounds {
         send(sem.try_acquire_for(std::time::Duration::ZERO));
         send(sem.available_permits());
         send(sem.add_permits(1));
+        let latch = client.count_down_latch("l");
+        send(latch.wait());
+        send(latch.count_down());
         send(crate::Client::connect(""));
     }
 }
