@@ -26,9 +26,15 @@
 //! and `add_permits.lua` (latched, one latch key per call), `available.lua`
 //! and the watchdog's `renew.lua`. All but `renew`, `try_set_permits` and
 //! `add_permits` first *reclaim*: permits whose expiry has passed go back
-//! to the free count (`reclaim.lua`). Times are the client's clock
-//! (`SystemTime`), as in Redisson: clients sharing a semaphore must agree
-//! on the time to well within the watchdog timeout.
+//! to the free count (`reclaim.lua`).
+//!
+//! Expiry times are the clients' clocks (`SystemTime`), as in Redisson,
+//! not Redis's: a client whose clock runs ahead by `d` reclaims other
+//! clients' permits `d` early, and the holders are not told. A watchdog
+//! permit always has at least two thirds of the watchdog timeout left (20
+//! s by default), so it is safe while clocks agree to better than that; a
+//! fixed lease is shortened by any skew. Keep the clocks of every client
+//! of a semaphore synchronised (NTP).
 //!
 //! # Permits are leases
 //!
