@@ -1,7 +1,7 @@
 //! The semaphore with leased permits: never over-admitted (checked in
 //! Redis), permits of a killed holder come back, releases wake as many
 //! waiters as permits came back, waiting without polling, cancellation,
-//! lost replies, fixed leases and renewal, bad input. (Wire compatibility
+//! lost replies, fixed leases and renewal, bad input, a cluster. (Wire compatibility
 //! with Redisson: `tests/redisson_compat.rs`.)
 
 use leasehold_testkit as support;
@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use leasehold::fred::interfaces::LuaInterface;
 use leasehold::{Client, Error};
+use support::cluster::RedisCluster;
 use support::fixture::{calls, client, client_with, eventually, numsub, within};
 use support::{Proxy, RedisServer};
 use tokio::time::Instant;
@@ -656,4 +657,44 @@ async fn shutdown_and_bad_input() {
     );
     assert!(matches!(sem.acquire().await, Err(Error::Shutdown)));
     drop((p, q));
+}
+
+/// On a 3-primary cluster (sharded pub/sub): permits of names with and
+/// without braces are renewed past the watchdog timeout, and a release
+/// wakes a waiter on another client by its message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn works_on_a_cluster() {
+    let cluster = RedisCluster::start(3, 0);
+    let build = || {
+        Client::builder()
+            .url(&cluster.url())
+            .watchdog_timeout(Duration::from_millis(900))
+            .recheck_interval(Duration::from_secs(60))
+            .build()
+    };
+    let (a, b) = (build().await.unwrap(), build().await.unwrap());
+    for name in ["{user:1}:slots", "plain"] {
+        let sem = a.semaphore(name);
+        assert!(sem.try_set_permits(1).await.unwrap());
+        let permit = sem.acquire().await.unwrap();
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert!(!permit.is_lost(), "{name}: renewed on the cluster");
+        let other = b.semaphore(name);
+        let waiter = tokio::spawn(async move { other.acquire().await });
+        let channel = sem.channel().to_owned();
+        eventually(Duration::from_secs(20), "waiter subscribed", || {
+            let reply = cluster.cmd_on_key(&channel, &["PUBSUB", "SHARDNUMSUB", &channel]);
+            reply.lines().nth(1) == Some("1")
+        })
+        .await;
+        permit.release().await.unwrap();
+        let next = within(Duration::from_secs(10), "woken by the release", waiter)
+            .await
+            .unwrap()
+            .unwrap();
+        next.release().await.unwrap();
+        assert_eq!(sem.available_permits().await.unwrap(), 1);
+    }
+    a.shutdown().await.unwrap();
+    b.shutdown().await.unwrap();
 }
