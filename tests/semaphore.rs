@@ -1,8 +1,8 @@
 //! The semaphore with leased permits: never over-admitted (checked in
 //! Redis), permits of a killed holder come back, releases wake as many
 //! waiters as permits came back, waiting without polling, cancellation,
-//! lost replies, fixed leases and renewal, bad input, a cluster. (Wire compatibility
-//! with Redisson: `tests/redisson_compat.rs`.)
+//! lost replies, fixed leases and renewal, bad input, a cluster. (Wire
+//! compatibility with Redisson: `tests/redisson_compat.rs`.)
 
 use leasehold_testkit as support;
 
