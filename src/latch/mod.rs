@@ -61,6 +61,11 @@ use crate::error::{Error, Result};
 /// [`count_down`](Self::count_down) takes one off, and when it reaches
 /// zero every [`wait`](Self::wait)ing task, in every process, is woken.
 ///
+/// The key and channel are Redisson's `RCountDownLatch`'s, and Java
+/// clients can share the latch. Unlike Redisson's `await`, a wait never
+/// hangs on a lost message or a deleted latch: it re-reads the count at
+/// least every recheck interval of the client.
+///
 /// # Example
 ///
 /// ```no_run

@@ -110,6 +110,13 @@ pub use permit::Permit;
 /// Waiters of one client are woken oldest first, as many as permits came
 /// back. Across clients there is no queue: the semaphore is not fair.
 ///
+/// The keys are Redisson's `RPermitExpirableSemaphore`'s, and Java
+/// clients can share the semaphore. One behaviour differs on purpose: a
+/// Redisson permit taken without a lease never expires, so a holder that
+/// dies keeps it for good (Redisson issue #2045); here it comes back
+/// within the watchdog timeout. Permit expiry follows the clients' clocks,
+/// as in Redisson: keep them synchronised.
+///
 /// # Example
 ///
 /// ```no_run
