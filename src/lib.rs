@@ -62,19 +62,23 @@ mod client;
 mod core;
 mod error;
 mod guard;
+mod latch;
 mod lock;
 mod multi;
 mod owner;
 mod rw_lock;
+mod semaphore;
 
 pub use crate::core::watchdog::Watchdog;
 pub use client::{Client, ClientBuilder};
 pub use error::{Error, Result, ServerOutcome, ServerResult};
 pub use guard::LockGuard;
+pub use latch::CountDownLatch;
 pub use lock::Lock;
 pub use multi::{Member, MultiGuard, MultiLock, RedLock};
 pub use owner::Owner;
 pub use rw_lock::{ReadLock, ReadWriteLock, WriteLock};
+pub use semaphore::{Permit, Semaphore};
 
 /// Not part of the API: what the benchmarks' bare-fred baseline needs to
 /// send exactly the requests leasehold sends.
@@ -117,6 +121,10 @@ mod bounds {
         is_send_sync::<crate::MultiGuard>();
         is_send_sync::<crate::Member>();
         is_unpin::<crate::MultiGuard>();
+        is_send_sync::<crate::Semaphore>();
+        is_send_sync::<crate::Permit>();
+        is_unpin::<crate::Permit>();
+        is_send_sync::<crate::CountDownLatch>();
     }
 
     #[allow(dead_code)]
@@ -147,6 +155,14 @@ mod bounds {
         send(red.try_lock());
         send(multi_guard.lost());
         send(multi_guard.unlock());
+        let sem = client.semaphore("s");
+        send(sem.acquire());
+        send(sem.try_acquire_for(std::time::Duration::ZERO));
+        send(sem.available_permits());
+        send(sem.add_permits(1));
+        let latch = client.count_down_latch("l");
+        send(latch.wait());
+        send(latch.count_down());
         send(crate::Client::connect(""));
     }
 }

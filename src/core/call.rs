@@ -83,6 +83,35 @@ impl Call {
         }
     }
 
+    /// Runs a latched `script` that changes no lease (a semaphore's or a
+    /// latch's count) to a definite outcome, as [`run`](Self::run) does.
+    /// Its latch key is its own (`leasehold_latch:{key}:<client>:call:<rid>`,
+    /// in `key`'s slot), so concurrent calls never see each other's
+    /// request ids. Returns the reply without the rid.
+    ///
+    /// Cancel safety: dropped once sent, the script ran at most once.
+    pub(crate) async fn run_once(
+        conn: &Conn,
+        script: &'static Script,
+        key: &str,
+        client: &str,
+        keys: Vec<Key>,
+        args: Vec<Value>,
+    ) -> crate::Result<Vec<i64>> {
+        let rid = conn.rid();
+        let latch = super::latch_key(key, &format!("{client}:call:{rid}"));
+        match Call::new(conn, script, keys, args, &latch, rid)
+            .run(conn)
+            .await?
+        {
+            Outcome::Ran(reply) => Ok(reply),
+            Outcome::Stale => Err(crate::Error::Redis(fred::error::Error::new(
+                fred::error::ErrorKind::Protocol,
+                "a one-off call was reported stale",
+            ))),
+        }
+    }
+
     /// The request id.
     pub(crate) fn rid(&self) -> u64 {
         self.rid

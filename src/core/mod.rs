@@ -138,6 +138,16 @@ pub(crate) fn prefix_name(prefix: &str, name: &str) -> String {
     }
 }
 
+/// Redisson's `suffixName`: `{name}:suffix`, or `name:suffix` when the
+/// name already has braces, so the result shares the name's hash slot.
+pub(crate) fn suffix_name(name: &str, suffix: &str) -> String {
+    if name.contains('{') {
+        format!("{name}:{suffix}")
+    } else {
+        format!("{{{name}}}:{suffix}")
+    }
+}
+
 /// The latch key of `field` on `key` (see `call.rs`): in `key`'s slot.
 pub(crate) fn latch_key(key: &str, field: &str) -> fred::types::Key {
     fred::types::Key::from(format!("{}:{field}", prefix_name("leasehold_latch", key)))

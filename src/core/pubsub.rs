@@ -12,9 +12,11 @@
 //! # Wake policies
 //!
 //! What a message means is the channel's [`Policy`], set by the primitive
-//! that subscribes: wake **one** waiter (an unlock) or **all** of them
-//! (a reconnect), decided from the message's text: [`wake_one`] for every
-//! message, or [`wake_all_on_one`] (`1` wakes all, anything else one).
+//! that subscribes, decided from the message's text: wake **one** waiter
+//! for every message ([`wake_one`]: an unlock), **all** of them on `1` and
+//! one otherwise ([`wake_all_on_one`]: a write unlock lets every reader
+//! in), or up to **N** for a message carrying a count ([`wake_count`]:
+//! permits given back). A reconnect or a lagging stream wakes everyone.
 //!
 //! # How waiting works
 //!
@@ -105,6 +107,9 @@ pub(crate) type Policy = fn(&[u8]) -> Wake;
 pub(crate) enum Wake {
     One,
     All,
+    /// Up to this many (none for 0). Wake-ups beyond the queued waiters
+    /// are kept as permits for waiters between two waits, as for `One`.
+    N(usize),
 }
 
 /// One unlock message (Redisson's `0`) wakes one waiter.
@@ -120,6 +125,20 @@ pub(crate) fn wake_all_on_one(message: &[u8]) -> Wake {
         Wake::All
     } else {
         Wake::One
+    }
+}
+
+/// A message that is a decimal count wakes up to that many waiters, and
+/// none for a count <= 0 (Redisson's semaphore messages). A message that
+/// is not a number wakes every waiter to re-check.
+pub(crate) fn wake_count(message: &[u8]) -> Wake {
+    let count = std::str::from_utf8(message)
+        .ok()
+        .and_then(|text| text.trim().parse::<i64>().ok());
+    match count {
+        Some(n) if n <= 0 => Wake::N(0),
+        Some(n) => Wake::N(usize::try_from(n).unwrap_or(usize::MAX)),
+        None => Wake::All,
     }
 }
 
@@ -443,6 +462,13 @@ impl ChannelState {
                 // Waiters between two waits re-check too.
                 self.permits = self.refs;
             }
+            Wake::N(n) => {
+                // More than the queue plus one permit per reference would
+                // change nothing (permits are capped at `refs`).
+                for _ in 0..n.min(self.queue.len() + self.refs) {
+                    self.wake_one();
+                }
+            }
         }
     }
 }
@@ -725,5 +751,38 @@ mod tests {
         assert_eq!(wake_all_on_one(b"0"), Wake::One);
         assert_eq!(wake_all_on_one(b"10"), Wake::One);
         assert_eq!(wake_all_on_one(b""), Wake::One);
+    }
+
+    #[test]
+    fn wake_count_reads_decimal_counts() {
+        assert_eq!(wake_count(b"3"), Wake::N(3));
+        assert_eq!(wake_count(b"0"), Wake::N(0));
+        assert_eq!(wake_count(b"-2"), Wake::N(0));
+        assert_eq!(wake_count(b"x"), Wake::All);
+        assert_eq!(wake_count(b""), Wake::All);
+    }
+
+    #[test]
+    fn wake_n_wakes_at_most_n_queued_waiters() {
+        let mut state = ChannelState {
+            refs: 5,
+            ..ChannelState::default()
+        };
+        let waiters: Vec<Arc<Waiter>> = (0..5).map(|_| Arc::default()).collect();
+        state.queue.extend(waiters.iter().cloned());
+        state.wake(Wake::N(2));
+        let woken =
+            |w: &[Arc<Waiter>]| w.iter().filter(|w| w.woken.load(Ordering::Acquire)).count();
+        assert_eq!(woken(&waiters), 2);
+        assert!(
+            waiters[0].woken.load(Ordering::Acquire) && waiters[1].woken.load(Ordering::Acquire)
+        );
+        state.wake(Wake::N(0));
+        assert_eq!(woken(&waiters), 2);
+        assert_eq!(state.permits, 0);
+        // A huge count wakes the rest and keeps at most one permit per reference.
+        state.wake(Wake::N(usize::MAX));
+        assert_eq!(woken(&waiters), 5);
+        assert_eq!(state.permits, 5);
     }
 }

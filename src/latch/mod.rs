@@ -1,0 +1,383 @@
+//! The count-down latch (Redisson `RCountDownLatch`).
+//!
+//! # When to use
+//!
+//! Use a [`CountDownLatch`] to make tasks in any process wait until N
+//! things have happened: N services have started, N shards are loaded, N
+//! workers are done. It holds nothing (no lease, no owner): anyone may count
+//! down, and a process that dies without counting down leaves the count
+//! where it was. To keep N things from running at once, use a
+//! [`Semaphore`](crate::Semaphore); for one at a time, a
+//! [`Lock`](crate::Lock).
+//!
+//! # Keys, channel and scripts
+//!
+//! Latch `name` (after the client's key prefix) is, as in Redisson:
+//!
+//! | key | type | contents |
+//! | --- | --- | --- |
+//! | `name` | string | the count; deleted when it reaches zero |
+//! | `redisson_countdownlatch__channel__{name}` | channel | `0`: the count reached zero; `1`: a count was set, or the latch deleted |
+//!
+//! The channel always gets braces, even when the name has some (Redisson's
+//! rule for this one object). For a name like `{a}b` the channel then
+//! lies in another hash slot than the key, and a cluster refuses a script
+//! that declares both (`CROSSSLOT`; Redisson's own scripts fail there). On
+//! a cluster, when the slots differ, leasehold's scripts leave the
+//! channel out and the client publishes right after the script, as a
+//! separate command; everywhere else the script publishes, atomically.
+//!
+//! Scripts beside this file: `try_set_count.lua` and `count_down.lua`,
+//! latched (one latch key per call: a count-down whose reply was lost is
+//! sent again and never counts twice). The count is read with `GET`.
+//!
+//! # Waiting
+//!
+//! [`wait`](CountDownLatch::wait) is the engine's wait loop
+//! (`core/wait.rs`) over a read: read the count; not zero: subscribe, read
+//! again, sleep until a message or the client's recheck interval, repeat.
+//! Any message (`0` or `1`) wakes every local waiter to read the count.
+//! A deleted latch counts as zero. Redisson's `await` fixes: it never
+//! blocks on a lost message (the recheck interval bounds every sleep) nor
+//! on a deleted latch (which publishes `1`, not `0`).
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use fred::interfaces::{KeysInterface, PubsubInterface};
+use fred::types::{Key, Value};
+
+use crate::client::Client;
+use crate::core::call::Call;
+use crate::core::pubsub::Wake;
+use crate::core::script::Script;
+use crate::core::wait::{wait_for, Step};
+use crate::error::{Error, Result};
+
+/// A count-down latch, by name. Cheap to clone; nothing is sent until a
+/// method is called.
+///
+/// Set the count once ([`try_set_count`](Self::try_set_count)); every
+/// [`count_down`](Self::count_down) takes one off, and when it reaches
+/// zero every [`wait`](Self::wait)ing task, in every process, is woken.
+///
+/// The key and channel are Redisson's `RCountDownLatch`'s, and Java
+/// clients can share the latch. Unlike Redisson's `await`, a wait never
+/// hangs on a lost message or a deleted latch: it re-reads the count at
+/// least every recheck interval of the client.
+///
+/// # Example
+///
+/// ```no_run
+/// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+/// let boot = client.count_down_latch("boot");
+/// boot.try_set_count(3).await?;
+/// // … in three services, once each is up:
+/// boot.count_down().await?;
+/// // … anywhere:
+/// boot.wait().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct CountDownLatch {
+    client: Client,
+    name: Arc<str>,
+    key_str: Arc<str>,
+    key: Key,
+    channel: Arc<str>,
+    channel_key: Key,
+}
+
+/// The latch's scripts, hashed once per process.
+#[derive(Debug)]
+struct Scripts {
+    /// Latched, one latch key per call.
+    try_set_count: Script,
+    count_down: Script,
+}
+
+fn scripts() -> &'static Scripts {
+    static SCRIPTS: OnceLock<Scripts> = OnceLock::new();
+    SCRIPTS.get_or_init(|| Scripts {
+        try_set_count: Script::latched(
+            "latch.try_set_count",
+            include_str!("scripts/try_set_count.lua"),
+        ),
+        count_down: Script::latched("latch.count_down", include_str!("scripts/count_down.lua")),
+    })
+}
+
+/// Any message on a latch channel (`0` or `1`) wakes every waiter.
+fn wake_all(_: &[u8]) -> Wake {
+    Wake::All
+}
+
+// === impl Client ===
+
+impl Client {
+    /// A handle to the count-down latch called `name` (the key prefix is
+    /// added). Cheap; nothing is sent until it is used. An empty name is
+    /// reported as [`Error::InvalidArgument`] by every call on the latch.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+    /// let latch = client.count_down_latch("boot");
+    /// assert_eq!(latch.name(), "boot");
+    /// # Ok(()) }
+    /// ```
+    pub fn count_down_latch(&self, name: &str) -> CountDownLatch {
+        let key = self.key(name);
+        let channel = format!("redisson_countdownlatch__channel__{{{key}}}");
+        CountDownLatch {
+            client: self.clone(),
+            name: name.into(),
+            key: Key::from(key.as_str()),
+            key_str: key.into(),
+            channel_key: Key::from(channel.as_str()),
+            channel: channel.into(),
+        }
+    }
+}
+
+// === impl CountDownLatch ===
+
+impl CountDownLatch {
+    /// The name given to [`Client::count_down_latch`] (without the key
+    /// prefix).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # fn f(client: leasehold::Client) {
+    /// assert_eq!(client.count_down_latch("a").name(), "a");
+    /// # }
+    /// ```
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The Redis key of the count (prefix included).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # fn f(client: leasehold::Client) {
+    /// let key = client.count_down_latch("a").key().to_owned();
+    /// # }
+    /// ```
+    pub fn key(&self) -> &str {
+        &self.key_str
+    }
+
+    /// The channel: `redisson_countdownlatch__channel__{<key>}` (braces
+    /// always added, as Redisson does).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # fn f(client: leasehold::Client) {
+    /// assert_eq!(client.count_down_latch("a").channel(), "redisson_countdownlatch__channel__{a}");
+    /// # }
+    /// ```
+    pub fn channel(&self) -> &str {
+        &self.channel
+    }
+
+    /// Sets the count if the latch is not set (a latch that reached zero
+    /// is not set: it can be set again). Returns whether it was set
+    /// (`false`: a count is already running; nothing changed).
+    /// [`Error::InvalidArgument`] if `count` is over `i64::MAX`.
+    ///
+    /// # Cancel safety
+    ///
+    /// If the future is dropped once the call was sent, the count may or
+    /// may not have been set (at most once).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+    /// let latch = client.count_down_latch("boot");
+    /// assert!(latch.try_set_count(3).await?);
+    /// assert!(!latch.try_set_count(5).await?); // already running
+    /// # Ok(()) }
+    /// ```
+    pub async fn try_set_count(&self, count: u64) -> Result<bool> {
+        let count = i64::try_from(count)
+            .map_err(|_| Error::invalid(format!("count {count} is over i64::MAX")))?;
+        let reply = self
+            .mutate(&scripts().try_set_count, Some(Value::Integer(count)))
+            .await?;
+        let set = reply.first() == Some(&1);
+        if set {
+            self.publish_apart("1").await?;
+        }
+        Ok(set)
+    }
+
+    /// Takes one off the count; when it reaches zero the latch is deleted
+    /// and every waiter is woken. Counting down a latch that is not set
+    /// does nothing.
+    ///
+    /// # Cancel safety
+    ///
+    /// If the future is dropped once the call was sent, the count may or
+    /// may not have gone down (at most once: no copy of the call runs
+    /// twice).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+    /// client.count_down_latch("boot").count_down().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn count_down(&self) -> Result<()> {
+        let reply = self.mutate(&scripts().count_down, None).await?;
+        if reply.first() == Some(&2) {
+            self.publish_apart("0").await?;
+        }
+        Ok(())
+    }
+
+    /// The count (0 if the latch is not set or reached zero).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe (a read).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+    /// let left = client.count_down_latch("boot").count().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn count(&self) -> Result<u64> {
+        self.check()?;
+        let count: Option<i64> = self.client.redis().get(self.key.clone()).await?;
+        Ok(count.unwrap_or(0).max(0) as u64)
+    }
+
+    /// Waits until the count is zero (or the latch is deleted). Returns at
+    /// once if it already is.
+    ///
+    /// Woken by the latch's messages, and re-reads the count at least every
+    /// recheck interval of the client
+    /// ([`ClientBuilder::recheck_interval`](crate::ClientBuilder::recheck_interval)),
+    /// so a lost message delays it by at most that.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a wait holds nothing. A dropped wait releases its
+    /// subscription reference (the last one unsubscribes).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+    /// client.count_down_latch("boot").wait().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn wait(&self) -> Result<()> {
+        self.wait_until_zero(None).await.map(drop)
+    }
+
+    /// Waits up to `wait` until the count is zero. Returns whether it
+    /// reached zero in time (`false` is not an error). `Duration::MAX`
+    /// waits forever.
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`wait`](Self::wait).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+    /// if !client.count_down_latch("boot").wait_for(Duration::from_secs(5)).await? {
+    ///     eprintln!("still booting after 5 s");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn wait_for(&self, wait: Duration) -> Result<bool> {
+        self.wait_until_zero(Some(wait)).await
+    }
+
+    fn check(&self) -> Result<()> {
+        self.client.engine().check()?;
+        if self.name.is_empty() {
+            return Err(Error::invalid("latch name is empty"));
+        }
+        Ok(())
+    }
+
+    /// Whether the channel lies in another hash slot than the key on a
+    /// cluster: then scripts leave it out and the client publishes.
+    fn channel_apart(&self) -> bool {
+        self.client.engine().conn.clustered
+            && fred::util::redis_keyslot(self.key_str.as_bytes())
+                != fred::util::redis_keyslot(self.channel.as_bytes())
+    }
+
+    /// Publishes `message` from the client if the script could not.
+    async fn publish_apart(&self, message: &'static str) -> Result<()> {
+        if !self.channel_apart() {
+            return Ok(());
+        }
+        let conn = &self.client.engine().conn;
+        let channel = self.channel.to_string();
+        if conn.sharded {
+            conn.redis.spublish::<i64, _, _>(channel, message).await?;
+        } else {
+            conn.redis.publish::<i64, _, _>(channel, message).await?;
+        }
+        Ok(())
+    }
+
+    /// Runs a latched script on the count (and the channel), with a latch
+    /// key of its own (see `Call::run_once`).
+    async fn mutate(&self, script: &'static Script, arg: Option<Value>) -> Result<Vec<i64>> {
+        self.check()?;
+        let conn = &self.client.engine().conn;
+        let mut keys = vec![self.key.clone()];
+        if !self.channel_apart() {
+            keys.push(self.channel_key.clone());
+        }
+        let mut args: Vec<Value> = arg.into_iter().collect();
+        args.push(conn.publish_command().into());
+        Call::run_once(
+            conn,
+            script,
+            &self.key_str,
+            &self.client.id().to_string(),
+            keys,
+            args,
+        )
+        .await
+    }
+
+    /// The wait loop (see the module docs): `Ok(true)` once the count is
+    /// zero, `Ok(false)` when `wait` ran out.
+    async fn wait_until_zero(&self, wait: Option<Duration>) -> Result<bool> {
+        self.check()?;
+        let engine = self.client.engine();
+        let reached = wait_for(engine, &self.channel, wake_all, wait, || {
+            let redis = engine.conn.redis.clone();
+            let key = self.key.clone();
+            async move {
+                let count: Option<i64> = redis.get(key).await?;
+                Ok(if count.unwrap_or(0) <= 0 {
+                    Step::Done(())
+                } else {
+                    Step::Busy(None)
+                })
+            }
+        })
+        .await?;
+        Ok(reached.is_some())
+    }
+}
