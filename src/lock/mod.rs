@@ -12,6 +12,10 @@
 //! `renew.lua` / `renew_node.lua`. Each latched call also keeps a small
 //! latch key `leasehold_latch:{name}:<field>` for 30 s.
 //!
+//! The fenced lock is this lock with another acquire script (it also takes
+//! a token): it acquires through [`Lock::acquire_with`], and its holds are
+//! released, renewed and force-unlocked exactly as these.
+//!
 //! # Waiting, dropping, cancelling
 //!
 //! Waiting is the engine's wait loop (`core/wait.rs`): try, subscribe, try,
@@ -97,11 +101,15 @@ struct Scripts {
     renew_node: Script,
 }
 
-/// The engine's view of the lock's holds.
+/// The engine's view of the lock's holds (and of the fenced lock's: the
+/// same field, see [`Lock::acquire_with`]).
 #[derive(Debug)]
 struct LockKind;
 
-/// Tells a lock's leases from other primitives' on the same key.
+/// Tells a lock's leases from other primitives' on the same key. The
+/// fenced lock's holds carry it too: they are holds of the same field, and
+/// one field must have one lease record (one turn, one latch, one set of
+/// TTL needs), whichever handle took its holds.
 const TAG: u8 = 1;
 
 fn scripts() -> &'static Scripts {
@@ -461,11 +469,11 @@ impl Lock {
         &self.client
     }
 
-    fn redis(&self) -> &fred::clients::Client {
+    pub(crate) fn redis(&self) -> &fred::clients::Client {
         &self.client.engine().conn.redis
     }
 
-    fn check(&self) -> Result<()> {
+    pub(crate) fn check(&self) -> Result<()> {
         self.client.engine().check()?;
         if self.name.is_empty() {
             return Err(Error::invalid("lock name is empty"));
@@ -476,6 +484,23 @@ impl Lock {
     /// The wait loop (see the module docs). `wait: None` waits forever.
     pub(crate) async fn acquire(
         &self,
+        lease: Option<Duration>,
+        wait: Option<Duration>,
+    ) -> Result<Option<LockGuard>> {
+        self.acquire_with(&scripts().acquire, &[], lease, wait)
+            .await
+    }
+
+    /// [`acquire`](Self::acquire), sending `script` for each try: a latched
+    /// script with `acquire.lua`'s KEYS[1], ARGV and reply, `extra_keys`
+    /// after KEYS[1], and optionally a fencing token after the count in
+    /// its reply (the fenced lock's). Holds taken either way are holds of
+    /// the same field, counted in one lease record with one turn and one
+    /// latch, so they may be mixed freely by one owner.
+    pub(crate) async fn acquire_with(
+        &self,
+        script: &'static Script,
+        extra_keys: &[Key],
         lease: Option<Duration>,
         wait: Option<Duration>,
     ) -> Result<Option<LockGuard>> {
@@ -501,10 +526,13 @@ impl Lock {
             wait,
         };
         let hold = acquire(self.client.engine(), spec, &|lease, lease_ms, rid| {
+            let mut keys = Vec::with_capacity(1 + extra_keys.len());
+            keys.push(lease.key.clone());
+            keys.extend(extra_keys.iter().cloned());
             Call::new(
                 &lease.conn,
-                &scripts().acquire,
-                vec![lease.key.clone()],
+                script,
+                keys,
                 vec![lease_ms.into(), Value::String(lease.field.clone())],
                 &lease.latch,
                 rid,
@@ -541,9 +569,11 @@ impl Kind for LockKind {
 
     fn acquire_reply(&self, reply: &[i64]) -> AcquireReply {
         match reply {
-            [1, count, ..] => AcquireReply::Held {
+            // A third element is the fenced lock's token (see
+            // `Lock::acquire_with`).
+            [1, count, token @ ..] => AcquireReply::Held {
                 count: (*count).clamp(1, u32::MAX as i64) as u32,
-                token: None,
+                token: token.first().map(|t| (*t).max(0) as u64),
             },
             [_, ttl, ..] if *ttl >= 0 => {
                 AcquireReply::Busy(Some(Duration::from_millis(*ttl as u64 + 1)))
