@@ -41,7 +41,8 @@
 //! * Not guaranteed: exclusion across a failover with asynchronous
 //!   replication (the replica may not have the lock), or across a process
 //!   pause longer than the lease (a GC-like stall). Protect the resource
-//!   itself with a fencing check where that matters.
+//!   itself with a fencing check where that matters: a [`FencedLock`]
+//!   hands each acquire a token that only grows.
 //! * Futures joined inside one task share an owner (see [`Owner`]).
 //!
 //! # Cancel safety
@@ -61,6 +62,7 @@
 mod client;
 mod core;
 mod error;
+mod fenced_lock;
 mod guard;
 mod latch;
 mod lock;
@@ -72,6 +74,7 @@ mod semaphore;
 pub use crate::core::watchdog::Watchdog;
 pub use client::{Client, ClientBuilder};
 pub use error::{Error, Result, ServerOutcome, ServerResult};
+pub use fenced_lock::FencedLock;
 pub use guard::LockGuard;
 pub use latch::CountDownLatch;
 pub use lock::Lock;
@@ -108,6 +111,7 @@ mod bounds {
     fn public_types_are_send_and_sync() {
         is_send_sync::<crate::Client>();
         is_send_sync::<crate::Lock>();
+        is_send_sync::<crate::FencedLock>();
         is_send_sync::<crate::LockGuard>();
         is_send_sync::<crate::Owner>();
         is_send_sync::<crate::ReadWriteLock>();
@@ -140,6 +144,11 @@ mod bounds {
         send(lock.try_lock_for(std::time::Duration::ZERO));
         send(lock.force_unlock());
         send(lock.hold_count());
+        let fenced = client.fenced_lock("f");
+        send(fenced.lock());
+        send(fenced.try_lock_for(std::time::Duration::ZERO));
+        send(fenced.token());
+        send(fenced.delete_token());
         send(rw.read().lock());
         send(rw.write().try_lock_for(std::time::Duration::ZERO));
         send(rw.read().force_unlock());

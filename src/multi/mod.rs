@@ -132,9 +132,9 @@
 //! every acquire, checked by the resource itself, which rejects writes
 //! carrying an older token than one it has seen. A paused holder's late
 //! write is then refused, whatever the lock believed. A RedLock hands out
-//! no tokens, since N servers have no common counter. The fenced lock does
-//! (`LockGuard::token`). Where correctness matters more than avoiding
-//! duplicate work, use fencing. Redisson itself deprecated its RedLock in
+//! no tokens, since N servers have no common counter. A
+//! [`FencedLock`](crate::FencedLock) does ([`LockGuard::token`]). Where
+//! correctness matters more than avoiding duplicate work, use fencing. Redisson itself deprecated its RedLock in
 //! favour of replica-synced and fenced locks (redisson #2669, #5965).
 //!
 //! # Dropping and cancelling
@@ -155,6 +155,7 @@ use fred::interfaces::ClientLike;
 use tokio::time::Instant;
 
 use crate::error::Result;
+use crate::fenced_lock::FencedLock;
 use crate::guard::LockGuard;
 use crate::lock::Lock;
 
@@ -184,6 +185,7 @@ pub struct Member(AnyLock);
 #[derive(Clone, Debug)]
 enum AnyLock {
     Lock(Lock),
+    Fenced(FencedLock),
 }
 
 /// Runs `$body` with `$l` bound to the member's lock, whatever its kind.
@@ -192,6 +194,7 @@ macro_rules! with_lock {
     ($member:expr, $l:ident => $body:expr) => {
         match &$member.0 {
             AnyLock::Lock($l) => $body,
+            AnyLock::Fenced($l) => $body,
         }
     };
 }
@@ -199,6 +202,14 @@ macro_rules! with_lock {
 impl From<Lock> for Member {
     fn from(lock: Lock) -> Member {
         Member(AnyLock::Lock(lock))
+    }
+}
+
+/// A fenced member takes a token with each acquire, as on its own: read
+/// it from its guard in [`MultiGuard::guards`] ([`LockGuard::token`]).
+impl From<FencedLock> for Member {
+    fn from(lock: FencedLock) -> Member {
+        Member(AnyLock::Fenced(lock))
     }
 }
 
