@@ -5,6 +5,7 @@
 //! reports the outcome. It carries its owner, so it can move between tasks.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::core::hold::Hold;
 use crate::error::{Error, Result};
@@ -90,6 +91,50 @@ impl LockGuard {
         match self.hold.release().await {
             Ok(true) => Ok(()),
             Ok(false) => Err(Error::NotHeld { name }),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Extends a fixed lease on demand: the lock's key is kept at least
+    /// `lease` from now (its TTL is raised, never lowered), and this
+    /// guard's deadline, [`is_lost`](Self::is_lost) and
+    /// [`lost`](Self::lost) follow. One script call (the renewal script
+    /// the watchdog uses, for this one lease).
+    ///
+    /// For guards with a fixed lease (`lock_with_lease`,
+    /// `try_lock_with_lease`). A guard whose lease the
+    /// [`Watchdog`](crate::Watchdog) renews needs no extending: `extend`
+    /// refuses it with [`Error::InvalidArgument`], sending nothing.
+    ///
+    /// Returns [`Error::NotHeld`] if the lease is already lost (expired,
+    /// force-unlocked, or found gone by this call): a lost lease is never
+    /// brought back. [`Error::InvalidArgument`] for a `lease` under 1 ms.
+    ///
+    /// # Cancel safety
+    ///
+    /// If the future is dropped, the key may or may not have been
+    /// extended; the guard still holds (its deadline as before the call,
+    /// as far as `is_lost` is concerned), and a later unlock of another
+    /// hold of the same owner may keep the key until the requested
+    /// deadline. Call `extend` again to know.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+    /// let mut guard = client.lock("report").lock_with_lease(Duration::from_secs(10)).await?;
+    /// // … the work takes longer than planned …
+    /// guard.extend(Duration::from_secs(30)).await?; // held for 30 s more
+    /// guard.unlock().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn extend(&mut self, lease: Duration) -> Result<()> {
+        match self.hold.extend(lease).await {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(Error::NotHeld {
+                name: self.key.to_string(),
+            }),
             Err(e) => Err(e),
         }
     }
