@@ -3,11 +3,17 @@
 //! A [`LockGuard`] owns one hold (see `core::hold`): dropping it gives the
 //! hold back in the background, [`LockGuard::unlock`] gives it back and
 //! reports the outcome. It carries its owner, so it can move between tasks.
+//!
+//! [`LeaseSignal`] is a guard's lost signal on its own, for work run under
+//! a lock by [`Lock::with`](crate::Lock::with): the work watches it, the
+//! runner (`LockGuard::run`) cancels the work when it fires.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::core::hold::Hold;
+use crate::core::lease::Signal;
 use crate::error::{Error, Result};
 use crate::owner::Owner;
 
@@ -50,6 +56,86 @@ pub struct LockGuard {
     name: Arc<str>,
     key: Arc<str>,
     owner: Owner,
+}
+
+/// Whether the lease of the lock a [`Lock::with`](crate::Lock::with) work
+/// runs under is lost; handed to the work.
+///
+/// Cheap to clone; it only watches (dropping it releases nothing). The
+/// work does not have to watch it — `with` cancels the work when the lease
+/// is lost — but work that must stop at a precise point (before a write,
+/// say) can check [`is_lost`](Self::is_lost) there.
+///
+/// # Example
+///
+/// ```no_run
+/// # async fn write(_: u32) {}
+/// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+/// client.lock("orders:42").with(|lease| async move {
+///     for batch in 0..10 {
+///         if lease.is_lost() {
+///             return; // stop before the next write
+///         }
+///         write(batch).await;
+///     }
+/// }).await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct LeaseSignal {
+    signal: Arc<Signal>,
+}
+
+// === impl LeaseSignal ===
+
+impl LeaseSignal {
+    /// Whether the lease is known to be lost (as
+    /// [`LockGuard::is_lost`]).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+    /// client.lock("a").with(|lease| async move { assert!(!lease.is_lost()) }).await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn is_lost(&self) -> bool {
+        self.signal.is_lost()
+    }
+
+    /// Completes when the lease is lost (as [`LockGuard::lost`]).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only watches.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+    /// client.lock("a").with(|lease| async move {
+    ///     let watcher = tokio::spawn(async move { lease.lost().await; eprintln!("lost") });
+    ///     // … work …
+    ///     watcher.abort();
+    /// }).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn lost(&self) {
+        self.signal.lost().await
+    }
+
+    /// Since when the lease is lost (as [`LockGuard::lost_since`]).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+    /// client.lock("a").with(|lease| async move { assert!(lease.lost_since().is_none()) }).await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn lost_since(&self) -> Option<tokio::time::Instant> {
+        self.signal.lost_since()
+    }
 }
 
 // === impl LockGuard ===
@@ -243,6 +329,45 @@ impl LockGuard {
     /// `core::lease::Signal`). Past it the guard reports lost.
     pub(crate) fn valid_until(&self) -> tokio::time::Instant {
         self.hold.until()
+    }
+
+    /// Runs `f`'s work while this guard holds, then unlocks: the work is
+    /// dropped (cancelled) as soon as the lease is lost. Returns its
+    /// output, or [`Error::Lost`] if the lease was lost before the unlock
+    /// (seen while the work ran, as it ended, or by the unlock finding the
+    /// hold gone). A failed unlock of a hold that was not lost still
+    /// returns the output: the release is then finished in the background,
+    /// as for a dropped guard.
+    ///
+    /// Cancel safe: dropped, it drops the work and this guard (which
+    /// releases in the background).
+    pub(crate) async fn run<F, Fut, T>(self, f: F) -> Result<T>
+    where
+        F: FnOnce(LeaseSignal) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let work = f(LeaseSignal {
+            signal: self.hold.signal(),
+        });
+        let output = {
+            let mut work = std::pin::pin!(work);
+            tokio::select! {
+                biased;
+                _ = self.lost() => None,
+                output = &mut work => Some(output),
+            }
+        };
+        let lost = output.is_none() || self.is_lost();
+        let name = self.key.to_string();
+        let released = self.unlock().await;
+        match (output, released) {
+            (Some(output), Ok(())) if !lost => Ok(output),
+            (Some(output), Err(e)) if !lost && !matches!(e, Error::NotHeld { .. }) => {
+                tracing::debug!(lock = %name, error = %e, "unlock after the work failed; the hold is given back in the background");
+                Ok(output)
+            }
+            _ => Err(Error::Lost { name }),
+        }
     }
 
     /// The owner the hold belongs to.

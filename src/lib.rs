@@ -72,7 +72,7 @@ mod semaphore;
 pub use crate::core::watchdog::Watchdog;
 pub use client::{Client, ClientBuilder};
 pub use error::{Error, Result, ServerOutcome, ServerResult};
-pub use guard::LockGuard;
+pub use guard::{LeaseSignal, LockGuard};
 pub use latch::CountDownLatch;
 pub use lock::Lock;
 pub use multi::{Member, MultiGuard, MultiLock, RedLock};
@@ -109,6 +109,7 @@ mod bounds {
         is_send_sync::<crate::Client>();
         is_send_sync::<crate::Lock>();
         is_send_sync::<crate::LockGuard>();
+        is_send_sync::<crate::LeaseSignal>();
         is_send_sync::<crate::Owner>();
         is_send_sync::<crate::ReadWriteLock>();
         is_send_sync::<crate::ReadLock>();
@@ -139,6 +140,8 @@ mod bounds {
         send(lock.lock());
         send(lock.try_lock_for(std::time::Duration::ZERO));
         send(lock.force_unlock());
+        send(lock.with(|_| async {}));
+        send(lock.try_with_for(std::time::Duration::ZERO, |l| async move { l.lost().await }));
         send(lock.hold_count());
         send(rw.read().lock());
         send(rw.write().try_lock_for(std::time::Duration::ZERO));

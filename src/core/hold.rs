@@ -205,6 +205,12 @@ impl Hold {
         self.signal.lost_since()
     }
 
+    /// The signal this hold reports loss through (shared with the other
+    /// holds of its lease's incarnation).
+    pub(crate) fn signal(&self) -> Arc<Signal> {
+        self.signal.clone()
+    }
+
     /// A lower bound of when the key may expire in Redis (see
     /// `lease::Signal`): raised by renewals, cut by releases.
     pub(crate) fn until(&self) -> Instant {
