@@ -33,7 +33,12 @@ use crate::owner::Owner;
 /// or gone after a reconnect.
 ///
 /// A guard bound to `_` (`let _ = lock.lock().await?`) is dropped at once,
-/// releasing the lock: bind it to a name (`let _guard = …`).
+/// releasing the lock: bind it to a name (`let _guard = …`), or run the
+/// work with [`Lock::with`](crate::Lock::with), which holds no guard to
+/// forget. The compiler warns about a guard not bound at all (its
+/// `#[must_use]` message says this); `let _ =` silences that warning, but
+/// rustc's `let_underscore_drop` lint (allowed by default:
+/// `#![warn(let_underscore_drop)]`) flags it.
 ///
 /// # Example
 ///
@@ -46,7 +51,7 @@ use crate::owner::Owner;
 /// }
 /// # Ok(()) }
 /// ```
-#[must_use = "a dropped guard releases the lock at once: bind it to a name (`let _guard = …`), not `_`"]
+#[must_use = "the lock is released when the guard is dropped, here at once: bind it to a name (`let _guard = …`); `let _ = …` drops it at once too"]
 #[clippy::has_significant_drop]
 #[derive(Debug)]
 pub struct LockGuard {
