@@ -74,7 +74,7 @@ pub use client::{Client, ClientBuilder};
 pub use error::{Error, Result, ServerOutcome, ServerResult};
 pub use guard::{LeaseSignal, LockGuard};
 pub use latch::CountDownLatch;
-pub use lock::Lock;
+pub use lock::{Holder, Lock};
 pub use multi::{Member, MultiGuard, MultiLock, RedLock};
 pub use owner::Owner;
 pub use rw_lock::{ReadLock, ReadWriteLock, WriteLock};

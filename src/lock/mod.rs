@@ -9,7 +9,8 @@
 //! a name that has some). The hash is changed only by the scripts beside
 //! this file — `acquire.lua`, `release.lua` (latched: idempotent by request
 //! id, see `core/call.rs`), `force_unlock.lua` — and renewed by
-//! `renew.lua` / `renew_node.lua`. Each latched call also keeps a small
+//! `renew.lua` / `renew_node.lua`; `holders.lua` reads it for operators
+//! (`holders.rs`). Each latched call also keeps a small
 //! latch key `leasehold_latch:{name}:<field>` for 30 s.
 //!
 //! # Waiting, dropping, cancelling
@@ -20,6 +21,10 @@
 //! rules (`core/hold.rs`): a dropped acquire holds nothing, a dropped guard
 //! releases in the background, a stale guard gives back nothing, and the
 //! key never expires before the owner's longest live hold.
+
+mod holders;
+
+pub use holders::Holder;
 
 use std::future::Future;
 use std::sync::{Arc, OnceLock};
@@ -96,6 +101,8 @@ struct Scripts {
     /// The watchdog's batches: per slot, and per node (Redis 7 clusters).
     renew: Script,
     renew_node: Script,
+    /// Read the hash and its TTL (`holders.rs`). Read-only.
+    holders: Script,
 }
 
 /// The engine's view of the lock's holds.
@@ -116,6 +123,7 @@ fn scripts() -> &'static Scripts {
         ),
         renew: Script::plain("lock.renew", include_str!("scripts/renew.lua")),
         renew_node: Script::plain("lock.renew_node", include_str!("scripts/renew_node.lua")),
+        holders: Script::plain("lock.holders", include_str!("scripts/holders.lua")),
     })
 }
 
