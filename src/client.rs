@@ -83,6 +83,27 @@ const DEFAULT_MESSAGE_CAPACITY: usize = 4096;
 /// The shortest time a latch remembers a request (see `core::call`).
 const MIN_LATCH_TTL: Duration = Duration::from_secs(30);
 
+/// URL schemes of plain connections (fred's, without Unix sockets).
+const PLAIN_SCHEMES: &[&str] = &[
+    "redis",
+    "redis-cluster",
+    "redis-sentinel",
+    "valkey",
+    "valkey-cluster",
+    "valkey-sentinel",
+];
+/// URL schemes of TLS connections. fred parses them without a TLS
+/// feature too, then connects in plaintext: refused unless one is on.
+const TLS_SCHEMES: &[&str] = &[
+    "rediss",
+    "rediss-cluster",
+    "rediss-sentinel",
+    "valkeys",
+    "valkeys-cluster",
+    "valkeys-sentinel",
+];
+const TLS_BUILT: bool = cfg!(any(feature = "tls-rustls", feature = "tls-native-tls"));
+
 // === impl Client ===
 
 impl Client {
@@ -224,8 +245,16 @@ impl Drop for ClientInner {
 // === impl ClientBuilder ===
 
 impl ClientBuilder {
-    /// The Redis URL, e.g. `redis://user:pass@127.0.0.1:6379/0`
-    /// (`rediss://` needs a fred TLS feature).
+    /// The Redis URL, e.g. `redis://user:pass@127.0.0.1:6379/0`.
+    ///
+    /// Schemes: `redis://` (one server), `redis-cluster://`,
+    /// `redis-sentinel://`, their TLS forms `rediss://`,
+    /// `rediss-cluster://`, `rediss-sentinel://`, and the same with
+    /// `valkey` for `redis`. A TLS scheme needs one of leasehold's TLS
+    /// features (`tls-rustls`, `tls-native-tls`): without one,
+    /// [`build`](Self::build) refuses it with [`Error::InvalidArgument`]
+    /// rather than connect in plaintext. Any other scheme (`http://`, …)
+    /// is refused too.
     ///
     /// # Example
     ///
@@ -433,8 +462,11 @@ impl ClientBuilder {
     pub async fn build(self) -> Result<Client> {
         let config = match (self.config, self.url) {
             (Some(config), _) => config,
-            (None, Some(url)) => Config::from_url(&url)
-                .map_err(|e| Error::invalid(format!("bad Redis URL: {}", e.details())))?,
+            (None, Some(url)) => {
+                check_scheme(&url)?;
+                Config::from_url(&url)
+                    .map_err(|e| Error::invalid(format!("bad Redis URL: {}", e.details())))?
+            }
             (None, None) => return Err(Error::invalid("no Redis URL or config given")),
         };
         let watchdog = match (self.watchdog, self.watchdog_timeout) {
@@ -490,5 +522,34 @@ impl ClientBuilder {
         Ok(Client {
             inner: Arc::new(inner),
         })
+    }
+}
+
+/// Refuses a URL whose scheme is not Redis's, or asks for TLS that this
+/// build cannot give. The error names the scheme only (a URL may hold a
+/// password).
+fn check_scheme(url: &str) -> Result<()> {
+    let Some((scheme, _)) = url.split_once("://") else {
+        return Err(Error::invalid(
+            "bad Redis URL: no scheme (expected redis://host:port)",
+        ));
+    };
+    let scheme = scheme.to_ascii_lowercase();
+    if PLAIN_SCHEMES.contains(&scheme.as_str()) {
+        Ok(())
+    } else if TLS_SCHEMES.contains(&scheme.as_str()) {
+        if TLS_BUILT {
+            Ok(())
+        } else {
+            Err(Error::invalid(format!(
+                "`{scheme}://` asks for TLS, but leasehold was built without a TLS feature: \
+                 enable `tls-rustls` or `tls-native-tls` (refused rather than connect in plaintext)"
+            )))
+        }
+    } else {
+        Err(Error::invalid(format!(
+            "unsupported URL scheme `{scheme}://`: use redis://, rediss:// (TLS), \
+             redis-cluster:// or redis-sentinel:// (or their rediss- / valkey forms)"
+        )))
     }
 }
