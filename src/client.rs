@@ -64,6 +64,7 @@ pub struct ClientBuilder {
     message_capacity: Option<usize>,
     sharded_pubsub: Option<bool>,
     replicas: Option<ReplicaWait>,
+    connect_retry: Option<Duration>,
 }
 
 #[derive(Debug)]
@@ -82,6 +83,11 @@ const DEFAULT_MESSAGE_CAPACITY: usize = 4096;
 
 /// The shortest time a latch remembers a request (see `core::call`).
 const MIN_LATCH_TTL: Duration = Duration::from_secs(30);
+
+/// First pause between connect attempts (`connect_retry`).
+const CONNECT_RETRY_FIRST: Duration = Duration::from_millis(100);
+/// Longest pause between connect attempts.
+const CONNECT_RETRY_MAX: Duration = Duration::from_secs(2);
 
 /// URL schemes of plain connections (fred's, without Unix sockets).
 const PLAIN_SCHEMES: &[&str] = &[
@@ -442,11 +448,45 @@ impl ClientBuilder {
         self
     }
 
+    /// Keeps trying to connect for up to `max_wait` when Redis cannot be
+    /// reached yet (down, starting, loading its data, a cluster not ready):
+    /// [`build`](Self::build) retries with back-off (100 ms, doubling up to
+    /// 2 s) and returns the last error once `max_wait` has passed. Errors
+    /// that cannot pass (bad credentials, bad settings) are returned at
+    /// once.
+    ///
+    /// Which policy applies when:
+    ///
+    /// * **At `build()`**: by default one attempt, failing fast (as soon
+    ///   as the connection is refused, or after the command timeout), so a
+    ///   misconfigured service stops at start-up; with `connect_retry`, as
+    ///   above.
+    /// * **Once connected**: a lost connection is reconnected forever
+    ///   (back-off up to 2 s). Meanwhile acquires keep waiting until their
+    ///   own deadline, other calls fail with [`Error::Redis`], and watchdog
+    ///   leases that cannot be renewed in time are reported lost.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// // A service started with (or before) its Redis: wait up to 30 s.
+    /// let b = leasehold::Client::builder()
+    ///     .url("redis://127.0.0.1:6379")
+    ///     .connect_retry(Duration::from_secs(30));
+    /// ```
+    pub fn connect_retry(mut self, max_wait: Duration) -> Self {
+        self.connect_retry = Some(max_wait);
+        self
+    }
+
     /// Connects both connections and starts the client's tasks.
     ///
     /// Fails with [`Error::InvalidArgument`] for a bad URL or setting, and
     /// with [`Error::Redis`] if Redis cannot be reached within the command
-    /// timeout (or rejects the credentials).
+    /// timeout (or rejects the credentials); see
+    /// [`connect_retry`](Self::connect_retry) to wait for a Redis that is
+    /// not up yet.
     ///
     /// # Cancel safety
     ///
@@ -506,14 +546,14 @@ impl ClientBuilder {
             latch_ttl: (command_timeout * 3).max(MIN_LATCH_TTL),
             rids: Default::default(),
         };
-        let engine = Engine::start(Options {
+        let options = Options {
             settings,
             sharded: self.sharded_pubsub,
             watchdog,
             recheck_interval,
             replicas,
-        })
-        .await?;
+        };
+        let engine = start_engine(options, self.connect_retry).await?;
         let inner = ClientInner {
             id: uuid::Uuid::new_v4(),
             key_prefix: self.key_prefix,
@@ -522,6 +562,31 @@ impl ClientBuilder {
         Ok(Client {
             inner: Arc::new(inner),
         })
+    }
+}
+
+/// Starts the engine; with a retry budget, failures that may pass (Redis
+/// not up yet, loading, a cluster not ready) are retried with back-off
+/// until `max_wait` has passed, the last attempt at the deadline.
+async fn start_engine(options: Options, retry: Option<Duration>) -> Result<Arc<Engine>> {
+    let Some(max_wait) = retry else {
+        return Engine::start(options).await;
+    };
+    let deadline = tokio::time::Instant::now() + max_wait;
+    let mut pause = CONNECT_RETRY_FIRST;
+    loop {
+        let error = match Engine::start(options.clone()).await {
+            Ok(engine) => return Ok(engine),
+            Err(e) if e.is_transient() => e,
+            Err(e) => return Err(e),
+        };
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        if left.is_zero() {
+            return Err(error);
+        }
+        tracing::info!(error = %error, retry_in = ?pause.min(left), "Redis not reachable yet: retrying");
+        tokio::time::sleep(pause.min(left)).await;
+        pause = (pause * 2).min(CONNECT_RETRY_MAX);
     }
 }
 

@@ -87,3 +87,73 @@ async fn non_redis_schemes_are_refused() {
         c.shutdown().await.unwrap();
     }
 }
+
+/// A Redis that comes up 1 s after `build()` began is reached with a
+/// connect retry policy; without one, `build()` fails at once (a refused
+/// connection is not waited on).
+#[tokio::test]
+async fn connect_retry_waits_for_a_late_server() {
+    let mut server = RedisServer::start();
+    let url = server.url();
+    server.kill();
+
+    let refused = within(
+        Duration::from_secs(8),
+        "build() without a retry policy",
+        Client::connect(&url),
+    )
+    .await;
+    assert!(matches!(refused, Err(Error::Redis(_))), "{refused:?}");
+
+    let starter = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_secs(1));
+        server.restart();
+        server
+    });
+    let client = within(
+        Duration::from_secs(60),
+        "build() with a retry policy",
+        Client::builder()
+            .url(&url)
+            .connect_retry(Duration::from_secs(30))
+            .build(),
+    )
+    .await
+    .expect("reached the late server");
+    let server = starter.join().unwrap();
+    let guard = client.lock("late").lock().await.unwrap();
+    assert_eq!(server.cmd(&["EXISTS", "late"]), "1");
+    guard.unlock().await.unwrap();
+    client.shutdown().await.unwrap();
+}
+
+/// The retry budget runs out: the last error is returned; and errors that
+/// cannot pass (a wrong password) are not retried.
+#[tokio::test]
+async fn connect_retry_gives_up_and_skips_lasting_errors() {
+    let mut server = RedisServer::start_with(&["--requirepass", "right"]);
+    let wrong = format!("redis://:wrong@{}", server.addr());
+    let auth = within(
+        Duration::from_secs(8),
+        "a wrong password with a long retry budget",
+        Client::builder()
+            .url(&wrong)
+            .connect_retry(Duration::from_secs(300))
+            .build(),
+    )
+    .await;
+    assert!(matches!(auth, Err(Error::Redis(_))), "{auth:?}");
+
+    let url = format!("redis://:right@{}", server.addr());
+    server.kill();
+    let gave_up = within(
+        Duration::from_secs(30),
+        "a retry budget of 1 s",
+        Client::builder()
+            .url(&url)
+            .connect_retry(Duration::from_secs(1))
+            .build(),
+    )
+    .await;
+    assert!(matches!(gave_up, Err(Error::Redis(_))), "{gave_up:?}");
+}
