@@ -173,6 +173,11 @@ impl Client {
     /// The fred client carrying this client's commands, for reads of your
     /// own. Do not send lock scripts through it by hand.
     ///
+    /// After [`shutdown`](Self::shutdown) its connection is closed and
+    /// every command sent through it (or a clone of it) fails at once with
+    /// a fred timeout error (fred itself would queue it until the command
+    /// timeout); check [`is_shut_down`](Self::is_shut_down).
+    ///
     /// # Example
     ///
     /// ```no_run
@@ -222,6 +227,22 @@ impl Client {
     /// ```
     pub async fn shutdown(&self) -> Result<()> {
         self.inner.engine.shutdown().await
+    }
+
+    /// Whether [`shutdown`](Self::shutdown) was called (on this client or
+    /// a clone). After it every call fails with [`Error::Shutdown`], and
+    /// commands sent through [`redis`](Self::redis) fail at once.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+    /// client.shutdown().await?;
+    /// assert!(client.is_shut_down());
+    /// # Ok(()) }
+    /// ```
+    pub fn is_shut_down(&self) -> bool {
+        self.inner.engine.is_shut_down()
     }
 
     /// The engine, for primitives.

@@ -157,3 +157,39 @@ async fn connect_retry_gives_up_and_skips_lasting_errors() {
     .await;
     assert!(matches!(gave_up, Err(Error::Redis(_))), "{gave_up:?}");
 }
+
+/// After `shutdown()`, commands sent through `client.redis()` fail at once
+/// instead of waiting out the command timeout (fred queues commands on a
+/// quit client), and `is_shut_down` says why.
+#[tokio::test]
+async fn redis_commands_after_shutdown_fail_fast() {
+    use leasehold::fred::interfaces::KeysInterface;
+
+    let server = RedisServer::start();
+    // A long command timeout: a queued command would wait 30 s.
+    let client = Client::builder()
+        .url(&server.url())
+        .command_timeout(Duration::from_secs(30))
+        .build()
+        .await
+        .unwrap();
+    let redis = client.redis().clone();
+    let n: i64 = redis.exists("k").await.unwrap();
+    assert_eq!(n, 0);
+    assert!(!client.is_shut_down());
+    client.shutdown().await.unwrap();
+    assert!(client.is_shut_down());
+    for r in [client.redis(), &redis] {
+        let after = within(
+            Duration::from_secs(10),
+            "a command after shutdown",
+            r.exists::<i64, _>("k"),
+        )
+        .await;
+        assert!(after.is_err(), "a command after shutdown: {after:?}");
+    }
+    assert!(matches!(
+        client.lock("x").try_lock().await,
+        Err(Error::Shutdown)
+    ));
+}
