@@ -73,7 +73,7 @@ async fn non_redis_schemes_are_refused() {
         format!("http://{addr}"),
         format!("https://{addr}"),
         format!("tcp://{addr}"),
-        format!("redis+unix:///tmp/redis.sock"),
+        "redis+unix:///tmp/redis.sock".to_owned(),
         addr.clone(),
         String::new(),
     ] {
