@@ -351,9 +351,7 @@ impl LockGuard {
         F: FnOnce(LeaseSignal) -> Fut,
         Fut: Future<Output = T>,
     {
-        let work = f(LeaseSignal {
-            signal: self.hold.signal(),
-        });
+        let work = f(self.lease_signal());
         let output = {
             let mut work = std::pin::pin!(work);
             tokio::select! {
@@ -362,6 +360,14 @@ impl LockGuard {
                 output = &mut work => Some(output),
             }
         };
+        self.finish(output).await
+    }
+
+    /// Unlocks after work run under this guard (`output`: `None` if it was
+    /// cancelled on a loss) and says what the caller gets: the output, or
+    /// [`Error::Lost`] if the lease was lost before the unlock (see
+    /// [`run`](Self::run)).
+    pub(crate) async fn finish<T>(self, output: Option<T>) -> Result<T> {
         let lost = output.is_none() || self.is_lost();
         let name = self.key.to_string();
         let released = self.unlock().await;
@@ -372,6 +378,13 @@ impl LockGuard {
                 Ok(output)
             }
             _ => Err(Error::Lost { name }),
+        }
+    }
+
+    /// This guard's lost signal, on its own.
+    pub(crate) fn lease_signal(&self) -> LeaseSignal {
+        LeaseSignal {
+            signal: self.hold.signal(),
         }
     }
 

@@ -58,6 +58,8 @@
 )]
 #![warn(rust_2018_idioms)]
 
+#[cfg(feature = "blocking")]
+pub mod blocking;
 mod client;
 mod core;
 mod error;
@@ -126,6 +128,13 @@ mod bounds {
         is_send_sync::<crate::Permit>();
         is_unpin::<crate::Permit>();
         is_send_sync::<crate::CountDownLatch>();
+        is_send_sync::<crate::Holder>();
+        #[cfg(feature = "blocking")]
+        {
+            is_send_sync::<crate::blocking::Client>();
+            is_send_sync::<crate::blocking::Lock>();
+            is_send_sync::<crate::blocking::LockGuard>();
+        }
     }
 
     #[allow(dead_code)]
