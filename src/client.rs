@@ -64,6 +64,7 @@ pub struct ClientBuilder {
     message_capacity: Option<usize>,
     sharded_pubsub: Option<bool>,
     replicas: Option<ReplicaWait>,
+    connect_retry: Option<Duration>,
 }
 
 #[derive(Debug)]
@@ -82,6 +83,32 @@ const DEFAULT_MESSAGE_CAPACITY: usize = 4096;
 
 /// The shortest time a latch remembers a request (see `core::call`).
 const MIN_LATCH_TTL: Duration = Duration::from_secs(30);
+
+/// First pause between connect attempts (`connect_retry`).
+const CONNECT_RETRY_FIRST: Duration = Duration::from_millis(100);
+/// Longest pause between connect attempts.
+const CONNECT_RETRY_MAX: Duration = Duration::from_secs(2);
+
+/// URL schemes of plain connections (fred's, without Unix sockets).
+const PLAIN_SCHEMES: &[&str] = &[
+    "redis",
+    "redis-cluster",
+    "redis-sentinel",
+    "valkey",
+    "valkey-cluster",
+    "valkey-sentinel",
+];
+/// URL schemes of TLS connections. fred parses them without a TLS
+/// feature too, then connects in plaintext: refused unless one is on.
+const TLS_SCHEMES: &[&str] = &[
+    "rediss",
+    "rediss-cluster",
+    "rediss-sentinel",
+    "valkeys",
+    "valkeys-cluster",
+    "valkeys-sentinel",
+];
+const TLS_BUILT: bool = cfg!(any(feature = "tls-rustls", feature = "tls-native-tls"));
 
 // === impl Client ===
 
@@ -146,6 +173,11 @@ impl Client {
     /// The fred client carrying this client's commands, for reads of your
     /// own. Do not send lock scripts through it by hand.
     ///
+    /// After [`shutdown`](Self::shutdown) its connection is closed and
+    /// every command sent through it (or a clone of it) fails at once with
+    /// a fred timeout error (fred itself would queue it until the command
+    /// timeout); check [`is_shut_down`](Self::is_shut_down).
+    ///
     /// # Example
     ///
     /// ```no_run
@@ -197,6 +229,22 @@ impl Client {
         self.inner.engine.shutdown().await
     }
 
+    /// Whether [`shutdown`](Self::shutdown) was called (on this client or
+    /// a clone). After it every call fails with [`Error::Shutdown`], and
+    /// commands sent through [`redis`](Self::redis) fail at once.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+    /// client.shutdown().await?;
+    /// assert!(client.is_shut_down());
+    /// # Ok(()) }
+    /// ```
+    pub fn is_shut_down(&self) -> bool {
+        self.inner.engine.is_shut_down()
+    }
+
     /// The engine, for primitives.
     pub(crate) fn engine(&self) -> &Arc<Engine> {
         &self.inner.engine
@@ -224,8 +272,16 @@ impl Drop for ClientInner {
 // === impl ClientBuilder ===
 
 impl ClientBuilder {
-    /// The Redis URL, e.g. `redis://user:pass@127.0.0.1:6379/0`
-    /// (`rediss://` needs a fred TLS feature).
+    /// The Redis URL, e.g. `redis://user:pass@127.0.0.1:6379/0`.
+    ///
+    /// Schemes: `redis://` (one server), `redis-cluster://`,
+    /// `redis-sentinel://`, their TLS forms `rediss://`,
+    /// `rediss-cluster://`, `rediss-sentinel://`, and the same with
+    /// `valkey` for `redis`. A TLS scheme needs one of leasehold's TLS
+    /// features (`tls-rustls`, `tls-native-tls`): without one,
+    /// [`build`](Self::build) refuses it with [`Error::InvalidArgument`]
+    /// rather than connect in plaintext. Any other scheme (`http://`, …)
+    /// is refused too.
     ///
     /// # Example
     ///
@@ -413,11 +469,45 @@ impl ClientBuilder {
         self
     }
 
+    /// Keeps trying to connect for up to `max_wait` when Redis cannot be
+    /// reached yet (down, starting, loading its data, a cluster not ready):
+    /// [`build`](Self::build) retries with back-off (100 ms, doubling up to
+    /// 2 s) and returns the last error once `max_wait` has passed. Errors
+    /// that cannot pass (bad credentials, bad settings) are returned at
+    /// once.
+    ///
+    /// Which policy applies when:
+    ///
+    /// * **At `build()`**: by default one attempt, failing fast (as soon
+    ///   as the connection is refused, or after the command timeout), so a
+    ///   misconfigured service stops at start-up; with `connect_retry`, as
+    ///   above.
+    /// * **Once connected**: a lost connection is reconnected forever
+    ///   (back-off up to 2 s). Meanwhile acquires keep waiting until their
+    ///   own deadline, other calls fail with [`Error::Redis`], and watchdog
+    ///   leases that cannot be renewed in time are reported lost.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// // A service started with (or before) its Redis: wait up to 30 s.
+    /// let b = leasehold::Client::builder()
+    ///     .url("redis://127.0.0.1:6379")
+    ///     .connect_retry(Duration::from_secs(30));
+    /// ```
+    pub fn connect_retry(mut self, max_wait: Duration) -> Self {
+        self.connect_retry = Some(max_wait);
+        self
+    }
+
     /// Connects both connections and starts the client's tasks.
     ///
     /// Fails with [`Error::InvalidArgument`] for a bad URL or setting, and
     /// with [`Error::Redis`] if Redis cannot be reached within the command
-    /// timeout (or rejects the credentials).
+    /// timeout (or rejects the credentials); see
+    /// [`connect_retry`](Self::connect_retry) to wait for a Redis that is
+    /// not up yet.
     ///
     /// # Cancel safety
     ///
@@ -433,8 +523,11 @@ impl ClientBuilder {
     pub async fn build(self) -> Result<Client> {
         let config = match (self.config, self.url) {
             (Some(config), _) => config,
-            (None, Some(url)) => Config::from_url(&url)
-                .map_err(|e| Error::invalid(format!("bad Redis URL: {}", e.details())))?,
+            (None, Some(url)) => {
+                check_scheme(&url)?;
+                Config::from_url(&url)
+                    .map_err(|e| Error::invalid(format!("bad Redis URL: {}", e.details())))?
+            }
             (None, None) => return Err(Error::invalid("no Redis URL or config given")),
         };
         let watchdog = match (self.watchdog, self.watchdog_timeout) {
@@ -474,14 +567,14 @@ impl ClientBuilder {
             latch_ttl: (command_timeout * 3).max(MIN_LATCH_TTL),
             rids: Default::default(),
         };
-        let engine = Engine::start(Options {
+        let options = Options {
             settings,
             sharded: self.sharded_pubsub,
             watchdog,
             recheck_interval,
             replicas,
-        })
-        .await?;
+        };
+        let engine = start_engine(options, self.connect_retry).await?;
         let inner = ClientInner {
             id: uuid::Uuid::new_v4(),
             key_prefix: self.key_prefix,
@@ -490,5 +583,59 @@ impl ClientBuilder {
         Ok(Client {
             inner: Arc::new(inner),
         })
+    }
+}
+
+/// Starts the engine; with a retry budget, failures that may pass (Redis
+/// not up yet, loading, a cluster not ready) are retried with back-off
+/// until `max_wait` has passed, the last attempt at the deadline.
+async fn start_engine(options: Options, retry: Option<Duration>) -> Result<Arc<Engine>> {
+    let Some(max_wait) = retry else {
+        return Engine::start(options).await;
+    };
+    let deadline = tokio::time::Instant::now() + max_wait;
+    let mut pause = CONNECT_RETRY_FIRST;
+    loop {
+        let error = match Engine::start(options.clone()).await {
+            Ok(engine) => return Ok(engine),
+            Err(e) if e.is_transient() => e,
+            Err(e) => return Err(e),
+        };
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        if left.is_zero() {
+            return Err(error);
+        }
+        tracing::info!(error = %error, retry_in = ?pause.min(left), "Redis not reachable yet: retrying");
+        tokio::time::sleep(pause.min(left)).await;
+        pause = (pause * 2).min(CONNECT_RETRY_MAX);
+    }
+}
+
+/// Refuses a URL whose scheme is not Redis's, or asks for TLS that this
+/// build cannot give. The error names the scheme only (a URL may hold a
+/// password).
+fn check_scheme(url: &str) -> Result<()> {
+    let Some((scheme, _)) = url.split_once("://") else {
+        return Err(Error::invalid(
+            "bad Redis URL: no scheme (expected redis://host:port)",
+        ));
+    };
+    let scheme = scheme.to_ascii_lowercase();
+    if PLAIN_SCHEMES.contains(&scheme.as_str()) {
+        Ok(())
+    } else if TLS_SCHEMES.contains(&scheme.as_str()) {
+        if TLS_BUILT {
+            Ok(())
+        } else {
+            Err(Error::invalid(format!(
+                "`{scheme}://` asks for TLS, but leasehold was built without a TLS feature: \
+                 enable `tls-rustls` or `tls-native-tls` (refused rather than connect in plaintext)"
+            )))
+        }
+    } else {
+        Err(Error::invalid(format!(
+            "unsupported URL scheme `{scheme}://`: use redis://, rediss:// (TLS), \
+             redis-cluster:// or redis-sentinel:// (or their rediss- / valkey forms)"
+        )))
     }
 }

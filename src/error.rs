@@ -14,6 +14,7 @@
 ///     match e {
 ///         Error::InvalidArgument(_) => "fix the call",
 ///         Error::NotHeld { .. } => "the lease was lost: redo the work under a new lock",
+///         Error::Lost { .. } => "the lease was lost mid-work: the work was cancelled",
 ///         Error::Shutdown => "the client is gone",
 ///         Error::NoRuntime | Error::RuntimeGone => "call it from a live tokio runtime",
 ///         Error::Redis(_) => "Redis failed: retry later",
@@ -36,6 +37,16 @@ pub enum Error {
     /// expired, or someone force-unlocked it. Nothing was changed.
     #[error("lock `{name}` is not held by this owner (lease expired or force-unlocked)")]
     NotHeld {
+        /// The lock's key, prefix included.
+        name: String,
+    },
+
+    /// The lease was lost while [`Lock::with`](crate::Lock::with) ran its
+    /// work (expired, force-unlocked, or its renewal could not be
+    /// confirmed): the work was cancelled, or its output dropped if it had
+    /// just finished, since it may have run partly without the lock.
+    #[error("the lease on lock `{name}` was lost while the work ran; the work was cancelled")]
+    Lost {
         /// The lock's key, prefix included.
         name: String,
     },

@@ -3,10 +3,17 @@
 //! A [`LockGuard`] owns one hold (see `core::hold`): dropping it gives the
 //! hold back in the background, [`LockGuard::unlock`] gives it back and
 //! reports the outcome. It carries its owner, so it can move between tasks.
+//!
+//! [`LeaseSignal`] is a guard's lost signal on its own, for work run under
+//! a lock by [`Lock::with`](crate::Lock::with): the work watches it, the
+//! runner (`LockGuard::run`) cancels the work when it fires.
 
+use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::core::hold::Hold;
+use crate::core::lease::Signal;
 use crate::error::{Error, Result};
 use crate::owner::Owner;
 
@@ -26,7 +33,12 @@ use crate::owner::Owner;
 /// or gone after a reconnect.
 ///
 /// A guard bound to `_` (`let _ = lock.lock().await?`) is dropped at once,
-/// releasing the lock: bind it to a name (`let _guard = …`).
+/// releasing the lock: bind it to a name (`let _guard = …`), or run the
+/// work with [`Lock::with`](crate::Lock::with), which holds no guard to
+/// forget. The compiler warns about a guard not bound at all (its
+/// `#[must_use]` message says this); `let _ =` silences that warning, but
+/// rustc's `let_underscore_drop` lint (allowed by default:
+/// `#![warn(let_underscore_drop)]`) flags it.
 ///
 /// # Example
 ///
@@ -39,7 +51,7 @@ use crate::owner::Owner;
 /// }
 /// # Ok(()) }
 /// ```
-#[must_use = "a dropped guard releases the lock at once: bind it to a name (`let _guard = …`), not `_`"]
+#[must_use = "the lock is released when the guard is dropped, here at once: bind it to a name (`let _guard = …`); `let _ = …` drops it at once too"]
 #[clippy::has_significant_drop]
 #[derive(Debug)]
 pub struct LockGuard {
@@ -49,6 +61,86 @@ pub struct LockGuard {
     name: Arc<str>,
     key: Arc<str>,
     owner: Owner,
+}
+
+/// Whether the lease of the lock a [`Lock::with`](crate::Lock::with) work
+/// runs under is lost; handed to the work.
+///
+/// Cheap to clone; it only watches (dropping it releases nothing). The
+/// work does not have to watch it — `with` cancels the work when the lease
+/// is lost — but work that must stop at a precise point (before a write,
+/// say) can check [`is_lost`](Self::is_lost) there.
+///
+/// # Example
+///
+/// ```no_run
+/// # async fn write(_: u32) {}
+/// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+/// client.lock("orders:42").with(|lease| async move {
+///     for batch in 0..10 {
+///         if lease.is_lost() {
+///             return; // stop before the next write
+///         }
+///         write(batch).await;
+///     }
+/// }).await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct LeaseSignal {
+    signal: Arc<Signal>,
+}
+
+// === impl LeaseSignal ===
+
+impl LeaseSignal {
+    /// Whether the lease is known to be lost (as
+    /// [`LockGuard::is_lost`]).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+    /// client.lock("a").with(|lease| async move { assert!(!lease.is_lost()) }).await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn is_lost(&self) -> bool {
+        self.signal.is_lost()
+    }
+
+    /// Completes when the lease is lost (as [`LockGuard::lost`]).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only watches.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+    /// client.lock("a").with(|lease| async move {
+    ///     let watcher = tokio::spawn(async move { lease.lost().await; eprintln!("lost") });
+    ///     // … work …
+    ///     watcher.abort();
+    /// }).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn lost(&self) {
+        self.signal.lost().await
+    }
+
+    /// Since when the lease is lost (as [`LockGuard::lost_since`]).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+    /// client.lock("a").with(|lease| async move { assert!(lease.lost_since().is_none()) }).await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn lost_since(&self) -> Option<tokio::time::Instant> {
+        self.signal.lost_since()
+    }
 }
 
 // === impl LockGuard ===
@@ -90,6 +182,50 @@ impl LockGuard {
         match self.hold.release().await {
             Ok(true) => Ok(()),
             Ok(false) => Err(Error::NotHeld { name }),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Extends a fixed lease on demand: the lock's key is kept at least
+    /// `lease` from now (its TTL is raised, never lowered), and this
+    /// guard's deadline, [`is_lost`](Self::is_lost) and
+    /// [`lost`](Self::lost) follow. One script call (the renewal script
+    /// the watchdog uses, for this one lease).
+    ///
+    /// For guards with a fixed lease (`lock_with_lease`,
+    /// `try_lock_with_lease`). A guard whose lease the
+    /// [`Watchdog`](crate::Watchdog) renews needs no extending: `extend`
+    /// refuses it with [`Error::InvalidArgument`], sending nothing.
+    ///
+    /// Returns [`Error::NotHeld`] if the lease is already lost (expired,
+    /// force-unlocked, or found gone by this call): a lost lease is never
+    /// brought back. [`Error::InvalidArgument`] for a `lease` under 1 ms.
+    ///
+    /// # Cancel safety
+    ///
+    /// If the future is dropped, the key may or may not have been
+    /// extended; the guard still holds (its deadline as before the call,
+    /// as far as `is_lost` is concerned), and a later unlock of another
+    /// hold of the same owner may keep the key until the requested
+    /// deadline. Call `extend` again to know.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+    /// let mut guard = client.lock("report").lock_with_lease(Duration::from_secs(10)).await?;
+    /// // … the work takes longer than planned …
+    /// guard.extend(Duration::from_secs(30)).await?; // held for 30 s more
+    /// guard.unlock().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn extend(&mut self, lease: Duration) -> Result<()> {
+        match self.hold.extend(lease).await {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(Error::NotHeld {
+                name: self.key.to_string(),
+            }),
             Err(e) => Err(e),
         }
     }
@@ -198,6 +334,58 @@ impl LockGuard {
     /// `core::lease::Signal`). Past it the guard reports lost.
     pub(crate) fn valid_until(&self) -> tokio::time::Instant {
         self.hold.until()
+    }
+
+    /// Runs `f`'s work while this guard holds, then unlocks: the work is
+    /// dropped (cancelled) as soon as the lease is lost. Returns its
+    /// output, or [`Error::Lost`] if the lease was lost before the unlock
+    /// (seen while the work ran, as it ended, or by the unlock finding the
+    /// hold gone). A failed unlock of a hold that was not lost still
+    /// returns the output: the release is then finished in the background,
+    /// as for a dropped guard.
+    ///
+    /// Cancel safe: dropped, it drops the work and this guard (which
+    /// releases in the background).
+    pub(crate) async fn run<F, Fut, T>(self, f: F) -> Result<T>
+    where
+        F: FnOnce(LeaseSignal) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let work = f(self.lease_signal());
+        let output = {
+            let mut work = std::pin::pin!(work);
+            tokio::select! {
+                biased;
+                _ = self.lost() => None,
+                output = &mut work => Some(output),
+            }
+        };
+        self.finish(output).await
+    }
+
+    /// Unlocks after work run under this guard (`output`: `None` if it was
+    /// cancelled on a loss) and says what the caller gets: the output, or
+    /// [`Error::Lost`] if the lease was lost before the unlock (see
+    /// [`run`](Self::run)).
+    pub(crate) async fn finish<T>(self, output: Option<T>) -> Result<T> {
+        let lost = output.is_none() || self.is_lost();
+        let name = self.key.to_string();
+        let released = self.unlock().await;
+        match (output, released) {
+            (Some(output), Ok(())) if !lost => Ok(output),
+            (Some(output), Err(e)) if !lost && !matches!(e, Error::NotHeld { .. }) => {
+                tracing::debug!(lock = %name, error = %e, "unlock after the work failed; the hold is given back in the background");
+                Ok(output)
+            }
+            _ => Err(Error::Lost { name }),
+        }
+    }
+
+    /// This guard's lost signal, on its own.
+    pub(crate) fn lease_signal(&self) -> LeaseSignal {
+        LeaseSignal {
+            signal: self.hold.signal(),
+        }
     }
 
     /// The owner the hold belongs to.

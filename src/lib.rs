@@ -59,6 +59,8 @@
 )]
 #![warn(rust_2018_idioms)]
 
+#[cfg(feature = "blocking")]
+pub mod blocking;
 mod client;
 mod core;
 mod error;
@@ -75,9 +77,9 @@ pub use crate::core::watchdog::Watchdog;
 pub use client::{Client, ClientBuilder};
 pub use error::{Error, Result, ServerOutcome, ServerResult};
 pub use fenced_lock::FencedLock;
-pub use guard::LockGuard;
+pub use guard::{LeaseSignal, LockGuard};
 pub use latch::CountDownLatch;
-pub use lock::Lock;
+pub use lock::{Holder, Lock};
 pub use multi::{Member, MultiGuard, MultiLock, RedLock};
 pub use owner::Owner;
 pub use rw_lock::{ReadLock, ReadWriteLock, WriteLock};
@@ -113,6 +115,7 @@ mod bounds {
         is_send_sync::<crate::Lock>();
         is_send_sync::<crate::FencedLock>();
         is_send_sync::<crate::LockGuard>();
+        is_send_sync::<crate::LeaseSignal>();
         is_send_sync::<crate::Owner>();
         is_send_sync::<crate::ReadWriteLock>();
         is_send_sync::<crate::ReadLock>();
@@ -129,6 +132,13 @@ mod bounds {
         is_send_sync::<crate::Permit>();
         is_unpin::<crate::Permit>();
         is_send_sync::<crate::CountDownLatch>();
+        is_send_sync::<crate::Holder>();
+        #[cfg(feature = "blocking")]
+        {
+            is_send_sync::<crate::blocking::Client>();
+            is_send_sync::<crate::blocking::Lock>();
+            is_send_sync::<crate::blocking::LockGuard>();
+        }
     }
 
     #[allow(dead_code)]
@@ -143,6 +153,8 @@ mod bounds {
         send(lock.lock());
         send(lock.try_lock_for(std::time::Duration::ZERO));
         send(lock.force_unlock());
+        send(lock.with(|_| async {}));
+        send(lock.try_with_for(std::time::Duration::ZERO, |l| async move { l.lost().await }));
         send(lock.hold_count());
         let fenced = client.fenced_lock("f");
         send(fenced.lock());

@@ -187,3 +187,139 @@ async fn one_watchdog_serves_two_clients() {
     a.shutdown().await.unwrap();
     b.shutdown().await.unwrap();
 }
+
+/// `extend` renews a fixed lease on demand: a 300 ms lease extended to
+/// 5 s is still held, and not lost, a second later; the key's TTL is never
+/// lowered by a shorter extend.
+#[tokio::test]
+async fn extend_keeps_a_fixed_lease() {
+    let server = RedisServer::start();
+    let c = client_with(&server, |b| b.watchdog_timeout(Duration::from_secs(30))).await;
+    let lock = c.lock("extended");
+    let mut guard = lock
+        .lock_with_lease(Duration::from_millis(300))
+        .await
+        .unwrap();
+    guard.extend(Duration::from_secs(5)).await.unwrap();
+    assert_eq!(c.watchdog().lease_count(), 0, "still a fixed lease");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(exists(&server, "extended"), "the extended lease expired");
+    assert!(!guard.is_lost(), "the guard's deadline follows the extend");
+    let left = lock.remaining_lease().await.unwrap().unwrap();
+    assert!(
+        left > Duration::from_secs(2),
+        "TTL {left:?} after 1 s of 5 s"
+    );
+
+    // A shorter extend leaves the longer TTL alone.
+    guard.extend(Duration::from_millis(100)).await.unwrap();
+    let left = lock.remaining_lease().await.unwrap().unwrap();
+    assert!(
+        left > Duration::from_secs(2),
+        "a short extend lowered the TTL to {left:?}"
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!guard.is_lost());
+    guard.unlock().await.unwrap();
+    assert!(!exists(&server, "extended"));
+    c.shutdown().await.unwrap();
+}
+
+/// The extended deadline is what the owner's other holds keep the key
+/// for: releasing a second (reentrant) hold sets the TTL to the extended
+/// hold's need, not its old 300 ms.
+#[tokio::test]
+async fn extended_deadline_outlives_a_reentrant_release() {
+    let server = RedisServer::start();
+    let c = client_with(&server, |b| b.watchdog_timeout(Duration::from_secs(30))).await;
+    let lock = c.lock("extended-reentrant");
+    let mut outer = lock
+        .lock_with_lease(Duration::from_millis(300))
+        .await
+        .unwrap();
+    let inner = lock
+        .lock_with_lease(Duration::from_millis(300))
+        .await
+        .unwrap();
+    outer.extend(Duration::from_secs(5)).await.unwrap();
+    inner.unlock().await.unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(
+        exists(&server, "extended-reentrant"),
+        "the release cut the extended lease"
+    );
+    assert!(!outer.is_lost());
+    assert_eq!(lock.hold_count().await.unwrap(), 1);
+    outer.unlock().await.unwrap();
+    c.shutdown().await.unwrap();
+}
+
+/// A lost guard cannot be extended: after its lease ran out, or after
+/// another client force-unlocked it (found by the extend itself), `extend`
+/// returns `NotHeld` and creates nothing. A watchdog guard is refused.
+#[tokio::test]
+async fn extend_refuses_lost_and_watchdog_guards() {
+    let server = RedisServer::start();
+    let c = client_with(&server, |b| b.watchdog_timeout(Duration::from_secs(30))).await;
+    let other = client(&server).await;
+
+    let mut expired = c
+        .lock("extend-expired")
+        .lock_with_lease(Duration::from_millis(200))
+        .await
+        .unwrap();
+    within(Duration::from_secs(10), "lease end", expired.lost()).await;
+    match expired.extend(Duration::from_secs(5)).await {
+        Err(Error::NotHeld { name }) => assert_eq!(name, "extend-expired"),
+        other => panic!("extend of an expired guard: {other:?}"),
+    }
+    // `lost` fires at a lower bound of the expiry: the key goes soon after.
+    eventually(Duration::from_secs(10), "expired key gone", || {
+        !exists(&server, "extend-expired")
+    })
+    .await;
+
+    let mut stolen = c
+        .lock("extend-stolen")
+        .lock_with_lease(Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert!(other.lock("extend-stolen").force_unlock().await.unwrap());
+    let taker = other
+        .lock("extend-stolen")
+        .try_lock()
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(matches!(
+        stolen.extend(Duration::from_secs(5)).await,
+        Err(Error::NotHeld { .. })
+    ));
+    assert!(stolen.is_lost(), "the extend found the hold gone: lost");
+    assert!(!taker.is_lost());
+    assert!(matches!(stolen.unlock().await, Err(Error::NotHeld { .. })));
+    assert!(
+        other.lock("extend-stolen").is_locked().await.unwrap(),
+        "the new holder keeps it"
+    );
+    taker.unlock().await.unwrap();
+
+    let mut watched = c.lock("extend-watched").lock().await.unwrap();
+    assert!(matches!(
+        watched.extend(Duration::from_secs(5)).await,
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        c.lock("x")
+            .lock_with_lease(Duration::from_secs(1))
+            .await
+            .unwrap()
+            .extend(Duration::ZERO)
+            .await,
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(!watched.is_lost());
+    watched.unlock().await.unwrap();
+    c.shutdown().await.unwrap();
+    other.shutdown().await.unwrap();
+}

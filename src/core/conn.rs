@@ -10,7 +10,8 @@
 //! Both reconnect forever with exponential back-off (fred's default is to
 //! never reconnect, after which every command hangs), every command has a
 //! timeout, and a command connection that stops answering is closed and
-//! reconnected. A `connect` dropped half-way closes what it opened.
+//! reconnected. A `connect` dropped half-way closes what it opened. A
+//! closed connection fails commands at once.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -60,6 +61,9 @@ pub(crate) struct Settings {
 struct QuitOnDrop(Vec<FredClient>, Option<SubscriberClient>);
 
 static NEXT_CONN: AtomicU64 = AtomicU64::new(1);
+
+/// The command timeout of a closed connection (see `Conn::close`).
+const CLOSED_COMMAND_TIMEOUT: Duration = Duration::from_millis(1);
 
 /// Origin of `Conn::last_reset`.
 static BASE: std::sync::LazyLock<std::time::Instant> =
@@ -186,10 +190,16 @@ impl Conn {
         })
     }
 
-    /// Closes the connection for good: calls stop re-sending.
+    /// Closes the connection for good: calls stop re-sending. fred keeps
+    /// queueing commands sent to a quit client until their timeout, so the
+    /// timeout is cut to 1 ms: a command sent afterwards (through
+    /// `Client::redis`) fails at once instead of hanging.
     pub(crate) async fn close(&self) {
         self.closed.store(true, Ordering::Release);
         let _ = self.redis.quit().await;
+        let mut perf = self.redis.perf_config();
+        perf.default_command_timeout = CLOSED_COMMAND_TIMEOUT;
+        self.redis.update_perf_config(perf);
     }
 
     /// Whether [`close`](Self::close) was called.

@@ -12,6 +12,10 @@
 //!   turn, only if the hold's incarnation is still current (a stale guard
 //!   gives back nothing). A drop sends it from a background job; a
 //!   dropped `unlock` hands its call to one.
+//! * **Extend** ([`Hold::extend`]): a fixed hold's deadline is raised,
+//!   then the kind's renewal script is sent for this one lease, under the
+//!   turn, with the new TTL; the signal's `until` rises only once Redis
+//!   confirms, from the send time.
 //! * **Shutdown**: every counted hold is given back ([`drain`]); an
 //!   acquire that completes after shutdown began gives its hold back
 //!   itself, under the same turn, and reports `Error::Shutdown`.
@@ -201,6 +205,12 @@ impl Hold {
         self.signal.lost_since()
     }
 
+    /// The signal this hold reports loss through (shared with the other
+    /// holds of its lease's incarnation).
+    pub(crate) fn signal(&self) -> Arc<Signal> {
+        self.signal.clone()
+    }
+
     /// A lower bound of when the key may expire in Redis (see
     /// `lease::Signal`): raised by renewals, cut by releases.
     pub(crate) fn until(&self) -> Instant {
@@ -210,6 +220,67 @@ impl Hold {
     /// The fencing token its acquire took, if the kind hands them out.
     pub(crate) fn token(&self) -> Option<u64> {
         self.token
+    }
+
+    /// Raises the key's TTL to at least `ttl` from now for this fixed
+    /// hold (never lowers it), as a renewal does: the kind's renewal
+    /// script for this one lease, sent under the lease's turn. The hold's
+    /// deadline is raised first (so a release from here on keeps the key
+    /// for it); its signal's `until` rises to send time + `ttl` once Redis
+    /// confirms. `Ok(false)`: the hold is lost (and, if the field was
+    /// found gone, its incarnation ended); nothing was extended.
+    ///
+    /// A watchdog hold is refused with `InvalidArgument` (the watchdog
+    /// keeps it).
+    ///
+    /// Cancel safe: dropped before the reply, the deadline stays raised
+    /// (a release may keep the key that long), the key may or may not have
+    /// been extended, and `until` is unchanged.
+    pub(crate) async fn extend(&mut self, ttl: Duration) -> Result<bool> {
+        self.engine.check()?;
+        let ttl_ms = super::lease_millis(ttl)?;
+        let parts = self
+            .parts
+            .as_mut()
+            .unwrap_or_else(|| unreachable!("a live hold has its parts"));
+        let Term::Fixed(deadline) = parts.term else {
+            return Err(Error::invalid(
+                "this hold's lease is renewed by the watchdog: extend applies to fixed leases",
+            ));
+        };
+        if self.signal.is_lost() {
+            return Ok(false);
+        }
+        let lease = parts.lease.clone_ref();
+        let _turn = lease.turn().await;
+        if !lease.is_current(parts.incarnation) || self.signal.is_lost() {
+            return Ok(false);
+        }
+        let raised = deadline.max(Instant::now() + ttl);
+        lease.move_deadline(deadline, raised);
+        parts.term = Term::Fixed(raised);
+
+        let conn = &lease.conn;
+        let renewal = lease.kind.renewal();
+        let nonce = conn.rid() as i64;
+        let (mut keys, mut args) = (Vec::with_capacity(2), Vec::with_capacity(4));
+        args.push(fred::types::Value::Integer(nonce));
+        args.push(fred::types::Value::Integer(ttl_ms));
+        (renewal.entry)(&lease, &mut keys, &mut args, false);
+        let snapshot = lease.lease().snapshot();
+        let sent = Instant::now();
+        let reply = renewal
+            .slot
+            .run::<Vec<i64>>(&conn.redis, keys, args)
+            .await?;
+        let gone = super::watchdog::gone_entries(conn, nonce, reply)?;
+        if gone.is_empty() {
+            snapshot.renewed(sent, ttl);
+            Ok(!self.signal.is_lost())
+        } else {
+            snapshot.gone();
+            Ok(false)
+        }
     }
 
     /// Gives the hold back and reports whether it was still held.

@@ -438,6 +438,15 @@ impl Lease {
         }
     }
 
+    /// A fixed hold's deadline moves from `from` to `to` (an extend, under
+    /// the turn): releases from here on keep the key until `to`.
+    pub(crate) fn move_deadline(&self, from: Instant, to: Instant) {
+        let mut s = self.state.lock();
+        if let Some(d) = s.fixed.iter_mut().find(|d| **d == from) {
+            *d = to;
+        }
+    }
+
     /// Live guards of this lease (their holds need the key; a guard
     /// unlocked or dropped no longer counts, even while its release is on
     /// its way).

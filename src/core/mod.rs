@@ -99,7 +99,7 @@ pub(crate) struct ReplicaWait {
 }
 
 /// What the engine is built from.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct Options {
     pub(crate) settings: Settings,
     pub(crate) sharded: Option<bool>,

@@ -573,7 +573,7 @@ async fn split_per_slot(
 
 /// The indices of gone entries in a renewal's reply, after checking the
 /// reply answers this batch (its first element is the batch's nonce).
-fn gone_entries(
+pub(crate) fn gone_entries(
     conn: &Conn,
     nonce: i64,
     reply: Vec<i64>,

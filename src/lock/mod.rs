@@ -9,7 +9,8 @@
 //! a name that has some). The hash is changed only by the scripts beside
 //! this file — `acquire.lua`, `release.lua` (latched: idempotent by request
 //! id, see `core/call.rs`), `force_unlock.lua` — and renewed by
-//! `renew.lua` / `renew_node.lua`. Each latched call also keeps a small
+//! `renew.lua` / `renew_node.lua`; `holders.lua` reads it for operators
+//! (`holders.rs`). Each latched call also keeps a small
 //! latch key `leasehold_latch:{name}:<field>` for 30 s.
 //!
 //! The fenced lock is this lock with another acquire script (it also takes
@@ -25,6 +26,11 @@
 //! releases in the background, a stale guard gives back nothing, and the
 //! key never expires before the owner's longest live hold.
 
+mod holders;
+
+pub use holders::Holder;
+
+use std::future::Future;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -41,7 +47,7 @@ use crate::core::script::Script;
 use crate::core::watchdog::Renewal;
 use crate::core::{latch_key, prefix_name};
 use crate::error::{Error, Result};
-use crate::guard::LockGuard;
+use crate::guard::{LeaseSignal, LockGuard};
 use crate::owner::Owner;
 
 /// A reentrant distributed lock, by name. Cheap to clone; nothing is sent
@@ -99,6 +105,8 @@ struct Scripts {
     /// The watchdog's batches: per slot, and per node (Redis 7 clusters).
     renew: Script,
     renew_node: Script,
+    /// Read the hash and its TTL (`holders.rs`). Read-only.
+    holders: Script,
 }
 
 /// The engine's view of the lock's holds (and of the fenced lock's: the
@@ -123,6 +131,7 @@ fn scripts() -> &'static Scripts {
         ),
         renew: Script::plain("lock.renew", include_str!("scripts/renew.lua")),
         renew_node: Script::plain("lock.renew_node", include_str!("scripts/renew_node.lua")),
+        holders: Script::plain("lock.holders", include_str!("scripts/holders.lua")),
     })
 }
 
@@ -220,6 +229,81 @@ impl Lock {
     /// ```
     pub fn channel(&self) -> &str {
         &self.channel
+    }
+
+    /// Runs `work` under the lock: waits for it (as [`lock`](Self::lock),
+    /// a lease the watchdog renews), runs the future `work` returns,
+    /// unlocks, and returns the future's output. The safe way to hold a
+    /// lock: no guard to keep alive or forget.
+    ///
+    /// If the lease is lost while the future runs (force-unlocked,
+    /// expired, or renewal not confirmed in time), the future is dropped
+    /// at once — cancelled at its current `.await` — and `with` returns
+    /// [`Error::Lost`]. It returns `Lost` too when the loss is seen only as
+    /// the future ends (or by the unlock finding the hold gone): the work
+    /// may then have run partly without the lock, and its output is
+    /// dropped. The future gets a [`LeaseSignal`] to check the lease
+    /// itself where a precise stop matters; for writes that must never
+    /// land after a loss, fence them (README, "Fencing").
+    ///
+    /// The future runs in the caller's task, so it is the lock's owner:
+    /// it re-enters the lock freely. A task it spawns is another owner
+    /// (see [`Owner`]).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the returned future drops `work`'s future (if it started)
+    /// and gives the hold back in the background; a dropped wait holds
+    /// nothing (as for [`lock`](Self::lock)).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn charge(_: u32) -> u32 { 0 }
+    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+    /// let receipt = client.lock("orders:42").with(|lease| async move {
+    ///     // Cancelled here if the lease is lost; `lease.is_lost()` to check.
+    ///     charge(42).await
+    /// }).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn with<F, Fut, T>(&self, work: F) -> Result<T>
+    where
+        F: FnOnce(LeaseSignal) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let guard = must_acquire(self.acquire(None, None).await?);
+        guard.run(work).await
+    }
+
+    /// As [`with`](Self::with), but waits at most `wait` for the lock:
+    /// `Ok(None)` if it was not acquired in time (`work` is not called).
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`with`](Self::with).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+    /// let lock = client.lock("nightly-report");
+    /// match lock.try_with_for(Duration::from_secs(1), |_| async { 42 }).await? {
+    ///     Some(n) => println!("done: {n}"),
+    ///     None => println!("someone else is on it"),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn try_with_for<F, Fut, T>(&self, wait: Duration, work: F) -> Result<Option<T>>
+    where
+        F: FnOnce(LeaseSignal) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        match self.acquire(None, Some(wait)).await? {
+            Some(guard) => guard.run(work).await.map(Some),
+            None => Ok(None),
+        }
     }
 
     /// Waits until the lock is held by the current owner, with a lease the

@@ -44,7 +44,7 @@ use crate::guard::LockGuard;
 /// }
 /// # Ok(()) }
 /// ```
-#[must_use = "a dropped guard releases every member at once: bind it to a name (`let _guard = …`), not `_`"]
+#[must_use = "every member is released when the guard is dropped, here at once: bind it to a name (`let _guard = …`); `let _ = …` drops it at once too"]
 #[clippy::has_significant_drop]
 #[derive(Debug)]
 pub struct MultiGuard {

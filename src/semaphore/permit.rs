@@ -37,7 +37,7 @@ use crate::error::{Error, Result};
 /// }
 /// # Ok(()) }
 /// ```
-#[must_use = "a dropped permit is given back at once: bind it to a name (`let _permit = …`), not `_`"]
+#[must_use = "the permit is given back when it is dropped, here at once: bind it to a name (`let _permit = …`); `let _ = …` drops it at once too"]
 #[clippy::has_significant_drop]
 #[derive(Debug)]
 pub struct Permit {

@@ -31,10 +31,22 @@ struct FeatureRun {
 
 /// The feature-gated test runs of `cargo xtask test`, in order. A feature
 /// with its own tests is one more line here.
-const FEATURE_RUNS: &[FeatureRun] = &[FeatureRun {
-    features: "tls-rustls",
-    select: &["--test", "tls"],
-}];
+const FEATURE_RUNS: &[FeatureRun] = &[
+    FeatureRun {
+        features: "tls-rustls",
+        select: &["--test", "tls"],
+    },
+    FeatureRun {
+        features: "blocking",
+        select: &["--test", "blocking"],
+    },
+    // The blocking API's doc examples (their names contain "blocking"):
+    // the workspace run builds without the feature.
+    FeatureRun {
+        features: "blocking",
+        select: &["--doc", "blocking"],
+    },
+];
 
 /// Workspace members `cargo xtask test` leaves out: `leasehold-compare` is a
 /// benchmark report with no tests, and it builds the peer lock crates.
@@ -495,6 +507,7 @@ mod tests {
         let text = usage();
         assert!(text.contains("cargo test --workspace --exclude leasehold-compare"));
         assert!(text.contains("cargo test --features tls-rustls --test tls"));
+        assert!(text.contains("cargo test --features blocking --test blocking"));
     }
 
     #[test]

@@ -1,0 +1,153 @@
+//! Who holds a lock, for operators: [`Lock::holders`].
+//!
+//! One read-only script (`scripts/holders.lua`) reads the lock hash and
+//! its TTL together; each field is parsed into the client uuid and owner
+//! id when it has leasehold's (and Redisson's `RLock`) shape
+//! `<uuid>:<decimal id>`, and kept raw otherwise.
+
+use std::time::Duration;
+
+use fred::types::Value;
+
+use super::{scripts, Lock};
+use crate::error::{Error, Result};
+
+/// One holder of a lock, as [`Lock::holders`] read it.
+///
+/// # Example
+///
+/// ```no_run
+/// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+/// for h in client.lock("orders:42").holders().await? {
+///     match (h.client, h.owner) {
+///         (Some(client), Some(owner)) => println!("client {client}, owner {owner}: {} holds", h.holds),
+///         _ => println!("field {:?}: {} holds", h.field, h.holds),
+///     }
+///     println!("  lease left: {:?}", h.remaining_lease);
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Holder {
+    /// The hash field as stored (invalid UTF-8 replaced):
+    /// `<client-uuid>:<owner-id>` for leasehold and Redisson holders.
+    pub field: String,
+    /// The holder's client uuid ([`Client::id`](crate::Client::id), or a
+    /// Redisson client's id), when the field is `<uuid>:<decimal id>`.
+    pub client: Option<uuid::Uuid>,
+    /// The owner id after the uuid: an [`Owner`](crate::Owner)'s
+    /// [`id`](crate::Owner::id) for leasehold, a Java thread id for
+    /// Redisson. `None` when the field has another shape.
+    pub owner: Option<u64>,
+    /// The hold count (reentrant holds); 0 if the value is not a number.
+    pub holds: u64,
+    /// How long the lock's key lives unless renewed (shared by every
+    /// holder: it is the key's TTL); `None` if the key has no expiry.
+    pub remaining_lease: Option<Duration>,
+}
+
+// === impl Lock ===
+
+impl Lock {
+    /// Who holds the lock and for how long: one [`Holder`] per field of the
+    /// lock hash, with the key's remaining TTL; empty if the lock is free.
+    /// One read, consistent in itself (an operator's view: it may be out of
+    /// date by the time it is printed).
+    ///
+    /// A lock taken by this crate has exactly one holder (several holds
+    /// of one owner are one holder with `holds > 1`).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe (a read).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+    /// let lock = client.lock("orders:42");
+    /// let _guard = lock.lock().await?;
+    /// let holders = lock.holders().await?;
+    /// assert_eq!(holders[0].client, Some(client.id()));
+    /// assert_eq!(holders[0].owner, Some(leasehold::Owner::current().id()));
+    /// # Ok(()) }
+    /// ```
+    pub async fn holders(&self) -> Result<Vec<Holder>> {
+        self.check()?;
+        let reply: Value = scripts()
+            .holders
+            .run(self.redis(), vec![self.key.clone()], vec![])
+            .await?;
+        parse(reply).ok_or_else(|| {
+            Error::Redis(fred::error::Error::new(
+                fred::error::ErrorKind::Protocol,
+                "unexpected reply to the holders script",
+            ))
+        })
+    }
+}
+
+/// Reads the script's reply: `{pttl, field, value, …}`.
+fn parse(reply: Value) -> Option<Vec<Holder>> {
+    let Value::Array(items) = reply else {
+        return None;
+    };
+    let mut items = items.into_iter();
+    let ttl = items.next()?.as_i64()?;
+    let remaining_lease = (ttl >= 0).then(|| Duration::from_millis(ttl as u64));
+    let mut holders = Vec::with_capacity(items.len() / 2);
+    while let (Some(field), Some(value)) = (items.next(), items.next()) {
+        let field = text(&field)?;
+        let (client, owner) = match split_field(&field) {
+            Some((client, owner)) => (Some(client), Some(owner)),
+            None => (None, None),
+        };
+        let holds = text(&value)?.trim().parse::<u64>().unwrap_or(0);
+        holders.push(Holder {
+            field,
+            client,
+            owner,
+            holds,
+            remaining_lease,
+        });
+    }
+    Some(holders)
+}
+
+/// A bulk string's text (invalid UTF-8 replaced).
+fn text(value: &Value) -> Option<String> {
+    match value {
+        Value::String(s) => Some(s.to_string()),
+        Value::Bytes(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        Value::Integer(n) => Some(n.to_string()),
+        _ => None,
+    }
+}
+
+/// `<uuid>:<decimal id>` → (uuid, id).
+fn split_field(field: &str) -> Option<(uuid::Uuid, u64)> {
+    let (client, owner) = field.split_once(':')?;
+    if owner.is_empty() || !owner.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some((uuid::Uuid::try_parse(client).ok()?, owner.parse().ok()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fields_parse_when_they_have_the_owner_shape() {
+        let id = uuid::Uuid::new_v4();
+        assert_eq!(split_field(&format!("{id}:42")), Some((id, 42)));
+        assert_eq!(split_field(&format!("{id}:42:write")), None);
+        assert_eq!(split_field(&format!("{id}:")), None);
+        assert_eq!(split_field(&format!("{id}:-1")), None);
+        assert_eq!(split_field(&format!("{id}:+1")), None);
+        assert_eq!(split_field("not-a-uuid:1"), None);
+        assert_eq!(split_field("plain"), None);
+        assert_eq!(split_field(&format!("{id}:99999999999999999999999")), None);
+    }
+}
