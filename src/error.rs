@@ -71,10 +71,12 @@ pub enum Error {
 
     /// Redis, or the connection to it, failed.
     ///
-    /// For an acquire or an unlock, a connection or timeout error means the
-    /// outcome is unknown: the command may or may not have run. leasehold
-    /// never re-sends a lock script blindly, so a hold is never counted
-    /// twice; see [`Error::is_outcome_unknown`].
+    /// An acquire or unlock whose outcome stays unknown (the connection
+    /// failed and could not be asked again in time) returns it; the outcome
+    /// is then settled in the background: a hold the acquire may have taken
+    /// is given back, a release is sent again. Every lock script carries a
+    /// request id, so whichever copy runs, a hold is never counted twice;
+    /// see [`Error::is_outcome_unknown`].
     #[error("redis error: {0}")]
     Redis(#[from] fred::error::Error),
 

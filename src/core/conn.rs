@@ -1,9 +1,13 @@
 //! The two Redis connections of a client and how they are built.
 //!
 //! * The **command connection** (a fred `Client`) carries every script and
-//!   read. It is built with `max_command_attempts = 1`, so a script in
-//!   flight when the connection drops is never re-sent by fred: the caller
-//!   learns the outcome itself (see `call.rs`).
+//!   read. fred may send a command again after a reconnect or a cluster
+//!   redirection (its default of 3 attempts): every mutating script is
+//!   latched (see `call.rs`), so a copy sent again replays its recorded
+//!   reply instead of running twice, and renewals and reads are idempotent.
+//!   Fewer attempts are not an option on a cluster: with one attempt, fred
+//!   cannot follow an `ASK` redirection, and its router task ends for good
+//!   when it tries (the client then times out on every command).
 //! * The **subscriber connection** carries every channel the client waits
 //!   on (see `pubsub.rs`).
 //!
@@ -80,7 +84,7 @@ impl Conn {
     pub(crate) async fn connect(
         settings: Settings,
         sharded: Option<bool>,
-    ) -> crate::Result<(Conn, SubscriberClient)> {
+    ) -> crate::Result<(Conn, SubscriberClient, fred::types::ConnectHandle)> {
         let timeout = settings.command_timeout;
         let mut builder = Builder::from_config(settings.config.clone());
         builder
@@ -88,7 +92,9 @@ impl Conn {
             .with_connection_config(|c| {
                 c.connection_timeout = timeout;
                 c.internal_command_timeout = timeout;
-                c.max_command_attempts = 1;
+                // A write, an ASKING and the write after it (see the module
+                // docs): latched scripts make the re-sends harmless.
+                c.max_command_attempts = 3;
                 // A connection that stops answering is closed and
                 // reconnected, failing what was in flight on it.
                 c.unresponsive.max_timeout = Some(timeout);
@@ -109,13 +115,13 @@ impl Conn {
         let mut opened = QuitOnDrop(vec![redis.clone()], Some(subscriber.clone()));
 
         let connected = tokio::time::timeout(timeout, async {
-            redis.init().await?;
+            let task = redis.init().await?;
             subscriber.init().await?;
-            Ok::<_, fred::error::Error>(())
+            Ok::<_, fred::error::Error>(task)
         })
         .await;
-        match connected {
-            Ok(Ok(())) => {}
+        let task = match connected {
+            Ok(Ok(task)) => task,
             Ok(Err(e)) => return Err(crate::Error::Redis(e)),
             Err(_) => {
                 return Err(crate::Error::Redis(fred::error::Error::new(
@@ -123,7 +129,7 @@ impl Conn {
                     format!("could not connect to Redis within {timeout:?}"),
                 )))
             }
-        }
+        };
         let clustered = redis.is_clustered();
         let v7 = redis.server_version().map_or(true, |v| v.major >= 7);
         let sharded = match sharded {
@@ -149,6 +155,7 @@ impl Conn {
                 last_reset: AtomicU64::new(0),
             },
             subscriber,
+            task,
         ))
     }
 
@@ -163,7 +170,7 @@ impl Conn {
             .with_connection_config(|c| {
                 c.connection_timeout = timeout;
                 c.internal_command_timeout = timeout;
-                c.max_command_attempts = 1;
+                c.max_command_attempts = 3;
             })
             .with_performance_config(|p| p.default_command_timeout = timeout);
         let redis = builder.build()?;
@@ -230,6 +237,42 @@ impl Conn {
             runtime.spawn(async move {
                 let _ = redis.force_reconnection().await;
             });
+        }
+    }
+
+    /// Keeps fred's connection task running: if it ends while the
+    /// connection is not closed (fred ends it for good on some errors, e.g.
+    /// an `ASK` redirection it could not follow), starts it again. Without
+    /// this the client would time out on every command from then on.
+    pub(crate) async fn supervise(
+        conn: std::sync::Weak<Conn>,
+        mut task: fred::types::ConnectHandle,
+    ) {
+        let mut pause = Duration::from_millis(50);
+        loop {
+            let ended = (&mut task).await;
+            let Some(conn) = conn.upgrade() else { return };
+            if conn.is_closed() {
+                return;
+            }
+            tracing::error!(outcome = ?ended, "fred's connection task ended: starting it again");
+            loop {
+                tokio::time::sleep(pause).await;
+                if conn.is_closed() {
+                    return;
+                }
+                match tokio::time::timeout(conn.settings.command_timeout, conn.redis.init()).await {
+                    Ok(Ok(restarted)) => {
+                        task = restarted;
+                        pause = Duration::from_millis(50);
+                        break;
+                    }
+                    other => {
+                        tracing::warn!(outcome = ?other.map(|r| r.map(|_| ())), "restarting fred's connection task failed");
+                        pause = (pause * 2).min(Duration::from_secs(2));
+                    }
+                }
+            }
         }
     }
 

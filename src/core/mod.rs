@@ -161,8 +161,9 @@ impl Engine {
     /// Cancel safe: dropped half-way, it closes what it had opened.
     pub(crate) async fn start(options: Options) -> Result<Arc<Engine>> {
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
-        let (conn, subscriber) = Conn::connect(options.settings, options.sharded).await?;
+        let (conn, subscriber, task) = Conn::connect(options.settings, options.sharded).await?;
         let conn = Arc::new(conn);
+        runtime.spawn(Conn::supervise(Arc::downgrade(&conn), task));
         let runtime_alive = Arc::new(AtomicBool::new(true));
         let sentinel = ClearOnDrop(runtime_alive.clone());
         runtime.spawn(async move {

@@ -72,11 +72,6 @@ impl Script {
         }
     }
 
-    /// The SHA-1 `EVALSHA` names the script by.
-    pub(crate) fn sha1(&self) -> &str {
-        &self.sha1
-    }
-
     /// Runs the script with `EVALSHA`, loading it first if the server
     /// answers `NOSCRIPT` (which proves it did not run).
     pub(crate) async fn run<R: FromValue>(

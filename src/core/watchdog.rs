@@ -48,9 +48,8 @@ use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
 use dashmap::DashMap;
-use fred::interfaces::ClientLike;
 use fred::types::config::Server;
-use fred::types::{ClusterHash, CustomCommand, Key, Value};
+use fred::types::{Key, Value};
 use parking_lot::Mutex;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -98,14 +97,18 @@ pub struct Watchdog {
 ///
 /// Both scripts take `ARGV[1]` = a nonce, `ARGV[2]` = the TTL in ms (0:
 /// only check), then one entry per lease (see `entry`), and reply
-/// `{nonce, indices of the entries whose hold is gone}`: the nonce tells
-/// the batch's reply from any other (a connection out of step).
+/// `{nonce, i for each entry whose hold is gone}`: the nonce tells the
+/// batch's reply from any other (a connection out of step). A node script
+/// may also answer `-i` for an entry whose key the node does not serve (a
+/// slot moved or moving; `redis.pcall` catches the refusal): those entries
+/// are sent again per slot.
 #[derive(Debug)]
 pub(crate) struct Renewal {
     /// Declared keys, one hash slot per call.
     pub(crate) slot: &'static Script,
-    /// Keys as arguments, every slot of one node per call (Redis 7+
-    /// clusters), same reply.
+    /// Every slot of one node per call (Redis 7+ clusters): `KEYS[1]` is
+    /// only the route (a key of the batch the node serves), the entries are
+    /// arguments; same reply.
     pub(crate) node: Option<&'static Script>,
     /// Adds one lease's entry: to the keys and arguments of a slot call
     /// (`node == false`), or to the arguments of a node call.
@@ -491,17 +494,29 @@ async fn send_batch(batch: Vec<Sent>, target: Target, ttl: Duration, interval: D
     let sent_at = Instant::now();
     let reply = tokio::time::timeout(call_timeout, async {
         match (&target, renewal.node) {
+            // One declared key routes the call to the node (it is served
+            // there, and fred follows MOVED / ASK for it); the entries are
+            // arguments.
             (Target::Node(_), Some(script)) => {
-                run_on_node(conn, script, batch[0].lease.key.cluster_hash(), args).await
+                let route = vec![batch[0].lease.key.clone()];
+                script.run::<Vec<i64>>(&conn.redis, route, args).await
             }
             _ => renewal.slot.run::<Vec<i64>>(&conn.redis, keys, args).await,
         }
     })
     .await;
     match reply.map(|r| r.and_then(|r| gone_entries(conn, nonce, r))) {
-        Ok(Ok(gone)) => {
-            apply(&batch, gone, sent_at, ttl);
-            0
+        Ok(Ok(verdict)) => {
+            let elsewhere = apply(batch, verdict, sent_at, ttl);
+            if elsewhere.is_empty() {
+                0
+            } else {
+                tracing::debug!(
+                    leases = elsewhere.len(),
+                    "keys not on the node: renewing them per slot"
+                );
+                split_per_slot(elsewhere, ttl, interval, Instant::now() + call_timeout).await
+            }
         }
         Ok(Err(e)) if node_call => {
             tracing::debug!(error = %e, leases = batch.len(), "node batch failed: renewing per slot");
@@ -537,33 +552,38 @@ async fn split_per_slot(
     let calls = slots.len() as u64;
     let left = until.saturating_duration_since(Instant::now());
     let mut set = JoinSet::new();
-    for (slot, leases) in slots {
+    for leases in slots.into_values() {
         set.spawn(async move {
             let sent_at = Instant::now();
             let renewal = leases[0].lease.kind.renewal();
             let conn = leases[0].lease.conn.clone();
+            let nonce = conn.rid() as i64;
             let mut keys = Vec::with_capacity(leases.len());
-            let mut args = vec![Value::Integer(ttl.as_millis().min(i64::MAX as u128) as i64)];
+            let mut args = Vec::with_capacity(2 + leases.len());
+            args.push(Value::Integer(nonce));
+            args.push(Value::Integer(ttl.as_millis().min(i64::MAX as u128) as i64));
             for sent in &leases {
                 (renewal.entry)(&sent.lease, &mut keys, &mut args, false);
             }
-            let _ = slot;
             let reply =
                 tokio::time::timeout(left, renewal.slot.run::<Vec<i64>>(&conn.redis, keys, args))
                     .await;
-            match reply {
-                Ok(Ok(gone)) => {
-                    let mut gone = gone.into_iter().peekable();
-                    for (i, sent) in leases.iter().enumerate() {
-                        if gone.peek() == Some(&(i as i64 + 1)) {
-                            gone.next();
-                            sent.gone();
-                        } else {
-                            sent.renewed(sent_at, ttl);
-                        }
-                    }
+            match reply.map(|r| r.and_then(|r| gone_entries(&conn, nonce, r))) {
+                Ok(Ok(verdict)) => {
+                    // A per-slot script serves every key it names: nothing
+                    // comes back as "elsewhere".
+                    let elsewhere = apply(leases, verdict, sent_at, ttl);
+                    debug_assert!(elsewhere.is_empty());
+                    give_up(&elsewhere, sent_at, interval);
                 }
-                _ => give_up(&leases, sent_at, interval),
+                other => {
+                    let why = match other {
+                        Ok(Err(e)) => e.to_string(),
+                        _ => "renewal timed out".to_owned(),
+                    };
+                    tracing::warn!(error = %why, leases = leases.len(), "lease renewal (per slot) failed");
+                    give_up(&leases, sent_at, interval);
+                }
             }
         });
     }
@@ -590,17 +610,26 @@ pub(crate) fn gone_entries(
     }
 }
 
-/// Applies a renewal's verdict to its batch.
-fn apply(batch: &[Sent], gone: Vec<i64>, sent_at: Instant, ttl: Duration) {
-    let mut gone = gone.into_iter().peekable();
-    for (i, sent) in batch.iter().enumerate() {
-        if gone.peek() == Some(&(i as i64 + 1)) {
-            gone.next();
-            sent.gone();
-        } else {
-            sent.renewed(sent_at, ttl);
+/// Applies a renewal's verdict to its batch (`i`: gone, `-i`: not on that
+/// node) and returns the entries that must be sent again elsewhere.
+fn apply(batch: Vec<Sent>, verdict: Vec<i64>, sent_at: Instant, ttl: Duration) -> Vec<Sent> {
+    let mut verdict = verdict.into_iter().peekable();
+    let mut elsewhere = Vec::new();
+    for (i, sent) in batch.into_iter().enumerate() {
+        let index = i as i64 + 1;
+        match verdict.peek() {
+            Some(&v) if v == index => {
+                verdict.next();
+                sent.gone();
+            }
+            Some(&v) if v == -index => {
+                verdict.next();
+                elsewhere.push(sent);
+            }
+            _ => sent.renewed(sent_at, ttl),
         }
     }
+    elsewhere
 }
 
 /// A renewal that got no answer: leases that would not outlive the next
@@ -613,31 +642,5 @@ fn give_up(batch: &[Sent], sent_at: Instant, interval: Duration) {
             sent.lease
                 .declare_lost("renewal could not be confirmed in time");
         }
-    }
-}
-
-/// `EVALSHA` of `script` routed to the node serving `slot`, with no
-/// declared keys (the keys are arguments).
-async fn run_on_node(
-    conn: &Conn,
-    script: &Script,
-    slot: u16,
-    args: Vec<Value>,
-) -> std::result::Result<Vec<i64>, fred::error::Error> {
-    let command = || CustomCommand::new_static("EVALSHA", ClusterHash::Custom(slot), false);
-    let mut full = Vec::with_capacity(args.len() + 2);
-    full.push(Value::from(script.sha1()));
-    full.push(Value::Integer(0));
-    full.extend(args);
-    match conn
-        .redis
-        .custom::<Vec<i64>, Value>(command(), full.clone())
-        .await
-    {
-        Err(e) if e.details().starts_with("NOSCRIPT") => {
-            script.load(&conn.redis).await?;
-            conn.redis.custom(command(), full).await
-        }
-        other => other,
     }
 }

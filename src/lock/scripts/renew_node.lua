@@ -2,21 +2,26 @@
 -- renew_node: renew.lua for every lease one Redis Cluster node serves, in
 -- one call, whatever their hash slots (Redis 7.0+: the flag lets a script
 -- touch keys of several slots of the node it runs on). The keys are passed
--- as arguments, not KEYS, because declared keys must share one slot.
+-- as arguments, not KEYS, because declared keys must share one slot;
+-- KEYS[1] only routes the call (one of the batch's keys the node serves).
 --
 -- ARGV[1]               the batch's nonce, echoed first in the reply
 -- ARGV[2]               TTL in milliseconds; 0 only checks the fields
 -- ARGV[2i+1], ARGV[2i+2]  the i-th lock hash and owner field
 --
--- Reply: {nonce, the indices i whose field is gone}. An error (a slot moved away
--- while the batch was on its way) leaves the batch to be sent again per
--- slot; every renewal already applied was idempotent.
+-- Reply: {nonce, then i for each lease whose field is gone, and -i for
+-- each key this node does not serve (its slot moved away, or is moving:
+-- redis.pcall catches the node's refusal), which the client sends again
+-- per slot}. Every renewal applied is idempotent.
 local gone = {tonumber(ARGV[1])}
 local ttl = tonumber(ARGV[2])
 local n = (#ARGV - 2) / 2
 for i = 1, n do
     local key, field = ARGV[2 * i + 1], ARGV[2 * i + 2]
-    if redis.call('hexists', key, field) == 1 then
+    local held = redis.pcall('hexists', key, field)
+    if type(held) == 'table' then
+        gone[#gone + 1] = -i
+    elseif held == 1 then
         if ttl > 0 and redis.call('pttl', key) < ttl then
             redis.call('pexpire', key, ttl)
         end

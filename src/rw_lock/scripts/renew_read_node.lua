@@ -2,23 +2,27 @@
 -- renew_read_node: renew_read.lua for every read lease one Redis Cluster
 -- node serves, in one call, whatever their hash slots (Redis 7.0+). The
 -- keys are passed as arguments, not KEYS, because declared keys must
--- share one slot.
+-- share one slot; KEYS[1] only routes the call (one of the batch's keys).
 --
 -- ARGV[1]                          the batch's nonce, echoed first
 -- ARGV[2]                          TTL in milliseconds; 0 only checks
 -- ARGV[3i], ARGV[3i+1], ARGV[3i+2]  the i-th lock hash, the owner's
 --                                  timeout prefix on it, its read field
 --
--- Reply: {nonce, the indices i whose field is gone}. An error (a slot moved away
--- while the batch was on its way) leaves the batch to be sent again per
--- slot; every renewal already applied was idempotent.
+-- Reply: {nonce, then i for each lease whose field is gone, and -i for
+-- each key this node does not serve (its slot moved away, or is moving:
+-- redis.pcall catches the node's refusal), which the client sends again
+-- per slot}. Every renewal applied is idempotent.
 local gone = {tonumber(ARGV[1])}
 local ttl = tonumber(ARGV[2])
 local n = (#ARGV - 2) / 3
 for i = 1, n do
     local key, prefix, field = ARGV[3 * i], ARGV[3 * i + 1], ARGV[3 * i + 2]
-    local count = tonumber(redis.call('hget', key, field))
-    if count and count > 0 then
+    local held = redis.pcall('hget', key, field)
+    local count = type(held) ~= 'table' and tonumber(held)
+    if type(held) == 'table' then
+        gone[#gone + 1] = -i
+    elseif count and count > 0 then
         if ttl > 0 then
             for c = 1, count do
                 if redis.call('pttl', prefix .. ':' .. c) < ttl then

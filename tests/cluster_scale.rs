@@ -1,0 +1,183 @@
+//! Renewal at scale on a Redis Cluster: one script call per node batch,
+//! whatever the slots, and no guard that says held while its key is gone
+//! while a slot migrates. In a file of
+//! its own so that it never shares the machine with the other cluster
+//! tests (test binaries run one after the other).
+
+use leasehold_testkit as support;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use leasehold::fred::interfaces::KeysInterface;
+use leasehold::{Client, Watchdog};
+use support::cluster::RedisCluster;
+use support::fixture::within;
+
+const HANG: Duration = Duration::from_secs(60);
+
+/// 10,000 leases on a 3-primary cluster with a 3 s watchdog: for 10 s none
+/// is lost, and each node sees at most `ceil(its leases / batch) + 2`
+/// renewal calls per cycle — one script call per node batch, whatever the
+/// slots (5,000 names spread over every slot, 500 sharing one). Then the
+/// shared slot migrates to another node while renewals run (keys moved,
+/// ASK and MOVED on the way; a node batch that meets them is sent again per
+/// slot): every guard that does not say lost still holds its lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_leases_renew_per_node_through_a_migration() {
+    const LEASES: usize = 10_000;
+    const HOT: usize = 500;
+    const TASKS: usize = 50;
+    if let Ok(filter) = std::env::var("LEASEHOLD_TEST_LOG") {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_test_writer()
+            .try_init();
+    }
+    let cluster = RedisCluster::start(3, 0);
+    let watchdog = Watchdog::new(Duration::from_secs(3)).unwrap();
+    let batch = watchdog.batch_size();
+    let c = Client::builder()
+        .url(&cluster.url())
+        .watchdog(watchdog.clone())
+        .build()
+        .await
+        .unwrap();
+    let names: Vec<String> = (0..LEASES)
+        .map(|i| {
+            if i < HOT {
+                format!("{{hot}}:{i}")
+            } else {
+                format!("scale:{i}")
+            }
+        })
+        .collect();
+    let mut tasks = Vec::new();
+    for chunk in names.chunks(LEASES / TASKS) {
+        let (c, chunk) = (c.clone(), chunk.to_vec());
+        tasks.push(tokio::spawn(async move {
+            let mut guards = Vec::with_capacity(chunk.len());
+            for name in &chunk {
+                guards.push(c.lock(name).lock().await.unwrap());
+            }
+            guards
+        }));
+    }
+    let mut guards = Vec::with_capacity(LEASES);
+    for t in tasks {
+        guards.extend(within(HANG, "10,000 acquires", t).await.unwrap());
+    }
+    assert_eq!(watchdog.lease_count(), LEASES);
+
+    // Leases per primary, counted where the keys are.
+    let primaries = cluster.primaries();
+    let per_node: BTreeMap<usize, usize> = primaries
+        .iter()
+        .map(|&n| (n, support::fixture::lock_keys(&cluster.nodes()[n]).len()))
+        .collect();
+    assert_eq!(per_node.values().sum::<usize>(), LEASES);
+    let calls = |node: usize| support::fixture::calls(&cluster.nodes()[node], "evalsha");
+    let before: BTreeMap<usize, u64> = primaries.iter().map(|&n| (n, calls(n))).collect();
+    let window = Duration::from_secs(10);
+    tokio::time::sleep(window).await;
+    let cycles = (window.as_millis() / watchdog.renew_interval().as_millis()) as u64 + 1;
+    for (&node, &leases) in &per_node {
+        let seen = calls(node) - before[&node];
+        let bound = leases.div_ceil(batch) as u64 + 2;
+        eprintln!(
+            "node {node}: {leases} leases, {seen} renewal calls in {cycles} cycles ({:.1} per cycle, bound {bound})",
+            seen as f64 / cycles as f64
+        );
+        assert!(
+            seen <= cycles * bound,
+            "node {node}: {seen} renewal calls in {cycles} cycles for {leases} leases"
+        );
+        assert!(
+            seen >= cycles / 2,
+            "node {node}: renewal barely ran ({seen})"
+        );
+    }
+    let lost = guards.iter().filter(|g| g.is_lost()).count();
+    assert_eq!(lost, 0, "{lost} of {LEASES} leases lost in steady state");
+
+    // The shared slot migrates while renewals run.
+    let src = cluster.primary_for_key("{hot}:0");
+    let dst = primaries.iter().copied().find(|&p| p != src).unwrap();
+    let node = |i: usize| &cluster.nodes()[i];
+    let slot = node(src).cmd(&["CLUSTER", "KEYSLOT", "{hot}:0"]);
+    let (src_id, dst_id) = (
+        node(src).cmd(&["CLUSTER", "MYID"]),
+        node(dst).cmd(&["CLUSTER", "MYID"]),
+    );
+    assert_eq!(
+        node(dst).cmd(&["CLUSTER", "SETSLOT", &slot, "IMPORTING", &src_id]),
+        "OK"
+    );
+    assert_eq!(
+        node(src).cmd(&["CLUSTER", "SETSLOT", &slot, "MIGRATING", &dst_id]),
+        "OK"
+    );
+    let port = node(dst).port().to_string();
+    loop {
+        let keys = node(src).cmd(&["CLUSTER", "GETKEYSINSLOT", &slot, "50"]);
+        let keys: Vec<&str> = keys.lines().filter(|k| !k.is_empty()).collect();
+        if keys.is_empty() {
+            break;
+        }
+        let mut migrate = vec!["MIGRATE", "127.0.0.1", &port, "", "0", "5000", "KEYS"];
+        migrate.extend(keys.iter().copied());
+        assert_eq!(node(src).cmd(&migrate), "OK");
+        // Renewals meet the half-moved slot (ASK) between batches.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for &i in &primaries {
+        assert_eq!(
+            node(i).cmd(&["CLUSTER", "SETSLOT", &slot, "NODE", &dst_id]),
+            "OK"
+        );
+    }
+    // Several lease lengths after the move.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    // The promise: a guard that does not say lost still holds its lock
+    // (nobody else locks these names, so its key must still be there).
+    let mut held = tokio::task::JoinSet::new();
+    for g in guards.iter().filter(|g| !g.is_lost()) {
+        let (redis, name) = (c.redis().clone(), g.name().to_owned());
+        held.spawn(async move { (redis.exists::<i64, _>(&name).await, name) });
+    }
+    while let Some(done) = held.join_next().await {
+        let (exists, name) = done.unwrap();
+        assert_eq!(
+            exists.unwrap(),
+            1,
+            "{name} expired while its guard says held"
+        );
+    }
+    // Liveness is not promised through a live migration yet: fred 10.1
+    // follows ASK by reading the next frame of a pipelined connection, and
+    // its router task can end ("Max attempts reached"); leases renewed in
+    // that moment are declared lost (never silently). Say how many.
+    let lost: Vec<&str> = guards
+        .iter()
+        .filter(|g| g.is_lost())
+        .map(|g| g.name())
+        .collect();
+    let lost_hot = lost.iter().filter(|n| n.starts_with("{hot}")).count();
+    eprintln!(
+        "migration: {} of {LEASES} leases declared lost ({lost_hot} in the migrating slot)",
+        lost.len()
+    );
+    let released: Vec<_> = guards
+        .into_iter()
+        .map(|g| (g.is_lost(), tokio::spawn(g.unlock())))
+        .collect();
+    for (was_lost, r) in released {
+        match within(HANG, "unlock", r).await.unwrap() {
+            Ok(()) => {}
+            Err(leasehold::Error::NotHeld { .. }) if was_lost => {}
+            Err(e) => panic!("unlock of a held guard failed: {e}"),
+        }
+    }
+    assert_eq!(watchdog.lease_count(), 0);
+    c.shutdown().await.unwrap();
+}
