@@ -95,6 +95,15 @@
 //! holders, restarts, black-holed connections, lost replies) and what
 //! each does, every row exercised by a test.
 //!
+//! # Observability
+//!
+//! The engine records `tracing` spans for every acquire (lock, owner,
+//! outcome, attempts, wait time), release and watchdog renewal cycle, and
+//! a `WARN` event when a held lease is lost; [`Client::stats`] counts the
+//! same events per client, and the `metrics` feature sends them to the
+//! `metrics` facade. [`Stats`] lists every span, field and metric name;
+//! `examples/observability.rs` prints them around a contended run.
+//!
 //! # Cancel safety
 //!
 //! Every async method documents what a dropped future leaves behind. In
@@ -105,6 +114,9 @@
 //!
 //! * `blocking`: `leasehold::blocking`, a blocking client for code without an async
 //!   runtime (its own small runtime; the calling thread is the owner).
+//! * `metrics`: counters and a wait-time histogram through the `metrics`
+//!   facade crate, for the recorder the application installs (the names:
+//!   [`Stats`]). [`Client::stats`] gives the same counts without it.
 //! * `tls-rustls`, `tls-native-tls`: TLS (`rediss://` URLs, or a fred
 //!   `TlsConnector` in [`ClientBuilder::config`]). Without one, a
 //!   `rediss://` URL is refused rather than connected in plaintext.
@@ -133,6 +145,7 @@ mod owner;
 mod rw_lock;
 mod semaphore;
 
+pub use crate::core::stats::Stats;
 pub use crate::core::watchdog::Watchdog;
 pub use client::{Client, ClientBuilder};
 pub use error::{Error, Result, ServerOutcome, ServerResult};
@@ -193,6 +206,7 @@ mod bounds {
         is_unpin::<crate::Permit>();
         is_send_sync::<crate::CountDownLatch>();
         is_send_sync::<crate::Holder>();
+        is_send_sync::<crate::Stats>();
         #[cfg(feature = "blocking")]
         {
             is_send_sync::<crate::blocking::Client>();
