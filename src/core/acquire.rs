@@ -54,9 +54,8 @@ pub(crate) type Build<'a> = &'a (dyn Fn(&Lease, i64, u64) -> Call + Sync);
 
 /// One acquire's span and counts; dropped before `end`, it records the
 /// acquire as cancelled.
-struct Observed<'a> {
+struct Observed {
     span: Span,
-    counters: &'a Counters,
     started: Instant,
     /// Tries so far (bumped by the wait loop's attempt closure).
     attempts: u32,
@@ -86,7 +85,7 @@ pub(crate) async fn acquire(
         spec.init,
     );
     let fixed = spec.lease.is_some();
-    let mut observed = Observed::start(engine, &spec);
+    let mut observed = Observed::start(&spec);
     let attempts = &mut observed.attempts;
     let result = wait::wait_for(engine, spec.channel, spec.policy, spec.wait, || {
         *attempts += 1;
@@ -94,11 +93,14 @@ pub(crate) async fn acquire(
     })
     .instrument(observed.span.clone())
     .await;
-    observed.end(match &result {
-        Ok(Some(_)) => Outcome::Acquired,
-        Ok(None) => Outcome::Timeout,
-        Err(_) => Outcome::Error,
-    });
+    observed.end(
+        &engine.stats,
+        match &result {
+            Ok(Some(_)) => Outcome::Acquired,
+            Ok(None) => Outcome::Timeout,
+            Err(_) => Outcome::Error,
+        },
+    );
     result
 }
 
@@ -132,8 +134,8 @@ async fn attempt(
 
 // === impl Observed ===
 
-impl<'a> Observed<'a> {
-    fn start(engine: &'a Engine, spec: &Spec<'_>) -> Observed<'a> {
+impl Observed {
+    fn start(spec: &Spec<'_>) -> Observed {
         let span = tracing::debug_span!(
             "acquire",
             lock = %KeyName(spec.key),
@@ -144,7 +146,6 @@ impl<'a> Observed<'a> {
         );
         Observed {
             span,
-            counters: &engine.stats,
             started: Instant::now(),
             attempts: 0,
             ended: false,
@@ -152,10 +153,10 @@ impl<'a> Observed<'a> {
     }
 
     /// The acquire concluded: count it and close the span's fields.
-    fn end(&mut self, outcome: Outcome) {
+    fn end(&mut self, counters: &Counters, outcome: Outcome) {
         self.ended = true;
         let elapsed = self.started.elapsed();
-        self.counters.acquire_ended(outcome, self.attempts, elapsed);
+        counters.acquire_ended(outcome, self.attempts, elapsed);
         self.record(outcome.as_str(), elapsed);
     }
 
@@ -169,7 +170,7 @@ impl<'a> Observed<'a> {
     }
 }
 
-impl Drop for Observed<'_> {
+impl Drop for Observed {
     fn drop(&mut self) {
         if !self.ended {
             self.record("cancelled", self.started.elapsed());
