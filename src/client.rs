@@ -11,6 +11,7 @@ use fred::clients::Client as FredClient;
 use fred::types::config::Config;
 
 use crate::core::conn::Settings;
+use crate::core::stats::Stats;
 use crate::core::watchdog::Watchdog;
 use crate::core::{Engine, Options, ReplicaWait};
 use crate::error::{Error, Result};
@@ -202,6 +203,29 @@ impl Client {
     /// ```
     pub fn subscribed_channels(&self) -> usize {
         self.inner.engine.pubsub.channel_count()
+    }
+
+    /// What this client has done since it was built: acquisitions,
+    /// contention, waits, releases, renewals, losses, subscriptions (see
+    /// [`Stats`] for each count, the `metrics` feature's metric names and
+    /// the `tracing` spans). Counted per client, whatever the lock kind;
+    /// always on, no feature needed. Cheap: a few atomic loads.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+    /// let before = client.stats();
+    /// client.lock("orders:42").lock().await?.unlock().await?;
+    /// let after = client.stats();
+    /// assert_eq!(after.acquisitions - before.acquisitions, 1);
+    /// # Ok(()) }
+    /// ```
+    pub fn stats(&self) -> Stats {
+        let engine = &self.inner.engine;
+        let mut stats = engine.stats.snapshot();
+        stats.channels = engine.pubsub.channel_count();
+        stats
     }
 
     /// Gives back every hold this client handed out (waking waiters

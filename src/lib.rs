@@ -15,41 +15,111 @@
 //!
 //! # Example
 //!
+//! The safe way: run the work under the lock. It is cancelled if the
+//! lease is lost, and the lock is released after.
+//!
 //! ```no_run
+//! # async fn charge(_: u32) -> u32 { 0 }
 //! # async fn f() -> leasehold::Result<()> {
 //! let client = leasehold::Client::connect("redis://127.0.0.1:6379").await?;
 //! let lock = client.lock("orders:42");
 //!
+//! let receipt = lock.with(|_lease| async move {
+//!     charge(42).await            // dropped at an .await if the lease is lost
+//! }).await?;                      // Err(Error::Lost { .. }) then
+//! # let _ = receipt;
+//! # Ok(()) }
+//! ```
+//!
+//! With guards, for holds that outlive one block of code:
+//!
+//! ```no_run
+//! # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+//! let lock = client.lock("orders:42");
 //! let guard = lock.lock().await?;      // waits; the watchdog keeps the lease
 //! let again = lock.lock().await?;      // same task: re-enters (2 holds)
 //! drop(again);                         // gives one hold back
 //! guard.unlock().await?;               // frees the lock, wakes one waiter
+//! // `let _ = lock.lock().await?;` would release at once: bind guards to a name.
 //!
 //! client.shutdown().await?;
 //! # Ok(()) }
 //! ```
 //!
-//! # Guarantees and their limits
+//! # The identity rule
 //!
-//! * While a guard's lease is valid, no other owner holds the lock, on any
-//!   client in any process, as long as Redis keeps its data (a single
-//!   server, or a primary that does not fail over).
-//! * A lease ends: by unlock or drop; by expiry if the holder stops renewing
+//! A lock is held by an [`Owner`]: by default the current tokio task
+//! (outside a task, the current thread). A guard carries its owner, so it
+//! can move between tasks. Two consequences to know:
+//!
+//! * futures joined in one task (`join!`, `select!`) share its owner and
+//!   re-enter each other's locks instead of excluding each other: give each
+//!   its own with `Owner::new().scope(fut)`;
+//! * a task spawned by a holder is another owner: locking what its parent
+//!   holds, it waits for the parent — forever, if the parent awaits it.
+//!   Capture `Owner::current()` and use `owner.scope(..)` to re-enter on
+//!   purpose, or `try_lock_for` to find out instead of hanging.
+//!
+//! [`Owner`] has the full rule (task ids are unique among live tasks only).
+//!
+//! # Waiting
+//!
+//! Every acquire that waits runs one loop, shared by every lock kind:
+//!
+//! 1. try (one script call);
+//! 2. busy: subscribe to the lock's unlock channel (one subscription per
+//!    channel per client, however many tasks wait), then try again;
+//! 3. sleep until an unlock message wakes this waiter, or for the holder's
+//!    remaining lease (at most the recheck interval), then try again.
+//!
+//! A lost message costs at most one lease of waiting, never a hang; after
+//! a reconnect every waiter re-checks at once. No polling otherwise.
+//!
+//! # Failure model
+//!
+//! * **Guaranteed**: while a guard's lease is valid, no other owner holds
+//!   the lock, on any client in any process, as long as Redis keeps its
+//!   data (a single server, or a primary that does not fail over).
+//! * A lease ends by unlock or drop; by expiry if the holder stops renewing
 //!   (crash, partition); by [`Lock::force_unlock`]. The holder is told by
 //!   [`LockGuard::lost`] — for watchdog leases *before* Redis can expire the
-//!   lease, when renewal cannot be confirmed in time.
-//! * Not guaranteed: exclusion across a failover with asynchronous
+//!   lease, when renewal cannot be confirmed in time. A dropped acquire
+//!   holds nothing; nothing is counted twice after a lost reply.
+//! * **Not guaranteed**: exclusion across a failover with asynchronous
 //!   replication (the replica may not have the lock), or across a process
 //!   pause longer than the lease (a GC-like stall). Protect the resource
 //!   itself with a fencing check where that matters: a [`FencedLock`]
 //!   hands each acquire a token that only grows.
-//! * Futures joined inside one task share an owner (see [`Owner`]).
+//!
+//! The README's *Failure model* section has the table of faults (killed
+//! holders, restarts, black-holed connections, lost replies) and what
+//! each does, every row exercised by a test.
+//!
+//! # Observability
+//!
+//! The engine records `tracing` spans for every acquire (lock, owner,
+//! outcome, attempts, wait time), release and watchdog renewal cycle, and
+//! a `WARN` event when a held lease is lost; [`Client::stats`] counts the
+//! same events per client, and the `metrics` feature sends them to the
+//! `metrics` facade. [`Stats`] lists every span, field and metric name;
+//! `examples/observability.rs` prints them around a contended run.
 //!
 //! # Cancel safety
 //!
 //! Every async method documents what a dropped future leaves behind. In
 //! short: a dropped acquire holds nothing, a dropped `unlock` still
 //! releases, and a dropped guard releases in the background.
+//!
+//! # Feature flags
+//!
+//! * `blocking`: `leasehold::blocking`, a blocking client for code without an async
+//!   runtime (its own small runtime; the calling thread is the owner).
+//! * `metrics`: counters and a wait-time histogram through the `metrics`
+//!   facade crate, for the recorder the application installs (the names:
+//!   [`Stats`]). [`Client::stats`] gives the same counts without it.
+//! * `tls-rustls`, `tls-native-tls`: TLS (`rediss://` URLs, or a fred
+//!   `TlsConnector` in [`ClientBuilder::config`]). Without one, a
+//!   `rediss://` URL is refused rather than connected in plaintext.
 
 #![deny(
     missing_docs,
@@ -58,8 +128,10 @@
     unused_must_use
 )]
 #![warn(rust_2018_idioms)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 #[cfg(feature = "blocking")]
+#[cfg_attr(docsrs, doc(cfg(feature = "blocking")))]
 pub mod blocking;
 mod client;
 mod core;
@@ -73,6 +145,7 @@ mod owner;
 mod rw_lock;
 mod semaphore;
 
+pub use crate::core::stats::Stats;
 pub use crate::core::watchdog::Watchdog;
 pub use client::{Client, ClientBuilder};
 pub use error::{Error, Result, ServerOutcome, ServerResult};
@@ -133,6 +206,7 @@ mod bounds {
         is_unpin::<crate::Permit>();
         is_send_sync::<crate::CountDownLatch>();
         is_send_sync::<crate::Holder>();
+        is_send_sync::<crate::Stats>();
         #[cfg(feature = "blocking")]
         {
             is_send_sync::<crate::blocking::Client>();

@@ -111,9 +111,33 @@ impl Owner {
     /// belong to `self`, whichever task polls it.
     ///
     /// The scope does not cross `tokio::spawn`: a task spawned inside it
-    /// has its own owner unless it is scoped too. A spawned task that locks
-    /// what its (unscoped) parent holds waits for the parent: see the
-    /// identity rule on [`Owner`].
+    /// has its own owner unless it is scoped too.
+    ///
+    /// # A spawned child re-locking its parent's lock deadlocks silently
+    ///
+    /// A task spawned while its parent holds a lock is another owner. If
+    /// the child locks that lock with `lock()`, it waits for the parent to
+    /// unlock; if the parent awaits the child before unlocking, both wait
+    /// forever, with no error and no log line. Either re-enter on purpose
+    /// (run the child inside `Owner::current().scope(..)`, captured in the
+    /// parent, as in the example below), or take the lock in the child with
+    /// [`try_lock_for`](crate::Lock::try_lock_for): `Ok(None)` after the
+    /// bound tells you the lock is held by someone else — here, the parent.
+    /// See the identity rule on [`Owner`].
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # async fn f(lock: leasehold::Lock) -> leasehold::Result<()> {
+    /// let held = lock.lock().await?;
+    /// let child = lock.clone();
+    /// let found = tokio::spawn(async move {
+    ///     // Another owner: `child.lock()` would wait for the parent forever.
+    ///     child.try_lock_for(Duration::from_secs(5)).await
+    /// }).await.unwrap()?;
+    /// assert!(found.is_none(), "held by the parent, a different owner");
+    /// held.unlock().await?;
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Cancel safety
     ///

@@ -68,6 +68,9 @@ fn threads_exclude_each_other() {
     }
     assert_eq!(counter.load(Ordering::SeqCst), THREADS * ROUNDS);
     assert!(!exists(&server, "threads"));
+    let stats = client.stats();
+    assert_eq!(stats.acquisitions, THREADS * ROUNDS);
+    assert_eq!(stats.releases, THREADS * ROUNDS);
     client.shutdown().unwrap();
 }
 

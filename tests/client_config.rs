@@ -17,6 +17,7 @@ fn invalid_message<T: std::fmt::Debug>(r: leasehold::Result<T>) -> String {
 }
 
 /// Connections the server has accepted so far.
+#[cfg(not(any(feature = "tls-rustls", feature = "tls-native-tls")))]
 fn connections(server: &RedisServer) -> u64 {
     let info = server.cmd(&["INFO", "stats"]);
     info.lines()

@@ -61,7 +61,7 @@ use crate::error::{Error, Result};
 use crate::guard::LeaseSignal;
 use crate::lock::Holder;
 use crate::owner::Owner;
-use crate::Watchdog;
+use crate::{Stats, Watchdog};
 
 /// A blocking [`Client`](crate::Client): the same connections and
 /// watchdog, driven by a runtime the client owns.
@@ -173,6 +173,20 @@ impl Client {
     /// ```
     pub fn watchdog(&self) -> &Watchdog {
         self.inner.client.watchdog()
+    }
+
+    /// What this client has done since it was built (see
+    /// [`Client::stats`](crate::Client::stats) and [`Stats`]).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # fn f(client: leasehold::blocking::Client) {
+    /// println!("{} acquisitions", client.stats().acquisitions);
+    /// # }
+    /// ```
+    pub fn stats(&self) -> Stats {
+        self.inner.client.stats()
     }
 
     /// Gives back every hold, stops renewing, closes the connections (see

@@ -6,17 +6,25 @@
 //! there wakes) and how one try is sent ([`Build`]: its acquire script's
 //! call); the engine does the rest — lease records, turns, unknown
 //! outcomes, cancellation, waiting (see `hold.rs` and `wait.rs`).
+//!
+//! Each acquire runs in an `acquire` span (`lock`, `owner`, then
+//! `outcome`, `attempts`, `wait_ms` when it concludes) and is counted once
+//! in the client's [`Counters`] when it concludes; a dropped acquire
+//! records `outcome = "cancelled"` and counts nothing.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use fred::types::Key;
 use tokio::time::Instant;
+use tracing::field::Empty;
+use tracing::{Instrument, Span};
 
 use super::call::Call;
 use super::hold::{self, Attempt, Hold, Request};
 use super::lease::{Lease, LeaseInit, LeaseRef, Term};
 use super::pubsub::Policy;
+use super::stats::{Counters, KeyName, Outcome};
 use super::wait::{self, Step};
 use super::{lease_millis, Engine};
 use crate::error::Result;
@@ -44,6 +52,16 @@ pub(crate) struct Spec<'a> {
 /// and the request id.
 pub(crate) type Build<'a> = &'a (dyn Fn(&Lease, i64, u64) -> Call + Sync);
 
+/// One acquire's span and counts; dropped before `end`, it records the
+/// acquire as cancelled.
+struct Observed {
+    span: Span,
+    started: Instant,
+    /// Tries so far (bumped by the wait loop's attempt closure).
+    attempts: u32,
+    ended: bool,
+}
+
 /// Acquires per `spec`; `Ok(None)` when the wait ran out.
 ///
 /// # Cancel safety
@@ -67,10 +85,23 @@ pub(crate) async fn acquire(
         spec.init,
     );
     let fixed = spec.lease.is_some();
-    wait::wait_for(engine, spec.channel, spec.policy, spec.wait, || {
+    let mut observed = Observed::start(&spec);
+    let attempts = &mut observed.attempts;
+    let result = wait::wait_for(engine, spec.channel, spec.policy, spec.wait, || {
+        *attempts += 1;
         Box::pin(attempt(engine, &lease, fixed, lease_ms, build))
     })
-    .await
+    .instrument(observed.span.clone())
+    .await;
+    observed.end(
+        &engine.stats,
+        match &result {
+            Ok(Some(_)) => Outcome::Acquired,
+            Ok(None) => Outcome::Timeout,
+            Err(_) => Outcome::Error,
+        },
+    );
+    result
 }
 
 /// One try. Cancel safe (see `hold::acquire`).
@@ -94,6 +125,55 @@ async fn attempt(
     .await?;
     Ok(match attempt {
         Attempt::Held(hold) => Step::Done(hold),
-        Attempt::Busy(retry) => Step::Busy(retry),
+        Attempt::Busy(retry) => {
+            engine.stats.busy();
+            Step::Busy(retry)
+        }
     })
+}
+
+// === impl Observed ===
+
+impl Observed {
+    fn start(spec: &Spec<'_>) -> Observed {
+        let span = tracing::debug_span!(
+            "acquire",
+            lock = %KeyName(spec.key),
+            owner = spec.owner,
+            outcome = Empty,
+            attempts = Empty,
+            wait_ms = Empty,
+        );
+        Observed {
+            span,
+            started: Instant::now(),
+            attempts: 0,
+            ended: false,
+        }
+    }
+
+    /// The acquire concluded: count it and close the span's fields.
+    fn end(&mut self, counters: &Counters, outcome: Outcome) {
+        self.ended = true;
+        let elapsed = self.started.elapsed();
+        counters.acquire_ended(outcome, self.attempts, elapsed);
+        self.record(outcome.as_str(), elapsed);
+    }
+
+    fn record(&self, outcome: &'static str, elapsed: Duration) {
+        if self.span.is_disabled() {
+            return;
+        }
+        self.span.record("outcome", outcome);
+        self.span.record("attempts", self.attempts);
+        self.span.record("wait_ms", elapsed.as_millis() as u64);
+    }
+}
+
+impl Drop for Observed {
+    fn drop(&mut self) {
+        if !self.ended {
+            self.record("cancelled", self.started.elapsed());
+        }
+    }
 }

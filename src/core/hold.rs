@@ -19,17 +19,23 @@
 //! * **Shutdown**: every counted hold is given back ([`drain`]); an
 //!   acquire that completes after shutdown began gives its hold back
 //!   itself, under the same turn, and reports `Error::Shutdown`.
+//!
+//! Every release (unlock, drop, shutdown) runs in a `release` span
+//! (`lock`, `owner`, `holds`, `outcome`); each release call that ran is
+//! counted in the client's counters.
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use tokio::sync::OwnedMutexGuard;
 use tokio::time::Instant;
+use tracing::{Instrument, Span};
 
 use super::background::{BoxFuture, Job};
 use super::call::{Call, Outcome};
 use super::conn::Conn;
-use super::lease::{AcquireReply, LeaseRef, ReleaseReply, Signal, Term};
+use super::lease::{AcquireReply, Lease, LeaseRef, ReleaseReply, Signal, Term};
+use super::stats::KeyName;
 use super::Engine;
 use crate::error::{Error, Result};
 
@@ -288,6 +294,15 @@ impl Hold {
     /// Cancel safe: dropped before the release is sent, it is sent in the
     /// background; dropped while under way, a background job settles it.
     pub(crate) async fn release(self) -> Result<bool> {
+        let span = match &self.parts {
+            Some(parts) => release_span(&parts.lease, 1),
+            None => Span::none(),
+        };
+        self.release_in(&span).instrument(span.clone()).await
+    }
+
+    /// [`release`](Self::release), recording its outcome in `span`.
+    async fn release_in(self, span: &Span) -> Result<bool> {
         let engine = self.engine.clone();
         let mut unsent = Unsent {
             engine: engine.clone(),
@@ -302,6 +317,7 @@ impl Hold {
         let turn = unsent.lease().turn().await;
         let parts = unsent.take();
         if !parts.lease.is_current(parts.incarnation) {
+            record_release(span, Ok(ReleaseReply::NotHeld));
             return Ok(false);
         }
         let rid = parts.lease.conn.rid();
@@ -321,16 +337,22 @@ impl Hold {
         match outcome {
             Ok(Outcome::Ran(reply)) => {
                 flight.finish();
+                engine.stats.released();
                 let reply = parts.lease.kind.release_reply(&reply);
                 parts.lease.released(reply, 1, sent, ttl);
+                record_release(span, Ok(reply));
                 Ok(reply != ReleaseReply::NotHeld)
             }
             Ok(Outcome::Stale) => {
                 flight.finish();
+                record_release(span, Err(()));
                 Err(Error::Redis(protocol("a fresh release was reported stale")))
             }
             // A background job keeps resolving it.
-            Err(e) => Err(Error::Redis(e)),
+            Err(e) => {
+                record_release(span, Err(()));
+                Err(Error::Redis(e))
+            }
         }
     }
 
@@ -374,13 +396,30 @@ async fn give_back(
     if !lease.is_current(parts.incarnation) {
         return Ok(ReleaseReply::NotHeld);
     }
+    let span = release_span(lease, count);
+    let result = send_give_back(conn, lease, parts.term, count, rid)
+        .instrument(span.clone())
+        .await;
+    record_release(&span, result.as_ref().copied().map_err(|_| ()));
+    result
+}
+
+/// The call of [`give_back`].
+async fn send_give_back(
+    conn: &Conn,
+    lease: &LeaseRef,
+    term: Term,
+    count: u32,
+    rid: &OnceLock<u64>,
+) -> Result<ReleaseReply> {
     let rid = *rid.get_or_init(|| conn.rid());
-    let ttl_ms = lease.requirement_ms(parts.term);
+    let ttl_ms = lease.requirement_ms(term);
     let call = lease.kind.release_call(lease, count, ttl_ms, rid);
     let sent = Instant::now();
     lease.begin_call();
     match call.run(conn).await {
         Ok(Outcome::Ran(reply)) => {
+            lease.stats.released();
             let reply = lease.kind.release_reply(&reply);
             lease.released(reply, count, sent, Duration::from_millis(ttl_ms as u64));
             Ok(reply)
@@ -530,6 +569,7 @@ impl Job for Settle {
                     }
                 }
                 (Ok(Outcome::Ran(reply)), SettleKind::Release { sent, ttl }) => {
+                    lease.stats.released();
                     lease.released(lease.kind.release_reply(&reply), 1, sent, ttl);
                 }
                 (Ok(Outcome::Stale), _) => {}
@@ -562,6 +602,28 @@ impl Job for Drop_ {
     fn order(&self) -> u64 {
         self.rid.get().copied().unwrap_or(u64::MAX)
     }
+}
+
+/// The span of one release call.
+fn release_span(lease: &Lease, holds: u32) -> Span {
+    tracing::debug_span!(
+        "release",
+        lock = %KeyName(&lease.key),
+        owner = lease.owner,
+        holds,
+        outcome = tracing::field::Empty,
+    )
+}
+
+/// Records a release's outcome in its span (`Err`: no definite outcome).
+fn record_release(span: &Span, outcome: std::result::Result<ReleaseReply, ()>) {
+    let outcome = match outcome {
+        Ok(ReleaseReply::Freed) => "freed",
+        Ok(ReleaseReply::Remaining) => "remaining",
+        Ok(ReleaseReply::NotHeld) => "not_held",
+        Err(()) => "error",
+    };
+    span.record("outcome", outcome);
 }
 
 fn protocol(details: &'static str) -> fred::error::Error {

@@ -48,6 +48,7 @@ use tokio::time::Instant;
 
 use super::call::Call;
 use super::conn::Conn;
+use super::stats::{Counters, KeyName};
 use super::watchdog::{Renewal, Watchdog};
 
 /// What a primitive tells the engine about its leases: how to give a hold
@@ -126,6 +127,8 @@ pub(crate) struct Lease {
     pub(crate) owner: u64,
     pub(crate) tag: u8,
     pub(crate) watchdog: Watchdog,
+    /// The client's counters (renewals and losses are counted per lease).
+    pub(crate) stats: Arc<Counters>,
     turn: Arc<tokio::sync::Mutex<()>>,
     /// Changed only under the turn, except the requirement counts (by
     /// guards, any time) and the watchdog's gen-checked updates.
@@ -162,6 +165,8 @@ pub(crate) struct LeaseInit {
 #[derive(Debug, Default)]
 pub(crate) struct Leases {
     map: DashMap<Key, Vec<Arc<Lease>>>,
+    /// The client's counters, given to every lease.
+    pub(crate) stats: Arc<Counters>,
 }
 
 /// A counted reference to a lease in a table; the last one (when no hold
@@ -208,6 +213,7 @@ impl Leases {
                     owner,
                     tag,
                     watchdog: watchdog.clone(),
+                    stats: self.stats.clone(),
                     turn: Arc::default(),
                     state: Mutex::new(State {
                         signal: Signal::new(Instant::now()),
@@ -511,8 +517,9 @@ impl Lease {
             if s.holds == 0 && s.signal.is_lost_flag() {
                 return;
             }
-            if s.holds > 0 {
-                tracing::warn!(key = ?self.key, field = %self.field, why, "lease lost");
+            // Reported once per loss: not again after `declare_lost`.
+            if s.holds > 0 && !s.signal.is_lost_flag() {
+                self.report_lost(why);
             }
             s.incarnation += 1;
             s.holds = 0;
@@ -534,13 +541,19 @@ impl Lease {
             if s.signal.is_lost_flag() {
                 return;
             }
-            tracing::warn!(key = ?self.key, field = %self.field, why, "lease lost");
+            self.report_lost(why);
             (s.signal.clone(), std::mem::take(&mut s.registered))
         };
         if deregister {
             self.watchdog.deregister(self);
         }
         signal.mark_lost();
+    }
+
+    /// Counts a loss of a held lease and says so (a `WARN` event).
+    fn report_lost(&self, why: &str) {
+        self.stats.lost();
+        tracing::warn!(lock = %KeyName(&self.key), owner = self.owner, why, "lease lost");
     }
 
     /// Shutdown: every hold is given back by the caller (returned: how
@@ -596,10 +609,19 @@ impl Sent {
     /// A renewal sent at `sent` found the field and raised its TTL to at
     /// least `ttl`.
     pub(crate) fn renewed(&self, sent: Instant, ttl: Duration) {
+        if !ttl.is_zero() {
+            self.lease.stats.renewed();
+        }
         let s = self.lease.state.lock();
         if s.gen == self.gen && !ttl.is_zero() {
             s.signal.extend(sent + ttl);
         }
+    }
+
+    /// A renewal of this lease got no answer in time (counted; whether
+    /// it is lost is the watchdog's call).
+    pub(crate) fn unanswered(&self) {
+        self.lease.stats.renewal_failed();
     }
 
     /// A renewal found the field gone.

@@ -23,6 +23,7 @@
 //! | `pubsub` | one subscription per channel per client; messages wake one, all or N local waiters |
 //! | `wait` | the one wait loop: try, subscribe, try, sleep until woken or the bound, repeat |
 //! | `acquire` | the acquire every lock kind uses: its lease for the current owner, the wait loop, one latched call per try |
+//! | `stats` | the client's counters (`Stats`), their `metrics` mirror, and what the `tracing` spans record |
 //!
 //! # How a hold stays true
 //!
@@ -55,6 +56,7 @@ pub(crate) mod hold;
 pub(crate) mod lease;
 pub(crate) mod pubsub;
 pub(crate) mod script;
+pub(crate) mod stats;
 pub(crate) mod wait;
 pub(crate) mod watchdog;
 
@@ -78,6 +80,8 @@ pub(crate) struct Engine {
     pub(crate) conn: Arc<Conn>,
     pub(crate) pubsub: PubSub,
     pub(crate) leases: Arc<Leases>,
+    /// What this client has done (`Client::stats`); shared with its leases.
+    pub(crate) stats: Arc<stats::Counters>,
     pub(crate) background: Arc<Background>,
     pub(crate) watchdog: Watchdog,
     /// Longest a waiter sleeps without re-checking.
@@ -176,10 +180,12 @@ impl Engine {
             conn.clustered.then(|| conn.redis.cluster_change_rx()),
         );
         let reconnects = conn.redis.reconnect_rx();
+        let leases: Arc<Leases> = Arc::default();
         let engine = Arc::new(Engine {
             background: Background::new(runtime.clone(), conn.clone()),
             pubsub,
-            leases: Arc::default(),
+            stats: leases.stats.clone(),
+            leases,
             watchdog: options.watchdog,
             recheck_interval: options.recheck_interval,
             replicas: options.replicas,

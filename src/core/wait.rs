@@ -83,6 +83,7 @@ where
                 };
                 match subscribed {
                     Ok(s) => {
+                        engine.stats.subscribed();
                         subscription = Some(s);
                         continue;
                     }

@@ -53,6 +53,7 @@ use fred::types::{Key, Value};
 use parking_lot::Mutex;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use super::conn::Conn;
 use super::lease::{Lease, LeaseRef, Sent};
@@ -127,6 +128,8 @@ struct Inner {
     task: Mutex<Option<tokio::task::JoinHandle<()>>>,
     /// Renewal script calls sent so far.
     calls: AtomicU64,
+    /// Lease renewals that got no answer in time, so far (`give_up`).
+    failures: AtomicU64,
 }
 
 /// Where a batch goes.
@@ -178,6 +181,7 @@ impl Watchdog {
                 leases: DashMap::new(),
                 task: Mutex::new(None),
                 calls: AtomicU64::new(0),
+                failures: AtomicU64::new(0),
             }),
         })
     }
@@ -350,6 +354,20 @@ impl Watchdog {
         self.inner.calls.load(Ordering::Relaxed)
     }
 
+    /// Lease renewals that got no answer in time (call failed or timed
+    /// out) since the watchdog was made, one per lease per cycle.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// let wd = leasehold::Watchdog::new(Duration::from_secs(30)).unwrap();
+    /// assert_eq!(wd.renewal_failures(), 0);
+    /// ```
+    pub fn renewal_failures(&self) -> u64 {
+        self.inner.failures.load(Ordering::Relaxed)
+    }
+
     /// Starts renewing `lease`.
     pub(crate) fn register(&self, lease: Arc<Lease>) {
         self.inner
@@ -409,8 +427,24 @@ async fn run(inner: Weak<Inner>) {
         ticker.tick().await;
         let Some(inner) = inner.upgrade() else { return };
         let leases: Vec<Sent> = inner.leases.iter().map(|l| l.value().snapshot()).collect();
-        let calls = renew(leases, inner.timeout, inner.interval, inner.batch_size).await;
+        let span = tracing::debug_span!(
+            "renewal",
+            leases = leases.len(),
+            calls = tracing::field::Empty,
+            failures = tracing::field::Empty,
+        );
+        let failed_before = inner.failures.load(Ordering::Relaxed);
+        let calls = renew(leases, inner.timeout, inner.interval, inner.batch_size)
+            .instrument(span.clone())
+            .await;
         inner.calls.fetch_add(calls, Ordering::Relaxed);
+        // Failures of this cycle (and of a reconnect check running beside it).
+        let failures = inner
+            .failures
+            .load(Ordering::Relaxed)
+            .saturating_sub(failed_before);
+        span.record("calls", calls);
+        span.record("failures", failures);
     }
 }
 
@@ -637,7 +671,12 @@ fn apply(batch: Vec<Sent>, verdict: Vec<i64>, sent_at: Instant, ttl: Duration) -
 /// now, while Redis still keeps them.
 fn give_up(batch: &[Sent], sent_at: Instant, interval: Duration) {
     let next_verdict = sent_at + interval + interval / 2 + interval / 4;
+    if let Some(first) = batch.first() {
+        let failures = &first.lease.watchdog.inner.failures;
+        failures.fetch_add(batch.len() as u64, Ordering::Relaxed);
+    }
     for sent in batch {
+        sent.unanswered();
         if sent.expires_before(next_verdict) {
             sent.lease
                 .declare_lost("renewal could not be confirmed in time");

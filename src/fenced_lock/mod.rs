@@ -1,28 +1,6 @@
 //! The fenced lock (Redisson `RFencedLock`): a reentrant lock whose every
-//! acquire takes a fencing token that only grows.
-//!
-//! # When to use
-//!
-//! A lock alone cannot stop a holder that *believes* it still holds: a
-//! process paused for longer than its lease (GC, swapping, a stopped VM), a
-//! request delayed in the network, or a failover that lost the lock's key
-//! lets a second holder in while the first one still writes. The guard's
-//! [`lost`](LockGuard::lost) signal fires only once the paused task runs
-//! again, which is too late for a write already on its way.
-//!
-//! **Fencing** closes that hole at the resource itself. Each acquire hands
-//! out a token larger than every token handed out before; the holder sends
-//! it with every write; the protected resource (a database row, a storage
-//! service) keeps the largest token it has seen and refuses writes that
-//! carry a smaller one. Once a newer holder has written, a late write of
-//! an older one is refused, whatever the old holder believed. That check
-//! needs no timing assumption, so it is the real safety net; the lock's
-//! leases then only keep holders from getting in each other's way.
-//!
-//! Use a fenced lock when a write under a lost lock would do harm and the
-//! resource can check a number (a conditional update, a compare-and-set, a
-//! column `fence` with `WHERE fence <= $token`). If the resource cannot
-//! check tokens, a token buys nothing: use a [`Lock`](crate::Lock).
+//! acquire takes a fencing token that only grows. When to use it and what
+//! tokens promise: see [`FencedLock`].
 //!
 //! # Keys, channel and scripts
 //!
@@ -46,41 +24,6 @@
 //! with both. One owner may mix them: their holds are holds of one field,
 //! counted in one lease record (the fenced lock acquires through the plain
 //! lock, with its own script).
-//!
-//! # Tokens
-//!
-//! * **They only grow**: across owners, clients and processes, because one
-//!   atomic `INCR` on one key hands them out; across server restarts when
-//!   Redis persists every write (`appendonly yes`, `appendfsync always`;
-//!   with `everysec` a crash can lose the last second of increments).
-//!   Tokens that go back repeat: an old holder and a new one can then
-//!   carry the same token, and a resource must accept a token equal to
-//!   the largest it saw (a holder writes more than once), so it would take
-//!   both. Without persistence a restart forgets the counter (and the lock)
-//!   and tokens start again at 1. With asynchronous replication a failover
-//!   can lose the last increments: use
-//!   [`wait_for_replicas`](crate::ClientBuilder::wait_for_replicas) so a
-//!   guard is only returned once replicas have its increment.
-//! * **Each guard has its own.** A re-entry takes a new, larger token; an
-//!   outer guard's token is then older than one the resource may have seen.
-//!   Write with the newest guard's token.
-//! * **An acquire that fails or is dropped may still use up a token**
-//!   (the script ran, then the hold was given back). Tokens have gaps; they
-//!   never repeat.
-//!
-//! # The token key never expires
-//!
-//! A token counter with a TTL could vanish and restart at 1, breaking the
-//! only promise tokens make. So, as in Redisson, it has none, and one small
-//! key stays behind for every name ever locked (Redisson #6510 reports 25
-//! million of them). For a fixed set of names that costs nothing. For
-//! names made per item (`order:{id}`), delete the counters of names that
-//! will never be locked again with [`FencedLock::delete_token`]. It refuses
-//! while the lock is held, but it cannot know whether a paused process
-//! still holds an old token, or whether the resource still remembers one:
-//! after a delete, tokens start again at 1. Only delete a counter when the
-//! name is retired for good, or when the resource forgets its largest token
-//! for that name at the same time.
 //!
 //! # Waiting, dropping, cancelling
 //!
@@ -110,10 +53,68 @@ use crate::lock::Lock;
 /// sent until a method is called.
 ///
 /// Holders send their token with each write, and the protected resource
-/// refuses tokens smaller than the largest it has seen (see the module
-/// docs, *When to use*). Holds, leases, re-entry, the watchdog and waiting
-/// are the plain lock's; a fenced lock and a [`Lock`](crate::Lock) of the
-/// same name are one lock.
+/// refuses tokens smaller than the largest it has seen (see *When to
+/// use* below). Holds, leases, re-entry, the watchdog and waiting are the
+/// plain lock's; a fenced lock and a [`Lock`](crate::Lock) of the same
+/// name are one lock.
+///
+/// # When to use
+///
+/// A lock alone cannot stop a holder that *believes* it still holds: a
+/// process paused for longer than its lease (GC, swapping, a stopped VM), a
+/// request delayed in the network, or a failover that lost the lock's key
+/// lets a second holder in while the first one still writes. The guard's
+/// [`lost`](LockGuard::lost) signal fires only once the paused task runs
+/// again, which is too late for a write already on its way.
+///
+/// **Fencing** closes that hole at the resource itself. Each acquire hands
+/// out a token larger than every token handed out before; the holder sends
+/// it with every write; the protected resource (a database row, a storage
+/// service) keeps the largest token it has seen and refuses writes that
+/// carry a smaller one. Once a newer holder has written, a late write of
+/// an older one is refused, whatever the old holder believed. That check
+/// needs no timing assumption, so it is the real safety net; the lock's
+/// leases then only keep holders from getting in each other's way.
+///
+/// Use a fenced lock when a write under a lost lock would do harm and the
+/// resource can check a number (a conditional update, a compare-and-set, a
+/// column `fence` with `WHERE fence <= $token`). If the resource cannot
+/// check tokens, a token buys nothing: use a [`Lock`](crate::Lock).
+///
+/// # Tokens
+///
+/// * **They only grow**: across owners, clients and processes, because one
+///   atomic `INCR` on one key hands them out; across server restarts when
+///   Redis persists every write (`appendonly yes`, `appendfsync always`;
+///   with `everysec` a crash can lose the last second of increments).
+///   Tokens that go back repeat: an old holder and a new one can then
+///   carry the same token, and a resource must accept a token equal to
+///   the largest it saw (a holder writes more than once), so it would take
+///   both. Without persistence a restart forgets the counter (and the lock)
+///   and tokens start again at 1. With asynchronous replication a failover
+///   can lose the last increments: use
+///   [`wait_for_replicas`](crate::ClientBuilder::wait_for_replicas) so a
+///   guard is only returned once replicas have its increment.
+/// * **Each guard has its own.** A re-entry takes a new, larger token; an
+///   outer guard's token is then older than one the resource may have seen.
+///   Write with the newest guard's token.
+/// * **An acquire that fails or is dropped may still use up a token**
+///   (the script ran, then the hold was given back). Tokens have gaps; they
+///   never repeat.
+///
+/// # The token key never expires
+///
+/// A token counter with a TTL could vanish and restart at 1, breaking the
+/// only promise tokens make. So, as in Redisson, it has none, and one small
+/// key stays behind for every name ever locked (Redisson #6510 reports 25
+/// million of them). For a fixed set of names that costs nothing. For
+/// names made per item (`order:{id}`), delete the counters of names that
+/// will never be locked again with [`FencedLock::delete_token`]. It refuses
+/// while the lock is held, but it cannot know whether a paused process
+/// still holds an old token, or whether the resource still remembers one:
+/// after a delete, tokens start again at 1. Only delete a counter when the
+/// name is retired for good, or when the resource forgets its largest token
+/// for that name at the same time.
 ///
 /// # Example
 ///
@@ -231,8 +232,8 @@ impl FencedLock {
 
     /// The token counter's key: `redisson_lock_token:{<key>}`, or
     /// `redisson_lock_token:<key>` if the key contains `{` (Redisson's
-    /// rule: it shares the lock's hash slot). It never expires (see the
-    /// module docs).
+    /// rule: it shares the lock's hash slot). It never expires (see
+    /// [`FencedLock`], *The token key never expires*).
     ///
     /// # Example
     ///
@@ -500,7 +501,7 @@ impl FencedLock {
     }
 
     /// Deletes the token counter of a name that is no longer used, so it
-    /// does not stay in Redis forever (see the module docs, *The token key
+    /// does not stay in Redis forever (see [`FencedLock`], *The token key
     /// never expires*). Returns `true` if it was deleted, `false` if nothing
     /// was: the lock is held (by anyone, through any handle: checked in the
     /// same step as the delete) or there was no counter.

@@ -46,6 +46,12 @@ const FEATURE_RUNS: &[FeatureRun] = &[
         features: "blocking",
         select: &["--doc", "blocking"],
     },
+    // The `metrics` recorder test (the other observability tests run in
+    // the workspace run too).
+    FeatureRun {
+        features: "metrics",
+        select: &["--test", "observability"],
+    },
 ];
 
 /// Workspace members `cargo xtask test` leaves out: `leasehold-compare` is a
