@@ -4,7 +4,6 @@
 use crate::server::{info_field, RedisServer};
 use std::fs::{self, File};
 use std::io;
-use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -502,14 +501,10 @@ impl RedisCluster {
 }
 
 /// Starts one cluster-enabled server. The cluster bus port is picked
-/// explicitly: the default (port + 10000) is out of range for ports above
-/// 55535, which the harness's ephemeral ports often are.
+/// explicitly, afresh on each start attempt: the default (port + 10000) is
+/// out of range for ports above 55535, which the harness's ephemeral ports
+/// often are, and any picked port can be taken by a connection meanwhile.
 fn start_node() -> RedisServer {
-    let bus_port = TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap_or_else(|e| panic!("cannot bind 127.0.0.1:0 to pick a port: {e}"))
-        .to_string();
     RedisServer::start_with(&[
         "--cluster-enabled",
         "yes",
@@ -519,7 +514,7 @@ fn start_node() -> RedisServer {
         "--cluster-node-timeout",
         "1000",
         "--cluster-port",
-        &bus_port,
+        crate::server::FRESH_PORT,
         // A primary waits 5 s by default before a diskless full sync, to
         // batch replicas; nothing to batch here.
         "--repl-diskless-sync-delay",

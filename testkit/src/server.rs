@@ -27,6 +27,10 @@ static COUNTER: AtomicU64 = AtomicU64::new(0);
 
 /// A `redis-server` child process on a loopback port, with its own temp dir.
 ///
+/// An argument of [`RedisServer::start_with`] replaced by a free port on
+/// each start attempt.
+pub const FRESH_PORT: &str = "{fresh-port}";
+
 /// The process is killed (SIGKILL), reaped and its temp dir removed on drop.
 #[derive(Debug)]
 pub struct RedisServer {
@@ -49,7 +53,9 @@ impl RedisServer {
     /// e.g. `&["--requirepass", "secret"]`.
     ///
     /// Retries on a different port (up to 5 times) if the process exits
-    /// during start-up, which covers losing a race for the port.
+    /// during start-up, which covers losing a race for the port. An
+    /// argument equal to [`FRESH_PORT`] is replaced by another free port on
+    /// each attempt (e.g. a cluster bus port), and kept for restarts.
     pub fn start_with(extra_args: &[&str]) -> RedisServer {
         // Built up front so that its `Drop` removes the temp dir if start-up
         // panics.
@@ -61,8 +67,19 @@ impl RedisServer {
             password: None,
         };
         let mut failures = Vec::new();
+        let wanted = server.extra_args.clone();
         for attempt in 1..=START_ATTEMPTS {
             let port = free_port();
+            server.extra_args = wanted
+                .iter()
+                .map(|a| {
+                    if a == FRESH_PORT {
+                        free_port().to_string()
+                    } else {
+                        a.clone()
+                    }
+                })
+                .collect();
             match launch(port, &server.dir, &server.extra_args) {
                 Launch::Ready(child) => {
                     server.port = port;
