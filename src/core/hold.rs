@@ -321,8 +321,10 @@ impl Hold {
         match outcome {
             Ok(Outcome::Ran(reply)) => {
                 flight.finish();
-                let reply = parts.lease.kind.release_reply(&reply);
+                let raw = reply;
+                let reply = parts.lease.kind.release_reply(&raw);
                 parts.lease.released(reply, 1, sent, ttl);
+                parts.lease.kind.after_release(&parts.lease, &raw);
                 Ok(reply != ReleaseReply::NotHeld)
             }
             Ok(Outcome::Stale) => {
@@ -381,8 +383,10 @@ async fn give_back(
     lease.begin_call();
     match call.run(conn).await {
         Ok(Outcome::Ran(reply)) => {
-            let reply = lease.kind.release_reply(&reply);
+            let raw = reply;
+            let reply = lease.kind.release_reply(&raw);
             lease.released(reply, count, sent, Duration::from_millis(ttl_ms as u64));
+            lease.kind.after_release(lease, &raw);
             Ok(reply)
         }
         Ok(Outcome::Stale) => Ok(ReleaseReply::NotHeld),
@@ -531,6 +535,7 @@ impl Job for Settle {
                 }
                 (Ok(Outcome::Ran(reply)), SettleKind::Release { sent, ttl }) => {
                     lease.released(lease.kind.release_reply(&reply), 1, sent, ttl);
+                    lease.kind.after_release(lease, &reply);
                 }
                 (Ok(Outcome::Stale), _) => {}
                 (Err(e), _) => {
