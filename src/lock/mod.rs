@@ -28,6 +28,7 @@
 
 mod holders;
 
+pub(crate) use holders::holders_of;
 pub use holders::Holder;
 
 use std::future::Future;
