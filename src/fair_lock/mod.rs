@@ -40,7 +40,11 @@
 //!   whose process died is purged at most 5 s after it last refreshed: the
 //!   client that released the lock to it sees nobody received the message
 //!   and checks again when that timeout passes (`queue.rs`). Waiters
-//!   never spin on the script meanwhile.
+//!   never spin on the script meanwhile. A waiter whose machine vanished
+//!   without its connections being closed still looks subscribed to
+//!   Redis: then the waiters behind it notice at their next re-check (the
+//!   lock's remaining lease, at most the client's re-check interval, 30 s
+//!   by default), plus the 5 s.
 //! * **Dropped waiters** leave the queue at once (list and zset), in the
 //!   background if their future was dropped. A waiter that timed out
 //!   leaves before `try_lock_for` returns.
