@@ -26,8 +26,11 @@
 //!
 //! # Waiting
 //!
-//! The engine's wait loop (`core/wait.rs`), on the waiter's own channel:
-//! the first busy try queues the waiter; it then sleeps until its message,
+//! The engine's wait loop (`core/wait.rs`), on the waiter's own channel,
+//! which stays subscribed until a second after the hold the wait got ends
+//! (an owner that locks again soon starts subscribed, so queueing and
+//! taking the lock cost one script call each): the first busy try queues
+//! the waiter; it then sleeps until its message,
 //! or until the lock's TTL (a holder that died), or, when the lock is free
 //! and another waiter heads the queue, until that waiter's timeout (it may
 //! be dead); the engine's re-check interval bounds every sleep. One
@@ -154,6 +157,10 @@ struct FairKind;
 
 /// Tells a fair lock's leases from other primitives' on the same key.
 const TAG: u8 = 2;
+
+/// How long a waiter's channel stays subscribed after the hold it got
+/// ends (see `FairLock::acquire`).
+const LINGER: Duration = Duration::from_secs(1);
 
 fn scripts() -> &'static Scripts {
     macro_rules! queued {
@@ -705,6 +712,10 @@ impl FairLock {
             let hold = acquire(engine, spec, &build).await?;
             return Ok(hold.map(|h| self.guard(h, owner)));
         }
+        // The waiter's channel stays subscribed from now until a moment
+        // after the hold it gets ends, so an owner that locks again and
+        // again queues and is told with one script call each.
+        let pin = engine.pubsub.pin(&own_channel, wake_one).await;
         // Dropped from here on, the waiter leaves the queue.
         let lease_ref = engine.leases.get(
             &engine.conn,
@@ -732,7 +743,15 @@ impl FairLock {
             }
         };
         match &outcome {
-            Ok(Some(_)) => queued.disarm(),
+            Ok(Some(hold)) => {
+                queued.disarm();
+                let signal = hold.signal();
+                tokio::spawn(async move {
+                    signal.lost().await;
+                    tokio::time::sleep(LINGER).await;
+                    drop(pin);
+                });
+            }
             _ => queued.leave_now().await,
         }
         Ok(outcome?.map(|h| self.guard(h, owner)))
