@@ -18,7 +18,8 @@
 //! * one channel per waiter, `redisson_lock__channel:{name}:<field>`: a
 //!   release publishes `0` to the head waiter's channel only.
 //!
-//! Scripts (`scripts/`, each starting with the helpers of `queue.lua`):
+//! Scripts (`scripts/`, each starting with the helpers of `queue.lua`;
+//! `kind.rs` loads them):
 //! `acquire.lua` and `release.lua` (latched: idempotent by request id),
 //! `force_unlock.lua`, `leave.lua` (a waiter that stopped waiting),
 //! `kick.lua` (see `queue.rs`). Renewal is the plain lock's (`LockTask`).
@@ -74,30 +75,26 @@
 //! waiter: use one kind per name. One owner must not hold one name
 //! through both kinds at once.
 
+mod acquire;
+mod kind;
 mod queue;
 
 use std::future::Future;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use fred::interfaces::{HashesInterface, KeysInterface};
-use fred::types::{Key, Value};
 use tokio::time::Instant;
 
 use crate::client::Client;
-use crate::core::acquire::{acquire, Spec};
-use crate::core::call::Call;
-use crate::core::lease::{AcquireReply, Kind, Lease, LeaseInit, ReleaseReply};
-use crate::core::pubsub::wake_one;
-use crate::core::script::Script;
-use crate::core::watchdog::Renewal;
-use crate::core::{latch_key, prefix_name};
+use crate::core::prefix_name;
 use crate::error::{Error, Result};
 use crate::guard::{LeaseSignal, LockGuard};
 use crate::lock::Holder;
 use crate::owner::Owner;
 
-use queue::{kick_if_unheard, now_ms, Leave, Queued, THREAD_WAIT};
+use kind::{scripts, Names};
+use queue::{kick_if_unheard, now_ms, THREAD_WAIT};
 
 /// A reentrant distributed lock that serves waiters in arrival order,
 /// across every client and process (Redisson's `RFairLock`). Cheap to
@@ -130,83 +127,6 @@ pub struct FairLock {
     names: Names,
     /// `redisson_lock__channel:{name}`: a waiter listens on `<this>:<field>`.
     channel: Arc<str>,
-}
-
-/// The keys of one fair lock (and the channel stem), as scripts take them.
-#[derive(Clone, Debug)]
-pub(crate) struct Names {
-    key: Key,
-    queue: Key,
-    timeouts: Key,
-    channel: Key,
-}
-
-/// The fair lock's scripts, hashed once per process.
-#[derive(Debug)]
-struct Scripts {
-    acquire: Script,
-    release: Script,
-    force_unlock: Script,
-    leave: Script,
-    kick: Script,
-}
-
-/// The engine's view of a fair lock's holds.
-#[derive(Debug)]
-struct FairKind;
-
-/// Tells a fair lock's leases from other primitives' on the same key.
-const TAG: u8 = 2;
-
-/// How long a waiter's channel stays subscribed after the hold it got
-/// ends (see `FairLock::acquire`).
-const LINGER: Duration = Duration::from_secs(1);
-
-fn scripts() -> &'static Scripts {
-    macro_rules! queued {
-        ($file:literal) => {
-            concat!(include_str!("scripts/queue.lua"), include_str!($file))
-        };
-    }
-    static SCRIPTS: OnceLock<Scripts> = OnceLock::new();
-    SCRIPTS.get_or_init(|| Scripts {
-        acquire: Script::latched("fair_lock.acquire", queued!("scripts/acquire.lua")),
-        release: Script::latched("fair_lock.release", queued!("scripts/release.lua")),
-        force_unlock: Script::plain(
-            "fair_lock.force_unlock",
-            queued!("scripts/force_unlock.lua"),
-        ),
-        leave: Script::plain("fair_lock.leave", queued!("scripts/leave.lua")),
-        kick: Script::plain("fair_lock.kick", queued!("scripts/kick.lua")),
-    })
-}
-
-// === impl Names ===
-
-impl Names {
-    fn of(key: &str) -> Names {
-        Names {
-            key: Key::from(key),
-            queue: Key::from(prefix_name("redisson_lock_queue", key)),
-            timeouts: Key::from(prefix_name("redisson_lock_timeout", key)),
-            channel: Key::from(prefix_name("redisson_lock__channel", key)),
-        }
-    }
-
-    /// The names of the lock on `key` (a lease's key).
-    fn of_key(key: &Key) -> Names {
-        Names::of(&String::from_utf8_lossy(key.as_bytes()))
-    }
-
-    /// KEYS of the plain scripts: hash, queue, timeouts, channel stem.
-    fn script_keys(&self) -> Vec<Key> {
-        vec![
-            self.key.clone(),
-            self.queue.clone(),
-            self.timeouts.clone(),
-            self.channel.clone(),
-        ]
-    }
 }
 
 // === impl Client ===
@@ -657,170 +577,9 @@ impl FairLock {
         }
         Ok(())
     }
-
-    /// Waits in the queue (see the module docs). `wait: None` waits
-    /// forever; zero tries once without queueing.
-    pub(crate) async fn acquire(
-        &self,
-        lease: Option<Duration>,
-        wait: Option<Duration>,
-    ) -> Result<Option<LockGuard>> {
-        self.check()?;
-        let engine = self.client.engine();
-        let owner = Owner::current();
-        let field = self.client.field(owner.id(), "");
-        let waits = wait != Some(Duration::ZERO);
-        let own_channel: Arc<str> = format!("{}:{field}", self.channel).into();
-        let init = || LeaseInit {
-            kind: &FairKind,
-            latch: latch_key(&self.key_str, &field),
-            field: field.as_str().into(),
-            channel: self.names.channel.clone(),
-        };
-        let spec = Spec {
-            key: &self.names.key,
-            tag: TAG,
-            owner: owner.id(),
-            init: &init,
-            channel: &own_channel,
-            policy: wake_one,
-            lease,
-            wait,
-        };
-        let thread_wait = THREAD_WAIT.as_millis() as i64;
-        let build = |lease: &Lease, lease_ms: i64, rid: u64| {
-            Call::new(
-                &lease.conn,
-                &scripts().acquire,
-                vec![
-                    self.names.key.clone(),
-                    self.names.queue.clone(),
-                    self.names.timeouts.clone(),
-                ],
-                vec![
-                    lease_ms.into(),
-                    Value::String(lease.field.clone()),
-                    now_ms().into(),
-                    thread_wait.into(),
-                    i64::from(waits).into(),
-                ],
-                &lease.latch,
-                rid,
-            )
-        };
-        if !waits {
-            let hold = acquire(engine, spec, &build).await?;
-            return Ok(hold.map(|h| self.guard(h, owner)));
-        }
-        // The waiter's channel stays subscribed from now until a moment
-        // after the hold it gets ends, so an owner that locks again and
-        // again queues and is told with one script call each.
-        let pin = engine.pubsub.pin(&own_channel, wake_one).await;
-        // Dropped from here on, the waiter leaves the queue.
-        let lease_ref = engine.leases.get(
-            &engine.conn,
-            &engine.watchdog,
-            &self.names.key,
-            owner.id(),
-            TAG,
-            &init,
-        );
-        let field_str = lease_ref.field.clone();
-        let mut queued = Queued {
-            engine: engine.clone(),
-            job: Some(Leave {
-                lease: lease_ref,
-                names: self.names.clone(),
-            }),
-        };
-        let outcome = {
-            let acquiring = acquire(engine, spec, &build);
-            let refreshing =
-                queue::refresh(&engine.conn, &self.names.timeouts, &field_str, &own_channel);
-            tokio::select! {
-                outcome = acquiring => outcome,
-                never = refreshing => match never {},
-            }
-        };
-        match &outcome {
-            Ok(Some(hold)) => {
-                queued.disarm();
-                let signal = hold.signal();
-                tokio::spawn(async move {
-                    signal.lost().await;
-                    tokio::time::sleep(LINGER).await;
-                    drop(pin);
-                });
-            }
-            _ => queued.leave_now().await,
-        }
-        Ok(outcome?.map(|h| self.guard(h, owner)))
-    }
-
-    fn guard(&self, hold: crate::core::hold::Hold, owner: Owner) -> LockGuard {
-        LockGuard::new(hold, self.name.clone(), self.key_str.clone(), owner)
-    }
 }
 
 fn must_acquire(guard: Option<LockGuard>) -> LockGuard {
     // `acquire` with no deadline only returns once it holds the lock.
     guard.unwrap_or_else(|| unreachable!("acquire without a deadline returned no guard"))
-}
-
-// === impl FairKind ===
-
-impl Kind for FairKind {
-    fn release_call(&self, lease: &Lease, count: u32, ttl_ms: i64, rid: u64) -> Call {
-        let names = Names::of_key(&lease.key);
-        Call::new(
-            &lease.conn,
-            &scripts().release,
-            vec![names.key, names.queue, names.timeouts, names.channel],
-            vec![
-                ttl_ms.into(),
-                Value::String(lease.field.clone()),
-                i64::from(count).into(),
-                lease.conn.publish_command().into(),
-                now_ms().into(),
-            ],
-            &lease.latch,
-            rid,
-        )
-    }
-
-    fn acquire_reply(&self, reply: &[i64]) -> AcquireReply {
-        match reply {
-            [1, count, ..] => AcquireReply::Held {
-                count: (*count).clamp(1, u32::MAX as i64) as u32,
-                token: None,
-            },
-            [_, hint, ..] if *hint >= 0 => {
-                AcquireReply::Busy(Some(Duration::from_millis(*hint as u64 + 1)))
-            }
-            _ => AcquireReply::Busy(None),
-        }
-    }
-
-    fn release_reply(&self, reply: &[i64]) -> ReleaseReply {
-        match reply.first() {
-            Some(1) => ReleaseReply::Remaining,
-            Some(2) => ReleaseReply::Freed,
-            _ => ReleaseReply::NotHeld,
-        }
-    }
-
-    fn after_release(&self, lease: &Lease, reply: &[i64]) {
-        kick_if_unheard(&lease.conn, &Names::of_key(&lease.key), reply);
-    }
-
-    fn renewal(&self) -> &'static Renewal {
-        crate::lock::hash_renewal()
-    }
-
-    fn excludes(&self, mine: &Lease, other: &Lease) -> bool {
-        // The hash holds one field at a time: any other field this client
-        // counted on it is gone. The same field (this owner through a
-        // plain `Lock` handle) is this very hold.
-        other.field != mine.field
-    }
 }

@@ -34,7 +34,7 @@ use fred::bytes_utils::Str;
 use fred::interfaces::ClientLike;
 use fred::types::{ClusterHash, CustomCommand, Key, Value};
 
-use super::{scripts, Names};
+use super::kind::{scripts, Names};
 use crate::core::background::{BoxFuture, Job};
 use crate::core::conn::Conn;
 use crate::core::lease::LeaseRef;
