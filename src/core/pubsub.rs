@@ -866,10 +866,16 @@ mod tests {
         };
         assert!(!w.wait(Duration::ZERO).await);
         shared.deliver("c", b"0");
-        assert!(w.wait(Duration::from_secs(5)).await, "the pin took the wake-up");
+        assert!(
+            w.wait(Duration::from_secs(5)).await,
+            "the pin took the wake-up"
+        );
         w.consumed();
         drop(w);
-        assert!(shared.channels.contains_key("c"), "the pin did not keep the channel");
+        assert!(
+            shared.channels.contains_key("c"),
+            "the pin did not keep the channel"
+        );
         drop(pin);
         assert!(!shared.channels.contains_key("c"));
     }
