@@ -468,6 +468,33 @@ async fn a_java_waiter_ahead_is_served_first_then_the_leasehold_waiter() {
     eventually(HANG, "no key left", || lock_keys(&server).is_empty()).await;
 }
 
+/// A Java acquire moves every timeout one Java wait (5 minutes) earlier,
+/// so a leasehold waiter can be purged from the head by the next release
+/// while it is alive. Its next timeout refresh (every 2 s) finds the entry
+/// gone and makes it re-check at once: it takes the lock, instead of
+/// sleeping for the holder's whole lease (30 s here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_purged_by_a_java_decrement_is_not_stranded() {
+    let server = RedisServer::start();
+    let (a, b) = (client(&server).await, client(&server).await);
+    let lock = a.fair_lock("decrement");
+    let holder = lock.lock().await.unwrap();
+    let waiter = {
+        let lock = b.fair_lock("decrement");
+        tokio::spawn(async move { lock.lock().await.unwrap().unlock().await.unwrap() })
+    };
+    queued(&server, &lock, 1).await;
+    let field = queue(&server, &lock)[0].clone();
+    // As a Java acquire does to every queued waiter.
+    server.cmd(&["ZINCRBY", lock.timeout_key(), "-300000", &field]);
+    // The release purges the "dead" head and tells nobody.
+    holder.unlock().await.unwrap();
+    within(Duration::from_secs(20), "the purged waiter", waiter)
+        .await
+        .unwrap();
+    eventually(HANG, "no key left", || lock_keys(&server).is_empty()).await;
+}
+
 /// A foreign holder field (a Java `RFairLock` holder) blocks the fair
 /// lock: `try_lock` fails without queueing, a bounded wait times out and
 /// leaves; once the field is gone the lock is taken.

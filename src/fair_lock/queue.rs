@@ -7,10 +7,10 @@
 //!   [`REFRESH_EVERY`] its timeout becomes now + [`THREAD_WAIT`] with a
 //!   plain `ZADD XX CH` (not a script). A waiter whose process dies stops
 //!   refreshing, so its entry counts as gone at most `THREAD_WAIT` later.
-//!   If the entry is found gone while the waiter was queued (purged by
-//!   another client, e.g. after a Java acquire moved every timeout five
-//!   minutes earlier), the waiter is told on its own channel to re-check
-//!   at once, and queues again.
+//!   If the entry is found gone while the waiter waits (purged by another
+//!   client, e.g. after a Java acquire moved every timeout five minutes
+//!   earlier), the waiter is told on its own channel to re-check at once,
+//!   and queues again.
 //! * **Leave** ([`Leave`]): an acquire that ends without the lock (timed
 //!   out, failed, dropped) removes its entry from the list and the zset at
 //!   once, as a background job if it was dropped, under the lease's turn
@@ -70,7 +70,6 @@ pub(crate) async fn refresh(
     field: &Str,
     own_channel: &str,
 ) -> Infallible {
-    let mut queued = false;
     loop {
         tokio::time::sleep(REFRESH_EVERY).await;
         let score = now_ms() + THREAD_WAIT.as_millis() as i64;
@@ -89,10 +88,9 @@ pub(crate) async fn refresh(
             )
             .await;
         match changed {
-            Ok(1) => queued = true,
-            Ok(_) if queued => {
-                // Purged while waiting: re-check now (and queue again).
-                queued = false;
+            Ok(0) => {
+                // Not queued while waiting (purged): nobody will tell this
+                // waiter its turn, so it re-checks now (and queues again).
                 tracing::debug!(field = %field, "fair lock: waiter purged from the queue; re-checking");
                 let publish = CustomCommand::new_static(
                     if conn.sharded { "SPUBLISH" } else { "PUBLISH" },
@@ -104,7 +102,7 @@ pub(crate) async fn refresh(
                     .custom::<Value, Value>(publish, vec![own_channel.into(), "0".into()])
                     .await;
             }
-            // Not queued (yet, or any more), or an error: the next round.
+            // Refreshed, or an error: the next round.
             _ => {}
         }
     }
