@@ -87,23 +87,20 @@ pub(crate) async fn refresh(
                 ],
             )
             .await;
-        match changed {
-            Ok(0) => {
-                // Not queued while waiting (purged): nobody will tell this
-                // waiter its turn, so it re-checks now (and queues again).
-                tracing::debug!(field = %field, "fair lock: waiter purged from the queue; re-checking");
-                let publish = CustomCommand::new_static(
-                    if conn.sharded { "SPUBLISH" } else { "PUBLISH" },
-                    ClusterHash::FirstKey,
-                    false,
-                );
-                let _ = conn
-                    .redis
-                    .custom::<Value, Value>(publish, vec![own_channel.into(), "0".into()])
-                    .await;
-            }
-            // Refreshed, or an error: the next round.
-            _ => {}
+        // Refreshed (1), or an error: the next round.
+        if let Ok(0) = changed {
+            // Not queued while waiting (purged): nobody will tell this
+            // waiter its turn, so it re-checks now (and queues again).
+            tracing::debug!(field = %field, "fair lock: waiter purged from the queue; re-checking");
+            let publish = CustomCommand::new_static(
+                if conn.sharded { "SPUBLISH" } else { "PUBLISH" },
+                ClusterHash::FirstKey,
+                false,
+            );
+            let _ = conn
+                .redis
+                .custom::<Value, Value>(publish, vec![own_channel.into(), "0".into()])
+                .await;
         }
     }
 }
