@@ -250,6 +250,44 @@ async fn a_waiter_dropped_mid_queue_leaves_it_at_once() {
     eventually(HANG, "no key left", || lock_keys(&server).is_empty()).await;
 }
 
+/// A client shut down while one of its tasks waits: the wait ends with
+/// `Error::Shutdown`, and the waiter's entry holds nobody up for longer
+/// than its timeout (it leaves the queue in the background; if shutdown
+/// closed the connection first, the entry runs out and is purged).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_ends_a_wait_without_blocking_the_queue() {
+    let server = RedisServer::start();
+    let (a, b) = (client(&server).await, client(&server).await);
+    let lock = a.fair_lock("shutdown");
+    let holder = lock.lock().await.unwrap();
+    let waiter = {
+        let lock = b.fair_lock("shutdown");
+        tokio::spawn(async move { lock.lock().await.map(drop) })
+    };
+    queued(&server, &lock, 1).await;
+    b.shutdown().await.unwrap();
+    let ended = within(HANG, "the wait after shutdown", waiter)
+        .await
+        .unwrap();
+    assert!(
+        matches!(ended, Err(leasehold::Error::Shutdown)),
+        "{ended:?}"
+    );
+    let next = {
+        let lock = a.fair_lock("shutdown");
+        tokio::spawn(async move { lock.lock().await.unwrap().unlock().await.unwrap() })
+    };
+    holder.unlock().await.unwrap();
+    within(
+        FairLock::THREAD_WAIT + Duration::from_secs(20),
+        "the next waiter",
+        next,
+    )
+    .await
+    .unwrap();
+    eventually(HANG, "no key left", || lock_keys(&server).is_empty()).await;
+}
+
 const CHILD_URL: &str = "LEASEHOLD_FAIR_URL";
 const CHILD_NAME: &str = "LEASEHOLD_FAIR_NAME";
 

@@ -15,7 +15,7 @@ use crate::core::hold::Hold;
 use crate::core::latch_key;
 use crate::core::lease::{Lease, LeaseInit};
 use crate::core::pubsub::wake_one;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::owner::Owner;
 
@@ -116,6 +116,9 @@ impl FairLock {
                     drop(pin);
                 });
             }
+            // The client or its runtime is gone: the background job (on a
+            // fresh connection if need be) leaves the queue.
+            Err(Error::Shutdown | Error::NoRuntime | Error::RuntimeGone) => drop(queued),
             _ => queued.leave_now().await,
         }
         Ok(outcome?.map(|h| self.guard(h, owner)))
