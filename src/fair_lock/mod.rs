@@ -62,11 +62,14 @@
 //! Redisson's rules: their timeouts are computed from their
 //! `fairLockWaitTimeout` (5 minutes by default) and never refreshed, so a
 //! dead Java waiter holds the queue up for that long. A Java acquire moves
-//! every timeout one Java wait earlier, which can make a leasehold waiter
-//! look dead for up to 2 s: if it is purged meanwhile, it notices at its
-//! next refresh and queues again at the tail (it loses its place, never
-//! its wait). Setting `fairLockWaitTimeout` to 5 s on the Java side avoids
-//! that. Clocks of all clients must roughly agree (Redisson's rule).
+//! every timeout one Java wait earlier, which makes every leasehold waiter
+//! look dead until its next refresh (up to 2 s; whatever the Java wait,
+//! since a leasehold waiter's timeout is only 5 s ahead): if one heads the
+//! queue then, the next Java script purges it. It notices at its next
+//! refresh and queues again at the tail: it loses its place, never its
+//! wait (`tests/fair_lock.rs`, `java_and_leasehold_waiters_mixed_…`).
+//! Arrival order is strict among leasehold waiters, and for Java waiters.
+//! Clocks of all clients must roughly agree (Redisson's rule).
 //!
 //! # Mixing handles
 //!
