@@ -85,6 +85,8 @@ pub enum Kind {
     Poll100,
     Rslock,
     Rlock,
+    /// leasehold's `fair_lock`; only in the hot-lock report (not in `ALL`).
+    LeaseholdFair,
 }
 
 impl Kind {
@@ -105,6 +107,7 @@ impl Kind {
             Kind::Poll100 => "polling SET NX PX, 100 ms",
             Kind::Rslock => "rslock 0.10 (defaults)",
             Kind::Rlock => "rlock 0.2 (defaults)",
+            Kind::LeaseholdFair => "leasehold fair_lock",
         }
     }
 
@@ -116,6 +119,7 @@ impl Kind {
             Kind::Poll100 => "poll100",
             Kind::Rslock => "rslock",
             Kind::Rlock => "rlock",
+            Kind::LeaseholdFair => "fair",
         }
     }
 
@@ -126,7 +130,7 @@ impl Kind {
 
     /// Whether the same task can take a lock it holds.
     pub fn reentrant(self) -> bool {
-        matches!(self, Kind::Leasehold | Kind::RawFred)
+        matches!(self, Kind::Leasehold | Kind::RawFred | Kind::LeaseholdFair)
     }
 }
 
@@ -134,6 +138,7 @@ impl Kind {
 #[derive(Clone)]
 pub enum Handle {
     Leasehold(leasehold::Client),
+    LeaseholdFair(leasehold::Client),
     RawFred {
         redis: FredClient,
         acquire: String,
@@ -202,6 +207,11 @@ impl Handle {
                     .await
                     .expect("rlock connect"),
             ),
+            Kind::LeaseholdFair => Handle::LeaseholdFair(
+                leasehold::Client::connect(url)
+                    .await
+                    .expect("leasehold connect"),
+            ),
         }
     }
 
@@ -211,6 +221,9 @@ impl Handle {
         match self {
             Handle::Leasehold(c) => {
                 Guard::Leasehold(c.lock(name).lock().await.expect("leasehold lock"))
+            }
+            Handle::LeaseholdFair(c) => {
+                Guard::Leasehold(c.fair_lock(name).lock().await.expect("leasehold fair lock"))
             }
             Handle::RawFred {
                 redis, acquire, id, ..
@@ -267,7 +280,7 @@ impl Handle {
 
     pub async fn unlock(&self, guard: Guard) {
         match (self, guard) {
-            (Handle::Leasehold(_), Guard::Leasehold(g)) => {
+            (Handle::Leasehold(_) | Handle::LeaseholdFair(_), Guard::Leasehold(g)) => {
                 g.unlock().await.expect("leasehold unlock")
             }
             (Handle::RawFred { redis, release, .. }, Guard::RawFred { key, field }) => {
@@ -297,12 +310,12 @@ impl Handle {
     /// Whether this is a leasehold client (its renewals are counted by the
     /// process-wide watchdog, see `renewal_calls`).
     pub fn is_leasehold(&self) -> bool {
-        matches!(self, Handle::Leasehold(_))
+        matches!(self, Handle::Leasehold(_) | Handle::LeaseholdFair(_))
     }
 
     pub async fn close(&self) {
         match self {
-            Handle::Leasehold(c) => {
+            Handle::Leasehold(c) | Handle::LeaseholdFair(c) => {
                 let _ = c.shutdown().await;
             }
             Handle::RawFred { redis, .. } | Handle::Poll { redis, .. } => {

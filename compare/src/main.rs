@@ -5,7 +5,8 @@
 //! `cargo run --release -p leasehold-compare` prints markdown tables and
 //! writes `docs/handoff-latency.svg`. `LEASEHOLD_COMPARE_QUICK=1` shortens
 //! every phase and runs fewer rounds (for development; numbers are then
-//! noisier). The Python peer runs from `compare/.venv`, which the report
+//! noisier). `LEASEHOLD_COMPARE_ONLY=hot` runs only the 32-client hot-lock
+//! table. The Python peer runs from `compare/.venv`, which the report
 //! creates when it is missing (see `python.rs`).
 
 use leasehold_testkit::server;
@@ -100,6 +101,12 @@ fn quick() -> bool {
     std::env::var_os("LEASEHOLD_COMPARE_QUICK").is_some_and(|v| v != "0")
 }
 
+/// `LEASEHOLD_COMPARE_ONLY=hot`: only the 32-client hot-lock table (a
+/// smoke run while developing a contender).
+fn only_hot() -> bool {
+    std::env::var_os("LEASEHOLD_COMPARE_ONLY").is_some_and(|v| v == "hot")
+}
+
 fn main() {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -155,6 +162,19 @@ async fn run() {
             .find(|l| l.starts_with("redis_version"))
             .unwrap_or("?")
     );
+
+    if only_hot() {
+        let hot32 = hot::run(
+            &server,
+            &python,
+            plan.hot_window,
+            plan.hot_rounds,
+            SCENARIO_LIMIT,
+        )
+        .await;
+        hot::report(&hot32, plan.hot_rounds, plan.hot_window, &python);
+        return;
+    }
 
     let ping = ping_rtt(&url, plan.uncontended_ops).await;
     eprintln!("PING round trip: p50 {:.1} µs", ping.p50);

@@ -338,8 +338,10 @@ impl Hold {
             Ok(Outcome::Ran(reply)) => {
                 flight.finish();
                 engine.stats.released();
-                let reply = parts.lease.kind.release_reply(&reply);
+                let raw = reply;
+                let reply = parts.lease.kind.release_reply(&raw);
                 parts.lease.released(reply, 1, sent, ttl);
+                parts.lease.kind.after_release(&parts.lease, &raw);
                 record_release(span, Ok(reply));
                 Ok(reply != ReleaseReply::NotHeld)
             }
@@ -420,8 +422,10 @@ async fn send_give_back(
     match call.run(conn).await {
         Ok(Outcome::Ran(reply)) => {
             lease.stats.released();
-            let reply = lease.kind.release_reply(&reply);
+            let raw = reply;
+            let reply = lease.kind.release_reply(&raw);
             lease.released(reply, count, sent, Duration::from_millis(ttl_ms as u64));
+            lease.kind.after_release(lease, &raw);
             Ok(reply)
         }
         Ok(Outcome::Stale) => Ok(ReleaseReply::NotHeld),
@@ -571,6 +575,7 @@ impl Job for Settle {
                 (Ok(Outcome::Ran(reply)), SettleKind::Release { sent, ttl }) => {
                     lease.stats.released();
                     lease.released(lease.kind.release_reply(&reply), 1, sent, ttl);
+                    lease.kind.after_release(lease, &reply);
                 }
                 (Ok(Outcome::Stale), _) => {}
                 (Err(e), _) => {

@@ -61,6 +61,11 @@ pub(crate) trait Kind: std::fmt::Debug + Send + Sync + 'static {
     fn acquire_reply(&self, reply: &[i64]) -> AcquireReply;
     /// Reads a release script's reply (without the request id).
     fn release_reply(&self, reply: &[i64]) -> ReleaseReply;
+    /// Called with every release reply of `lease` once it is applied, for
+    /// follow-up work the kind starts itself (e.g. a task that checks later
+    /// that the waiter its release told took over). Must not block; the
+    /// default does nothing.
+    fn after_release(&self, _lease: &Lease, _reply: &[i64]) {}
     /// How the watchdog renews (or checks) this kind's leases.
     fn renewal(&self) -> &'static Renewal;
     /// Whether holding `mine` proves that `other` (another owner's lease on

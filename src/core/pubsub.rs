@@ -86,6 +86,15 @@ pub(crate) struct Subscription {
     waiter: Arc<Waiter>,
 }
 
+/// A reference to a channel without a waiter (see [`PubSub::pin`]): the
+/// channel stays subscribed while it lives; the last reference to leave
+/// unsubscribes.
+#[derive(Debug)]
+pub(crate) struct Pin {
+    shared: Arc<Shared>,
+    channel: Arc<Channel>,
+}
+
 #[derive(Debug)]
 struct Shared {
     subscriber: SubscriberClient,
@@ -257,7 +266,33 @@ impl PubSub {
         policy: Policy,
     ) -> Result<Subscription> {
         let waiter = Arc::new(Waiter::default());
-        let entry = loop {
+        let entry = self.join(channel, policy, Some(&waiter)).await;
+        let sub = Subscription {
+            shared: self.shared.clone(),
+            channel: entry,
+            waiter,
+        };
+        let mut ready = sub.channel.ready.subscribe();
+        let outcome = ready
+            .wait_for(|r| !matches!(r, Ready::Pending))
+            .await
+            .map(|r| r.clone());
+        match outcome {
+            Ok(Ready::Failed(e)) => Err(Error::Redis(e)),
+            Ok(Ready::Subscribed) => Ok(sub),
+            Ok(_) | Err(_) => Err(Error::Shutdown),
+        }
+    }
+
+    /// Takes a reference to `channel`'s entry (subscribing if this is the
+    /// first), with `waiter` queued at the back if given.
+    async fn join(
+        &self,
+        channel: &Arc<str>,
+        policy: Policy,
+        waiter: Option<&Arc<Waiter>>,
+    ) -> Arc<Channel> {
+        loop {
             let entry = self
                 .shared
                 .channels
@@ -275,33 +310,60 @@ impl PubSub {
                 let mut state = entry.state.lock();
                 if !state.closed {
                     state.refs += 1;
-                    state.queue.push_back(waiter.clone());
+                    if let Some(waiter) = waiter {
+                        state.queue.push_back(waiter.clone());
+                    }
                 }
                 !state.closed
             };
-            if !joined {
-                // The last waiter is removing it right now; a fresh entry
-                // will be made once it is gone.
-                tokio::task::yield_now().await;
-                continue;
+            if joined {
+                return entry;
             }
-            break entry;
-        };
-        let sub = Subscription {
+            // The last reference is removing it right now; a fresh entry
+            // will be made once it is gone.
+            tokio::task::yield_now().await;
+        }
+    }
+
+    /// Keeps `channel` subscribed while the returned [`Pin`] lives,
+    /// without a waiter (so it takes no wake-up): subscribes now if this is
+    /// the first reference, without waiting for Redis to confirm. A
+    /// primitive whose owner waits on the same channel again and again
+    /// keeps it open between waits, so each wait starts subscribed (see
+    /// [`join_subscribed`](Self::join_subscribed)).
+    ///
+    /// Cancel safe: nothing is held until it returns.
+    pub(crate) async fn pin(&self, channel: &Arc<str>, policy: Policy) -> Pin {
+        let entry = self.join(channel, policy, None).await;
+        Pin {
+            shared: self.shared.clone(),
+            channel: entry,
+        }
+    }
+
+    /// Joins `channel`'s waiters only if Redis has confirmed the channel's
+    /// subscription already (no command is sent): a waiter that joins this
+    /// way before its first try cannot miss a message published after
+    /// that try, so it needs no second try after subscribing.
+    pub(crate) fn join_subscribed(&self, channel: &Arc<str>) -> Option<Subscription> {
+        let entry = self.shared.channels.get(channel)?.clone();
+        if !matches!(*entry.ready.borrow(), Ready::Subscribed) {
+            return None;
+        }
+        let waiter = Arc::new(Waiter::default());
+        {
+            let mut state = entry.state.lock();
+            if state.closed {
+                return None;
+            }
+            state.refs += 1;
+            state.queue.push_back(waiter.clone());
+        }
+        Some(Subscription {
             shared: self.shared.clone(),
             channel: entry,
             waiter,
-        };
-        let mut ready = sub.channel.ready.subscribe();
-        let outcome = ready
-            .wait_for(|r| !matches!(r, Ready::Pending))
-            .await
-            .map(|r| r.clone());
-        match outcome {
-            Ok(Ready::Failed(e)) => Err(Error::Redis(e)),
-            Ok(Ready::Subscribed) => Ok(sub),
-            Ok(_) | Err(_) => Err(Error::Shutdown),
-        }
+        })
     }
 
     /// Wakes every waiter of every channel (reconnect, lag, shutdown).
@@ -375,6 +437,14 @@ impl Subscription {
     pub(crate) fn consumed(&self) {
         self.waiter.woken.store(false, Ordering::Release);
     }
+
+    /// Whether this waiter holds a wake-up now. Read before an attempt: a
+    /// wake-up that arrives *during* the attempt (whose script may have run
+    /// before the release it announces) is not used up by it, so the next
+    /// `wait` returns at once.
+    pub(crate) fn holds_wake_up(&self) -> bool {
+        self.waiter.woken.load(Ordering::Acquire)
+    }
 }
 
 impl Subscription {
@@ -405,6 +475,21 @@ impl Drop for Subscription {
             // A wake-up this waiter never used: hand it on.
             state.wake_one();
         }
+        drop(state);
+        self.shared.release(&self.channel);
+    }
+}
+
+impl Drop for Pin {
+    fn drop(&mut self) {
+        self.shared.release(&self.channel);
+    }
+}
+
+impl Shared {
+    /// One reference to `channel` is gone; the last one unsubscribes.
+    fn release(&self, channel: &Arc<Channel>) {
+        let mut state = channel.state.lock();
         state.refs -= 1;
         state.permits = state.permits.min(state.refs);
         if state.refs > 0 {
@@ -412,10 +497,10 @@ impl Drop for Subscription {
         }
         state.closed = true;
         drop(state);
-        let name = &self.channel.name;
-        let ops = &self.shared.ops;
-        self.shared.channels.remove_if(name, |_, entry| {
-            let ours = Arc::ptr_eq(entry, &self.channel);
+        let name = &channel.name;
+        let ops = &self.ops;
+        self.channels.remove_if(name, |_, entry| {
+            let ours = Arc::ptr_eq(entry, channel);
             if ours {
                 // Queued under the shard lock, so it precedes any SUBSCRIBE
                 // of a newer entry for this channel.
@@ -742,6 +827,57 @@ mod tests {
         w1.consumed();
         drop(w1);
         assert!(!w2.wait(Duration::from_millis(50)).await);
+    }
+
+    /// A wake-up that arrives while an attempt is under way (the waiter
+    /// held none when it began) is not used up by that attempt: the next
+    /// wait returns at once. (The attempt's script may have run before the
+    /// release the message announces.)
+    #[tokio::test]
+    async fn a_wake_up_during_an_attempt_is_kept_for_the_next_wait() {
+        let (shared, mut subs) = channel_with(1);
+        let w = subs.pop().unwrap();
+        // A bounded wait ran out; the waiter is still queued.
+        assert!(!w.wait(Duration::ZERO).await);
+        // As the wait loop does around an attempt:
+        let held = w.holds_wake_up();
+        shared.deliver("c", b"0"); // arrives mid-attempt
+        if held {
+            w.consumed();
+        }
+        let woken = tokio::time::timeout(Duration::from_secs(5), w.wait(Duration::from_secs(60)))
+            .await
+            .expect("the wait outlived the test bound");
+        assert!(woken, "the wake-up that arrived mid-attempt was lost");
+    }
+
+    /// A pin keeps the channel's entry (and subscription) without a
+    /// waiter: it takes no wake-up, and the entry goes with the last
+    /// reference, pin or waiter.
+    #[tokio::test]
+    async fn a_pin_keeps_the_channel_and_takes_no_wake_up() {
+        let (shared, mut subs) = channel_with(1);
+        let w = subs.pop().unwrap();
+        let channel = shared.channels.get("c").unwrap().clone();
+        channel.state.lock().refs += 1;
+        let pin = Pin {
+            shared: shared.clone(),
+            channel: channel.clone(),
+        };
+        assert!(!w.wait(Duration::ZERO).await);
+        shared.deliver("c", b"0");
+        assert!(
+            w.wait(Duration::from_secs(5)).await,
+            "the pin took the wake-up"
+        );
+        w.consumed();
+        drop(w);
+        assert!(
+            shared.channels.contains_key("c"),
+            "the pin did not keep the channel"
+        );
+        drop(pin);
+        assert!(!shared.channels.contains_key("c"));
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! The one wait loop every primitive waits with.
 //!
-//! 1. Try (the primitive's attempt: one latched script call).
+//! 1. Try (the primitive's attempt: one latched script call). If the
+//!    channel's subscription is already confirmed (another waiter of this
+//!    client, or a pin), the waiter joins it first and skips 2 and 3.
 //! 2. Busy: subscribe to the primitive's channel (shared with every other
 //!    waiter of this client) and wait until Redis confirms it.
 //! 3. Try again: it catches a release published before step 2.
@@ -11,7 +13,8 @@
 //!
 //! A woken waiter holds its wake-up through its attempt and gives it up
 //! only when the attempt has concluded; a waiter dropped in between passes
-//! it on (see `pubsub.rs`). Connection errors while waiting are retried
+//! it on (see `pubsub.rs`). A wake-up that arrives during an attempt is
+//! kept for the next wait (the attempt may have run before the release). Connection errors while waiting are retried
 //! with back-off until the deadline (then the last one is returned);
 //! other errors end the wait at once.
 
@@ -58,12 +61,18 @@ where
 {
     let deadline = wait.and_then(|w| Instant::now().checked_add(w));
     let once = wait == Some(Duration::ZERO);
-    let mut subscription: Option<super::pubsub::Subscription> = None;
+    // Already subscribed (another waiter, or a pin): no second try needed.
+    let mut subscription = if once {
+        None
+    } else {
+        engine.pubsub.join_subscribed(channel)
+    };
     let mut backoff = RETRY_FIRST;
     loop {
         engine.check()?;
+        let held = subscription.as_ref().is_some_and(|s| s.holds_wake_up());
         let outcome = attempt().await;
-        if let Some(s) = &subscription {
+        if let Some(s) = subscription.as_ref().filter(|_| held) {
             s.consumed_by(&outcome);
         }
         let mut bound = engine.recheck_interval;

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use fred::types::Value;
+use fred::types::{Key, Value};
 
 use super::{scripts, Lock};
 use crate::error::{Error, Result};
@@ -75,17 +75,23 @@ impl Lock {
     /// ```
     pub async fn holders(&self) -> Result<Vec<Holder>> {
         self.check()?;
-        let reply: Value = scripts()
-            .holders
-            .run(self.redis(), vec![self.key.clone()], vec![])
-            .await?;
-        parse(reply).ok_or_else(|| {
-            Error::Redis(fred::error::Error::new(
-                fred::error::ErrorKind::Protocol,
-                "unexpected reply to the holders script",
-            ))
-        })
+        holders_of(self.redis(), &self.key).await
     }
+}
+
+/// The holders of the lock hash `key` (any kind of the lock family that
+/// keeps Redisson's `<uuid>:<id>` → count hash: the fair lock's too).
+pub(crate) async fn holders_of(redis: &fred::clients::Client, key: &Key) -> Result<Vec<Holder>> {
+    let reply: Value = scripts()
+        .holders
+        .run(redis, vec![key.clone()], vec![])
+        .await?;
+    parse(reply).ok_or_else(|| {
+        Error::Redis(fred::error::Error::new(
+            fred::error::ErrorKind::Protocol,
+            "unexpected reply to the holders script",
+        ))
+    })
 }
 
 /// Reads the script's reply: `{pttl, field, value, …}`.

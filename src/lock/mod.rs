@@ -28,6 +28,7 @@
 
 mod holders;
 
+pub(crate) use holders::holders_of;
 pub use holders::Holder;
 
 use std::future::Future;
@@ -68,7 +69,9 @@ use crate::owner::Owner;
 ///
 /// Waiters of one client are woken one at a time, oldest first. Across
 /// clients there is no queue: every client wakes its oldest waiter and they
-/// race, so the lock is not fair between processes.
+/// race, so the lock is not fair between processes. A
+/// [`FairLock`](crate::FairLock) queues waiters in Redis and wakes only the
+/// next one.
 ///
 /// # Example
 ///

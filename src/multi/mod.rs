@@ -155,6 +155,7 @@ use fred::interfaces::ClientLike;
 use tokio::time::Instant;
 
 use crate::error::Result;
+use crate::fair_lock::FairLock;
 use crate::fenced_lock::FencedLock;
 use crate::guard::LockGuard;
 use crate::lock::Lock;
@@ -186,6 +187,7 @@ pub struct Member(AnyLock);
 enum AnyLock {
     Lock(Lock),
     Fenced(FencedLock),
+    Fair(FairLock),
 }
 
 /// Runs `$body` with `$l` bound to the member's lock, whatever its kind.
@@ -195,6 +197,7 @@ macro_rules! with_lock {
         match &$member.0 {
             AnyLock::Lock($l) => $body,
             AnyLock::Fenced($l) => $body,
+            AnyLock::Fair($l) => $body,
         }
     };
 }
@@ -210,6 +213,14 @@ impl From<Lock> for Member {
 impl From<FencedLock> for Member {
     fn from(lock: FencedLock) -> Member {
         Member(AnyLock::Fenced(lock))
+    }
+}
+
+/// A fair member waits in its lock's queue like any other waiter (and
+/// leaves it when the MultiLock's attempt gives up on it).
+impl From<FairLock> for Member {
+    fn from(lock: FairLock) -> Member {
+        Member(AnyLock::Fair(lock))
     }
 }
 

@@ -1,0 +1,149 @@
+//! The fair lock's keys, scripts, and its `Kind`: how the engine releases
+//! and renews its holds (see the module docs of `fair_lock`).
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use fred::types::{Key, Value};
+
+use super::queue::{kick_if_unheard, now_ms};
+use crate::core::call::Call;
+use crate::core::lease::{AcquireReply, Kind, Lease, ReleaseReply};
+use crate::core::prefix_name;
+use crate::core::script::Script;
+use crate::core::watchdog::Renewal;
+
+/// The keys of one fair lock (and the channel stem), as scripts take them.
+#[derive(Clone, Debug)]
+pub(crate) struct Names {
+    pub(super) key: Key,
+    pub(super) queue: Key,
+    pub(super) timeouts: Key,
+    pub(super) channel: Key,
+}
+
+/// The fair lock's scripts, hashed once per process.
+#[derive(Debug)]
+pub(super) struct Scripts {
+    pub(super) acquire: Script,
+    pub(super) release: Script,
+    pub(super) force_unlock: Script,
+    pub(super) leave: Script,
+    pub(super) kick: Script,
+}
+
+/// The engine's view of a fair lock's holds.
+#[derive(Debug)]
+pub(super) struct FairKind;
+
+/// Tells a fair lock's leases from other primitives' on the same key.
+pub(super) const TAG: u8 = 2;
+
+/// How long a waiter's channel stays subscribed after the hold it got
+/// ends (see `FairLock::acquire`).
+pub(super) const LINGER: Duration = Duration::from_secs(1);
+
+pub(super) fn scripts() -> &'static Scripts {
+    macro_rules! queued {
+        ($file:literal) => {
+            concat!(include_str!("scripts/queue.lua"), include_str!($file))
+        };
+    }
+    static SCRIPTS: OnceLock<Scripts> = OnceLock::new();
+    SCRIPTS.get_or_init(|| Scripts {
+        acquire: Script::latched("fair_lock.acquire", queued!("scripts/acquire.lua")),
+        release: Script::latched("fair_lock.release", queued!("scripts/release.lua")),
+        force_unlock: Script::plain(
+            "fair_lock.force_unlock",
+            queued!("scripts/force_unlock.lua"),
+        ),
+        leave: Script::plain("fair_lock.leave", queued!("scripts/leave.lua")),
+        kick: Script::plain("fair_lock.kick", queued!("scripts/kick.lua")),
+    })
+}
+
+// === impl Names ===
+
+impl Names {
+    pub(super) fn of(key: &str) -> Names {
+        Names {
+            key: Key::from(key),
+            queue: Key::from(prefix_name("redisson_lock_queue", key)),
+            timeouts: Key::from(prefix_name("redisson_lock_timeout", key)),
+            channel: Key::from(prefix_name("redisson_lock__channel", key)),
+        }
+    }
+
+    /// The names of the lock on `key` (a lease's key).
+    fn of_key(key: &Key) -> Names {
+        Names::of(&String::from_utf8_lossy(key.as_bytes()))
+    }
+
+    /// KEYS of the plain scripts: hash, queue, timeouts, channel stem.
+    pub(super) fn script_keys(&self) -> Vec<Key> {
+        vec![
+            self.key.clone(),
+            self.queue.clone(),
+            self.timeouts.clone(),
+            self.channel.clone(),
+        ]
+    }
+}
+
+// === impl FairKind ===
+
+impl Kind for FairKind {
+    fn release_call(&self, lease: &Lease, count: u32, ttl_ms: i64, rid: u64) -> Call {
+        let names = Names::of_key(&lease.key);
+        Call::new(
+            &lease.conn,
+            &scripts().release,
+            vec![names.key, names.queue, names.timeouts, names.channel],
+            vec![
+                ttl_ms.into(),
+                Value::String(lease.field.clone()),
+                i64::from(count).into(),
+                lease.conn.publish_command().into(),
+                now_ms().into(),
+            ],
+            &lease.latch,
+            rid,
+        )
+    }
+
+    fn acquire_reply(&self, reply: &[i64]) -> AcquireReply {
+        match reply {
+            [1, count, ..] => AcquireReply::Held {
+                count: (*count).clamp(1, u32::MAX as i64) as u32,
+                token: None,
+            },
+            [_, hint, ..] if *hint >= 0 => {
+                AcquireReply::Busy(Some(Duration::from_millis(*hint as u64 + 1)))
+            }
+            _ => AcquireReply::Busy(None),
+        }
+    }
+
+    fn release_reply(&self, reply: &[i64]) -> ReleaseReply {
+        match reply.first() {
+            Some(1) => ReleaseReply::Remaining,
+            Some(2) => ReleaseReply::Freed,
+            _ => ReleaseReply::NotHeld,
+        }
+    }
+
+    fn after_release(&self, lease: &Lease, reply: &[i64]) {
+        kick_if_unheard(&lease.conn, &Names::of_key(&lease.key), reply);
+    }
+
+    fn renewal(&self) -> &'static Renewal {
+        crate::lock::hash_renewal()
+    }
+
+    fn excludes(&self, mine: &Lease, other: &Lease) -> bool {
+        // The hash holds one field at a time: any other field this client
+        // counted on it is gone. The same field (this owner through a
+        // plain `Lock` handle) is this very hold.
+        other.field != mine.field
+    }
+}

@@ -1,0 +1,588 @@
+//! The fair lock (Redisson `RFairLock`): a reentrant lock whose waiters
+//! are served in the order they arrived, across every client and process,
+//! with one waiter woken per release.
+//!
+//! # Keys, channels and scripts
+//!
+//! For lock `name` (after the client's key prefix; Redisson's `prefixName`
+//! rule: no braces are added to a name that has some, so every key and
+//! channel below shares the name's hash slot):
+//!
+//! * the lock hash `name`: field `<client-uuid>:<owner-id>` → hold count,
+//!   exactly as the plain lock's;
+//! * the queue `redisson_lock_queue:{name}`: a list of waiters' fields,
+//!   oldest first (`RPUSH` to join, `LPOP` when the head takes the lock);
+//! * the timeouts `redisson_lock_timeout:{name}`: a zset, waiter field →
+//!   the epoch milliseconds (client clock, as Redisson) after which the
+//!   waiter counts as gone and is purged when it reaches the head;
+//! * one channel per waiter, `redisson_lock__channel:{name}:<field>`: a
+//!   release publishes `0` to the head waiter's channel only.
+//!
+//! Scripts (`scripts/`, each starting with the helpers of `queue.lua`;
+//! `kind.rs` loads them):
+//! `acquire.lua` and `release.lua` (latched: idempotent by request id),
+//! `force_unlock.lua`, `leave.lua` (a waiter that stopped waiting),
+//! `kick.lua` (see `queue.rs`). Renewal is the plain lock's (`LockTask`).
+//! Every script first purges gone waiters at the head of the queue.
+//!
+//! # Waiting
+//!
+//! The engine's wait loop (`core/wait.rs`), on the waiter's own channel,
+//! which stays subscribed until a second after the hold the wait got ends
+//! (an owner that locks again soon starts subscribed, so queueing and
+//! taking the lock cost one script call each): the first busy try queues
+//! the waiter; it then sleeps until its message,
+//! or until the lock's TTL (a holder that died), or, when the lock is free
+//! and another waiter heads the queue, until that waiter's timeout (it may
+//! be dead); the engine's re-check interval bounds every sleep. One
+//! release wakes exactly one waiter in the whole system: the head.
+//!
+//! What leasehold fixes of Redisson's fair lock (REDISSON-WIRE.md §14):
+//!
+//! * **Dead waiters**: a waiter's timeout is refreshed every 2 s while it
+//!   waits, to now + 5 s ([`FairLock::THREAD_WAIT`], Redisson: 5 minutes). A waiter
+//!   whose process died is purged at most 5 s after it last refreshed: the
+//!   client that released the lock to it sees nobody received the message
+//!   and checks again when that timeout passes (`queue.rs`). Waiters
+//!   never spin on the script meanwhile. A waiter whose machine vanished
+//!   without its connections being closed still looks subscribed to
+//!   Redis: then the waiters behind it notice at their next re-check (the
+//!   lock's remaining lease, at most the client's re-check interval, 30 s
+//!   by default), plus the 5 s.
+//! * **Dropped waiters** leave the queue at once (list and zset), in the
+//!   background if their future was dropped. A waiter that timed out
+//!   leaves before `try_lock_for` returns.
+//! * **Nothing is left behind**: the queue and zset vanish with their last
+//!   entry.
+//!
+//! # With Redisson
+//!
+//! A Java `RFairLock` and a leasehold fair lock of the same name are one
+//! lock, and their waiters queue behind each other. Java waiters keep
+//! Redisson's rules: their timeouts are computed from their
+//! `fairLockWaitTimeout` (5 minutes by default) and never refreshed, so a
+//! dead Java waiter holds the queue up for that long. A Java acquire moves
+//! every timeout one Java wait earlier, which makes every leasehold waiter
+//! look dead until its next refresh (up to 2 s; whatever the Java wait,
+//! since a leasehold waiter's timeout is only 5 s ahead): if one heads the
+//! queue then, the next Java script purges it. It notices at its next
+//! refresh and queues again at the tail: it loses its place, never its
+//! wait (`tests/fair_lock.rs`, `java_and_leasehold_waiters_mixed_…`).
+//! Arrival order is strict among leasehold waiters, and for Java waiters.
+//! Clocks of all clients must roughly agree (Redisson's rule).
+//!
+//! # Mixing handles
+//!
+//! A fair lock and a [`Lock`](crate::Lock) of the same name share the hash
+//! (they exclude each other), but a plain lock's release tells no queued
+//! waiter: use one kind per name. One owner must not hold one name
+//! through both kinds at once.
+
+mod acquire;
+mod kind;
+mod queue;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use fred::interfaces::{HashesInterface, KeysInterface};
+use tokio::time::Instant;
+
+use crate::client::Client;
+use crate::core::prefix_name;
+use crate::error::{Error, Result};
+use crate::guard::{LeaseSignal, LockGuard};
+use crate::lock::Holder;
+use crate::owner::Owner;
+
+use kind::{scripts, Names};
+use queue::{kick_if_unheard, now_ms, THREAD_WAIT};
+
+/// A reentrant distributed lock that serves waiters in arrival order,
+/// across every client and process (Redisson's `RFairLock`). Cheap to
+/// clone; nothing is sent until a method is called.
+///
+/// The same methods as [`Lock`](crate::Lock), and the same [`LockGuard`]:
+/// holds, re-entry, fixed or watchdog leases and `lost()` work exactly as
+/// there. What differs is waiting: waiters join one queue in Redis and
+/// each release wakes only the head waiter, so a busy lock costs one
+/// acquire per handoff instead of one per waiting client, and nobody
+/// waits behind later arrivals. A lock that is free is taken at once only
+/// if nobody is queued. See the module docs for the keys and for what a
+/// dead waiter costs (at most [`THREAD_WAIT`](Self::THREAD_WAIT)).
+///
+/// # Example
+///
+/// ```no_run
+/// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+/// let lock = client.fair_lock("printer");
+/// let guard = lock.lock().await?; // served in arrival order
+/// // … print …
+/// guard.unlock().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct FairLock {
+    client: Client,
+    name: Arc<str>,
+    key_str: Arc<str>,
+    names: Names,
+    /// `redisson_lock__channel:{name}`: a waiter listens on `<this>:<field>`.
+    channel: Arc<str>,
+}
+
+// === impl Client ===
+
+impl Client {
+    /// A handle to the fair lock called `name` (the key prefix is added).
+    /// Cheap; nothing is sent until it is used. An empty name is reported
+    /// as [`Error::InvalidArgument`] by every call on the lock.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # fn f(client: leasehold::Client) {
+    /// let lock = client.fair_lock("printer");
+    /// assert_eq!(lock.queue_key(), "redisson_lock_queue:{printer}");
+    /// # }
+    /// ```
+    pub fn fair_lock(&self, name: &str) -> FairLock {
+        let key = self.key(name);
+        let channel = prefix_name("redisson_lock__channel", &key);
+        FairLock {
+            client: self.clone(),
+            name: name.into(),
+            names: Names::of(&key),
+            key_str: key.into(),
+            channel: channel.into(),
+        }
+    }
+}
+
+// === impl FairLock ===
+
+impl FairLock {
+    /// How long a waiter counts as alive after it last showed up: 5 s
+    /// (Redisson's `fairLockWaitTimeout`, 5 minutes there). A waiting
+    /// acquire refreshes its timeout every 2 s; a waiter whose process
+    /// died holds the queue up for at most this long after its last
+    /// refresh.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// assert_eq!(leasehold::FairLock::THREAD_WAIT.as_secs(), 5);
+    /// ```
+    pub const THREAD_WAIT: Duration = THREAD_WAIT;
+
+    /// The name given to [`Client::fair_lock`] (without the key prefix).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # fn f(client: leasehold::Client) {
+    /// assert_eq!(client.fair_lock("a").name(), "a");
+    /// # }
+    /// ```
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The Redis key of the lock hash (prefix included).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # fn f(client: leasehold::Client) {
+    /// assert_eq!(client.fair_lock("a").key(), "a");
+    /// # }
+    /// ```
+    pub fn key(&self) -> &str {
+        &self.key_str
+    }
+
+    /// The queue's key: `redisson_lock_queue:{<key>}` (no braces added to
+    /// a key that has some).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # fn f(client: leasehold::Client) {
+    /// assert_eq!(client.fair_lock("a{b}").queue_key(), "redisson_lock_queue:a{b}");
+    /// # }
+    /// ```
+    pub fn queue_key(&self) -> &str {
+        self.names.queue.as_str().unwrap_or_default()
+    }
+
+    /// The waiters' timeouts key: `redisson_lock_timeout:{<key>}`.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # fn f(client: leasehold::Client) {
+    /// assert_eq!(client.fair_lock("a").timeout_key(), "redisson_lock_timeout:{a}");
+    /// # }
+    /// ```
+    pub fn timeout_key(&self) -> &str {
+        self.names.timeouts.as_str().unwrap_or_default()
+    }
+
+    /// The stem of the waiters' channels, `redisson_lock__channel:{<key>}`:
+    /// the waiter with field `f` listens on `<stem>:<f>`.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # fn f(client: leasehold::Client) {
+    /// assert_eq!(client.fair_lock("a").channel(), "redisson_lock__channel:{a}");
+    /// # }
+    /// ```
+    pub fn channel(&self) -> &str {
+        &self.channel
+    }
+
+    /// Runs `work` under the lock, as [`Lock::with`](crate::Lock::with)
+    /// does: waits in the queue (a lease the watchdog renews), runs the
+    /// future, unlocks; [`Error::Lost`] if the lease is lost meanwhile
+    /// (the future is dropped at once).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the returned future drops `work`'s future (if it started)
+    /// and gives the hold back in the background; a dropped wait holds
+    /// nothing and leaves the queue (as for [`lock`](Self::lock)).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+    /// let n = client.fair_lock("printer").with(|_lease| async { 42 }).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn with<F, Fut, T>(&self, work: F) -> Result<T>
+    where
+        F: FnOnce(LeaseSignal) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let guard = must_acquire(self.acquire(None, None).await?);
+        guard.run(work).await
+    }
+
+    /// As [`with`](Self::with), but waits at most `wait`: `Ok(None)` if
+    /// the lock was not acquired in time (`work` is not called).
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`with`](Self::with).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+    /// let lock = client.fair_lock("printer");
+    /// if lock.try_with_for(Duration::from_secs(1), |_| async {}).await?.is_none() {
+    ///     println!("busy");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn try_with_for<F, Fut, T>(&self, wait: Duration, work: F) -> Result<Option<T>>
+    where
+        F: FnOnce(LeaseSignal) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        match self.acquire(None, Some(wait)).await? {
+            Some(guard) => guard.run(work).await.map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Waits in the queue until the lock is held by the current owner,
+    /// with a lease the watchdog renews while the guard lives.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a dropped future holds nothing and leaves the queue at
+    /// once (list and zset, in the background). If an acquire it sent
+    /// succeeds after it was dropped, the hold is given back at once.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+    /// let guard = client.fair_lock("printer").lock().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn lock(&self) -> Result<LockGuard> {
+        self.acquire(None, None).await.map(must_acquire)
+    }
+
+    /// Like [`lock`](Self::lock), with a fixed `lease`: the lock expires
+    /// `lease` after it was taken unless unlocked before; it is never
+    /// renewed. [`Error::InvalidArgument`] if `lease` is under 1 ms.
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`lock`](Self::lock).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+    /// let guard = client.fair_lock("printer").lock_with_lease(Duration::from_secs(10)).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn lock_with_lease(&self, lease: Duration) -> Result<LockGuard> {
+        self.acquire(Some(lease), None).await.map(must_acquire)
+    }
+
+    /// Takes the lock if it is free and nobody is queued (or it is already
+    /// held by the current owner), without waiting and without joining
+    /// the queue. `Ok(None)` otherwise.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: if the future is dropped while the acquire is in
+    /// flight and it succeeds, the hold is given back at once.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+    /// if let Some(guard) = client.fair_lock("printer").try_lock().await? {
+    ///     guard.unlock().await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn try_lock(&self) -> Result<Option<LockGuard>> {
+        self.acquire(None, Some(Duration::ZERO)).await
+    }
+
+    /// Waits in the queue up to `wait` for the lock. `Ok(None)` if it was
+    /// not acquired in time; the waiter has then left the queue.
+    /// `Duration::MAX` waits forever.
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`lock`](Self::lock).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+    /// let guard = client.fair_lock("printer").try_lock_for(Duration::from_secs(1)).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn try_lock_for(&self, wait: Duration) -> Result<Option<LockGuard>> {
+        self.acquire(None, Some(wait)).await
+    }
+
+    /// Waits in the queue until `deadline` for the lock. `Ok(None)` if it
+    /// was not acquired in time.
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`lock`](Self::lock).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+    /// let deadline = tokio::time::Instant::now() + Duration::from_secs(1);
+    /// let guard = client.fair_lock("printer").try_lock_until(deadline).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn try_lock_until(&self, deadline: Instant) -> Result<Option<LockGuard>> {
+        let wait = deadline.saturating_duration_since(Instant::now());
+        self.acquire(None, Some(wait)).await
+    }
+
+    /// Waits in the queue up to `wait` for the lock, then holds it with a
+    /// fixed `lease` (never renewed). `Ok(None)` if it was not acquired in
+    /// time.
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`lock`](Self::lock).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+    /// let lock = client.fair_lock("printer");
+    /// let guard = lock.try_lock_with_lease(Duration::from_secs(1), Duration::from_secs(10)).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn try_lock_with_lease(
+        &self,
+        wait: Duration,
+        lease: Duration,
+    ) -> Result<Option<LockGuard>> {
+        self.acquire(Some(lease), Some(wait)).await
+    }
+
+    /// Whether anyone holds the lock.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe (a read).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+    /// let busy = client.fair_lock("printer").is_locked().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn is_locked(&self) -> Result<bool> {
+        self.check()?;
+        let n: i64 = self.redis().exists(self.names.key.clone()).await?;
+        Ok(n > 0)
+    }
+
+    /// Whether the current owner ([`Owner::current`]) holds the lock.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe (a read).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+    /// let lock = client.fair_lock("printer");
+    /// let _g = lock.lock().await?;
+    /// assert!(lock.is_held_by_current_task().await?);
+    /// # Ok(()) }
+    /// ```
+    pub async fn is_held_by_current_task(&self) -> Result<bool> {
+        Ok(self.hold_count().await? > 0)
+    }
+
+    /// How many holds the current owner has on the lock (0 if none).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe (a read).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+    /// assert_eq!(client.fair_lock("printer").hold_count().await?, 0);
+    /// # Ok(()) }
+    /// ```
+    pub async fn hold_count(&self) -> Result<u32> {
+        self.check()?;
+        let field = self.client.field(Owner::current().id(), "");
+        let count: Option<i64> = self.redis().hget(self.names.key.clone(), field).await?;
+        Ok(count.unwrap_or(0).clamp(0, u32::MAX as i64) as u32)
+    }
+
+    /// The lock's remaining lease, or `None` if it is not held or has no
+    /// expiry.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe (a read).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+    /// let left = client.fair_lock("printer").remaining_lease().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn remaining_lease(&self) -> Result<Option<Duration>> {
+        self.check()?;
+        let ttl: i64 = self.redis().pttl(self.names.key.clone()).await?;
+        Ok((ttl >= 0).then(|| Duration::from_millis(ttl as u64)))
+    }
+
+    /// Who holds the lock and for how long, as
+    /// [`Lock::holders`](crate::Lock::holders) reads it (the hash is the
+    /// same shape). Queued waiters are not holders.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe (a read).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+    /// for h in client.fair_lock("printer").holders().await? {
+    ///     println!("{}: {} holds", h.field, h.holds);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn holders(&self) -> Result<Vec<Holder>> {
+        self.check()?;
+        crate::lock::holders_of(self.redis(), &self.names.key).await
+    }
+
+    /// Deletes the lock whoever holds it, and tells the head waiter.
+    /// Returns whether there was a lock to delete. Guards of this client's
+    /// holders report `lost` at once; guards in other clients at their
+    /// watchdog's next renewal (or when their fixed lease ends). Queued
+    /// waiters keep their places.
+    ///
+    /// # Cancel safety
+    ///
+    /// If the future is dropped, the delete may or may not have happened.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+    /// let was_locked = client.fair_lock("printer").force_unlock().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn force_unlock(&self) -> Result<bool> {
+        self.check()?;
+        let engine = self.client.engine();
+        let reply: Vec<i64> = scripts()
+            .force_unlock
+            .run(
+                &engine.conn.redis,
+                self.names.script_keys(),
+                vec![now_ms().into(), engine.conn.publish_command().into()],
+            )
+            .await?;
+        kick_if_unheard(&engine.conn, &self.names, &reply);
+        let deleted = reply.first() == Some(&1);
+        if deleted {
+            engine.leases.key_gone(&self.names.key, "force-unlocked");
+        }
+        Ok(deleted)
+    }
+
+    /// The client the lock is taken through (`MultiLock` orders its
+    /// members by client id).
+    pub(crate) fn client(&self) -> &Client {
+        &self.client
+    }
+
+    fn redis(&self) -> &fred::clients::Client {
+        &self.client.engine().conn.redis
+    }
+
+    fn check(&self) -> Result<()> {
+        self.client.engine().check()?;
+        if self.name.is_empty() {
+            return Err(Error::invalid("lock name is empty"));
+        }
+        Ok(())
+    }
+}
+
+fn must_acquire(guard: Option<LockGuard>) -> LockGuard {
+    // `acquire` with no deadline only returns once it holds the lock.
+    guard.unwrap_or_else(|| unreachable!("acquire without a deadline returned no guard"))
+}

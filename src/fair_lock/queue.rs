@@ -1,0 +1,231 @@
+//! The fair lock's wait queue, on the client side: keeping a waiter's
+//! timeout fresh while it waits, leaving the queue when it stops waiting,
+//! and checking on a head waiter a release told but that was not
+//! listening.
+//!
+//! * **Refresh** ([`refresh`]): while an acquire waits, every
+//!   [`REFRESH_EVERY`] its timeout becomes now + [`THREAD_WAIT`] with a
+//!   plain `ZADD XX CH` (not a script). A waiter whose process dies stops
+//!   refreshing, so its entry counts as gone at most `THREAD_WAIT` later.
+//!   If the entry is found gone while the waiter waits (purged by another
+//!   client, e.g. after a Java acquire moved every timeout five minutes
+//!   earlier), the waiter is told on its own channel to re-check at once,
+//!   and queues again.
+//! * **Leave** ([`Leave`]): an acquire that ends without the lock (timed
+//!   out, failed, dropped) removes its entry from the list and the zset at
+//!   once, as a background job if it was dropped, under the lease's turn
+//!   (so after an acquire call still being settled). If it headed the
+//!   queue of a free lock, the next waiter is told.
+//! * **Kick** ([`kick_later`]): a release (or leave, or force-unlock)
+//!   that told a head waiter nobody was listening for (PUBLISH reached no
+//!   connection: the waiter's process may be dead) checks again once that
+//!   waiter's timeout has passed: it purges gone heads and tells the next
+//!   one, until a message is received, the lock is taken or nobody waits.
+//!   So a dead waiter holds the queue up for at most `THREAD_WAIT` after
+//!   it last refreshed, while live waiters sleep (no polling of the
+//!   script). The kick is best effort (a task on the releasing client's
+//!   runtime); waiters still re-check on their own bound.
+
+use std::convert::Infallible;
+use std::sync::{Arc, Weak};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use fred::bytes_utils::Str;
+use fred::interfaces::ClientLike;
+use fred::types::{ClusterHash, CustomCommand, Key, Value};
+
+use super::kind::{scripts, Names};
+use crate::core::background::{BoxFuture, Job};
+use crate::core::conn::Conn;
+use crate::core::lease::LeaseRef;
+use crate::core::Engine;
+
+/// How long a waiter counts as alive after it last showed up (Redisson's
+/// "thread wait time", `fairLockWaitTimeout`, 5 minutes there). A waiter
+/// whose process died holds the queue up for at most this long after its
+/// last refresh.
+pub(crate) const THREAD_WAIT: Duration = Duration::from_secs(5);
+
+/// How often a waiting acquire refreshes its timeout. The rest of
+/// `THREAD_WAIT` (3 s) is the slack for a late refresh under load.
+pub(crate) const REFRESH_EVERY: Duration = Duration::from_secs(2);
+
+/// Most kicks in a row after one release (each needs a head that was not
+/// listening and whose timeout passed).
+const MAX_KICKS: usize = 32;
+
+/// The client's clock in epoch milliseconds (Redisson's scores use the
+/// client's `System.currentTimeMillis()`, so ours do too).
+pub(crate) fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// Keeps the waiter `field`'s timeout fresh while it waits; never ends
+/// (dropped with the acquire). See the module docs.
+pub(crate) async fn refresh(
+    conn: &Conn,
+    timeouts: &Key,
+    field: &Str,
+    own_channel: &str,
+) -> Infallible {
+    loop {
+        tokio::time::sleep(REFRESH_EVERY).await;
+        let score = now_ms() + THREAD_WAIT.as_millis() as i64;
+        let zadd = CustomCommand::new_static("ZADD", ClusterHash::FirstKey, false);
+        let changed = conn
+            .redis
+            .custom::<i64, Value>(
+                zadd,
+                vec![
+                    Value::Bytes(timeouts.inner().clone()),
+                    "XX".into(),
+                    "CH".into(),
+                    score.into(),
+                    Value::String(field.clone()),
+                ],
+            )
+            .await;
+        // Refreshed (1), or an error: the next round.
+        if let Ok(0) = changed {
+            // Not queued while waiting (purged): nobody will tell this
+            // waiter its turn, so it re-checks now (and queues again).
+            tracing::debug!(field = %field, "fair lock: waiter purged from the queue; re-checking");
+            let publish = CustomCommand::new_static(
+                if conn.sharded { "SPUBLISH" } else { "PUBLISH" },
+                ClusterHash::FirstKey,
+                false,
+            );
+            let _ = conn
+                .redis
+                .custom::<Value, Value>(publish, vec![own_channel.into(), "0".into()])
+                .await;
+        }
+    }
+}
+
+/// Removes one waiter from the queue (see the module docs). Run inline
+/// when an acquire ends without the lock, and as a background job when it
+/// is dropped.
+#[derive(Debug)]
+pub(crate) struct Leave {
+    pub(crate) lease: LeaseRef,
+    pub(crate) names: Names,
+}
+
+impl Leave {
+    async fn leave(&self, conn: &Arc<Conn>) {
+        let keys = self.names.script_keys();
+        let args = vec![
+            Value::String(self.lease.field.clone()),
+            now_ms().into(),
+            conn.publish_command().into(),
+        ];
+        match scripts()
+            .leave
+            .run::<Vec<i64>>(&conn.redis, keys, args)
+            .await
+        {
+            Ok(reply) => kick_if_unheard(conn, &self.names, &reply),
+            Err(e) => {
+                tracing::warn!(key = ?self.names.key, error = %e, "fair lock: could not leave the queue; the entry runs out by itself");
+            }
+        }
+    }
+}
+
+impl Job for Leave {
+    fn run<'a>(&'a self, conn: &'a Arc<Conn>, fallback: bool) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            // After any acquire of this lease still being settled: it may
+            // queue the waiter again.
+            let _turn = if fallback {
+                self.lease.try_turn()
+            } else {
+                Some(self.lease.turn().await)
+            };
+            self.leave(conn).await;
+        })
+    }
+
+    fn order(&self) -> u64 {
+        u64::MAX
+    }
+}
+
+/// An acquire that may be queued: dropped armed, it leaves the queue in
+/// the background.
+pub(crate) struct Queued {
+    pub(crate) engine: Arc<Engine>,
+    pub(crate) job: Option<Leave>,
+}
+
+impl Queued {
+    /// The acquire got the lock: its entry is gone already.
+    pub(crate) fn disarm(&mut self) {
+        self.job = None;
+    }
+
+    /// The acquire ended without the lock: leave now (a drop half-way
+    /// leaves in the background).
+    pub(crate) async fn leave_now(&mut self) {
+        if let Some(job) = &self.job {
+            job.run(&self.engine.conn, false).await;
+        }
+        self.job = None;
+    }
+}
+
+impl Drop for Queued {
+    fn drop(&mut self) {
+        if let Some(job) = self.job.take() {
+            self.engine.background.spawn(job);
+        }
+    }
+}
+
+/// Reads `{status, received, timeout}` (release, leave, force-unlock,
+/// kick): a head was told but nobody received it → kick once its timeout
+/// has passed.
+pub(crate) fn kick_if_unheard(conn: &Arc<Conn>, names: &Names, reply: &[i64]) {
+    if let [_, 0, timeout, ..] = reply {
+        kick_later(conn, names.clone(), *timeout);
+    }
+}
+
+/// Starts the kick task on the current runtime (if any); see the module
+/// docs.
+fn kick_later(conn: &Arc<Conn>, names: Names, timeout: i64) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    let conn: Weak<Conn> = Arc::downgrade(conn);
+    runtime.spawn(async move {
+        let mut timeout = timeout;
+        for _ in 0..MAX_KICKS {
+            let after = (timeout - now_ms()).clamp(0, i64::MAX) as u64 + 1;
+            tokio::time::sleep(Duration::from_millis(after)).await;
+            let Some(conn) = conn.upgrade() else { return };
+            if conn.is_closed() {
+                return;
+            }
+            let reply = scripts()
+                .kick
+                .run::<Vec<i64>>(
+                    &conn.redis,
+                    names.script_keys(),
+                    vec![now_ms().into(), conn.publish_command().into()],
+                )
+                .await;
+            match reply.as_deref() {
+                Ok([1, 0, next, ..]) => timeout = *next,
+                Ok(_) => return,
+                Err(e) => {
+                    tracing::debug!(key = ?names.key, error = %e, "fair lock: kick failed; waiters re-check on their own");
+                    return;
+                }
+            }
+        }
+    });
+}

@@ -1,0 +1,863 @@
+//! The fair lock (issue 10): arrival order across clients, one acquire per
+//! handoff (no herd), dropped and killed waiters, Redisson's RFairLock wire
+//! format (a raw-command "Java" waiter), cancellation, a cluster, and the
+//! rest of the `Lock` contract.
+
+use leasehold_testkit as support;
+
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use leasehold::{Client, FairLock, Member, MultiLock, Owner};
+use support::cluster::RedisCluster;
+use support::fixture::{calls, client, client_with, eventually, exists, lock_keys, numsub, within};
+use support::RedisServer;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+const HANG: Duration = Duration::from_secs(60);
+
+fn llen(server: &RedisServer, key: &str) -> u64 {
+    server.cmd(&["LLEN", key]).trim().parse().unwrap_or(0)
+}
+
+fn zcard(server: &RedisServer, key: &str) -> u64 {
+    server.cmd(&["ZCARD", key]).trim().parse().unwrap_or(0)
+}
+
+/// The queue, oldest first.
+fn queue(server: &RedisServer, lock: &FairLock) -> Vec<String> {
+    server
+        .cmd(&["LRANGE", lock.queue_key(), "0", "-1"])
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The owner field of the current task on `client`.
+fn my_field(client: &Client) -> String {
+    format!("{}:{}", client.id(), Owner::current().id())
+}
+
+/// Waits until the queue holds `n` waiters and each of them listens on
+/// its own channel.
+async fn queued(server: &RedisServer, lock: &FairLock, n: usize) {
+    eventually(HANG, &format!("{n} waiters queued and listening"), || {
+        let q = queue(server, lock);
+        q.len() == n
+            && q.iter()
+                .all(|f| numsub(server, &format!("{}:{f}", lock.channel())) >= 1)
+    })
+    .await;
+}
+
+/// EVALSHA calls once they stop moving (every waiter has made its tries).
+async fn settled_evalsha(server: &RedisServer) -> u64 {
+    let mut last = calls(server, "evalsha");
+    loop {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let now = calls(server, "evalsha");
+        if now == last {
+            return now;
+        }
+        last = now;
+    }
+}
+
+// === order ===
+
+/// 12 waiters on 3 clients, queued one after the other behind a holder,
+/// get the lock in exactly that order; nothing is left afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_on_three_clients_are_served_in_arrival_order() {
+    let server = RedisServer::start();
+    let clients = [
+        client(&server).await,
+        client(&server).await,
+        client(&server).await,
+    ];
+    let holder = clients[0].fair_lock("fifo").lock().await.unwrap();
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = JoinSet::new();
+    for i in 0..12 {
+        let lock = clients[i % 3].fair_lock("fifo");
+        let order = order.clone();
+        tasks.spawn(async move {
+            let guard = lock.lock().await.unwrap();
+            order.lock().unwrap().push(i);
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            guard.unlock().await.unwrap();
+        });
+        queued(&server, &clients[0].fair_lock("fifo"), i + 1).await;
+    }
+    holder.unlock().await.unwrap();
+    within(HANG, "every waiter served", async {
+        while let Some(done) = tasks.join_next().await {
+            done.unwrap();
+        }
+    })
+    .await;
+    assert_eq!(*order.lock().unwrap(), (0..12).collect::<Vec<_>>());
+    eventually(HANG, "no key left", || lock_keys(&server).is_empty()).await;
+}
+
+/// A free lock with a queue is not taken by a newcomer (it queues), and a
+/// `try_lock` neither takes it nor queues.
+#[tokio::test]
+async fn a_newcomer_does_not_jump_the_queue() {
+    let server = RedisServer::start();
+    let (a, b) = (client(&server).await, client(&server).await);
+    let lock = a.fair_lock("nojump");
+    let holder = lock.lock().await.unwrap();
+    let waiter = {
+        let lock = b.fair_lock("nojump");
+        tokio::spawn(async move { lock.lock().await.unwrap().unlock().await.unwrap() })
+    };
+    queued(&server, &lock, 1).await;
+    let other = b.fair_lock("nojump");
+    let tried = tokio::spawn(async move { other.try_lock().await.unwrap().is_none() });
+    assert!(tried.await.unwrap(), "try_lock took a lock that was held");
+    assert_eq!(llen(&server, lock.queue_key()), 1, "try_lock queued");
+    holder.unlock().await.unwrap();
+    within(HANG, "the queued waiter", waiter).await.unwrap();
+    eventually(HANG, "no key left", || lock_keys(&server).is_empty()).await;
+}
+
+// === herd ===
+
+/// 50 tasks on 10 clients wait on a held fair lock. From then on, each
+/// unlock costs at most 2 acquire-script calls in the whole system (in
+/// practice one: the head's), not one per client.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unlock_wakes_one_waiter_in_the_whole_system() {
+    const CLIENTS: usize = 10;
+    const TASKS: usize = 50;
+    let server = RedisServer::start();
+    let mut clients = Vec::new();
+    for _ in 0..CLIENTS {
+        clients.push(client(&server).await);
+    }
+    let lock = clients[0].fair_lock("herd");
+    let holder = lock.lock().await.unwrap();
+    let mut tasks = JoinSet::new();
+    for i in 0..TASKS {
+        let lock = clients[i % CLIENTS].fair_lock("herd");
+        tasks.spawn(async move {
+            let guard = lock.lock().await.unwrap();
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            guard.unlock().await.unwrap();
+        });
+    }
+    queued(&server, &lock, TASKS).await;
+    let before = settled_evalsha(&server).await;
+    let zadd_before = calls(&server, "zadd");
+    holder.unlock().await.unwrap();
+    within(HANG, "every waiter served", async {
+        while let Some(done) = tasks.join_next().await {
+            done.unwrap();
+        }
+    })
+    .await;
+    let scripts = calls(&server, "evalsha") - before;
+    let unlocks = TASKS as u64 + 1;
+    // Every unlock is one release script; the rest are acquires (and
+    // kicks, none expected here).
+    let acquires = scripts - unlocks;
+    println!(
+        "{unlocks} unlocks: {acquires} acquire scripts ({:.2} per unlock), {} timeout refreshes (ZADD)",
+        acquires as f64 / unlocks as f64,
+        calls(&server, "zadd") - zadd_before
+    );
+    assert!(
+        acquires <= 2 * unlocks,
+        "{acquires} acquire scripts for {unlocks} unlocks"
+    );
+    eventually(HANG, "no key left", || lock_keys(&server).is_empty()).await;
+}
+
+// === leaving ===
+
+/// A dropped waiter leaves the list and the zset at once (both keys are
+/// gone with their last entry), and one that times out has left by the
+/// time `try_lock_for` returns.
+#[tokio::test]
+async fn a_dropped_or_timed_out_waiter_leaves_the_queue() {
+    let server = RedisServer::start();
+    let (a, b) = (client(&server).await, client(&server).await);
+    let lock = a.fair_lock("leave");
+    let holder = lock.lock().await.unwrap();
+    let waiter = {
+        let lock = b.fair_lock("leave");
+        tokio::spawn(async move { lock.lock().await })
+    };
+    queued(&server, &lock, 1).await;
+    assert_eq!(zcard(&server, lock.timeout_key()), 1);
+    waiter.abort();
+    eventually(HANG, "the dropped waiter left", || {
+        !exists(&server, lock.queue_key()) && !exists(&server, lock.timeout_key())
+    })
+    .await;
+
+    let other = b.fair_lock("leave");
+    let timed_out = tokio::spawn(async move {
+        other
+            .try_lock_for(Duration::from_millis(300))
+            .await
+            .unwrap()
+            .is_none()
+    });
+    assert!(timed_out.await.unwrap());
+    assert!(
+        !exists(&server, lock.queue_key()),
+        "the timed-out waiter is still queued"
+    );
+    assert!(!exists(&server, lock.timeout_key()));
+    holder.unlock().await.unwrap();
+    assert!(lock_keys(&server).is_empty(), "{:?}", lock_keys(&server));
+}
+
+/// A waiter dropped from the middle of the queue leaves it at once; the
+/// waiter behind it is served next.
+#[tokio::test]
+async fn a_waiter_dropped_mid_queue_leaves_it_at_once() {
+    let server = RedisServer::start();
+    let (a, b, c) = (
+        client(&server).await,
+        client(&server).await,
+        client(&server).await,
+    );
+    let lock = a.fair_lock("mid");
+    let holder = lock.lock().await.unwrap();
+    let first = {
+        let lock = b.fair_lock("mid");
+        tokio::spawn(async move { lock.lock().await })
+    };
+    queued(&server, &lock, 1).await;
+    let second = {
+        let lock = c.fair_lock("mid");
+        tokio::spawn(async move { lock.lock().await.unwrap().unlock().await.unwrap() })
+    };
+    queued(&server, &lock, 2).await;
+    first.abort();
+    eventually(HANG, "the dropped waiter left", || {
+        llen(&server, lock.queue_key()) == 1 && zcard(&server, lock.timeout_key()) == 1
+    })
+    .await;
+    holder.unlock().await.unwrap();
+    within(HANG, "the second waiter", second).await.unwrap();
+    eventually(HANG, "no key left", || lock_keys(&server).is_empty()).await;
+}
+
+/// A client shut down while one of its tasks waits: the wait ends with
+/// `Error::Shutdown`, and the waiter's entry holds nobody up for longer
+/// than its timeout (it leaves the queue in the background; if shutdown
+/// closed the connection first, the entry runs out and is purged).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_ends_a_wait_without_blocking_the_queue() {
+    let server = RedisServer::start();
+    let (a, b) = (client(&server).await, client(&server).await);
+    let lock = a.fair_lock("shutdown");
+    let holder = lock.lock().await.unwrap();
+    let waiter = {
+        let lock = b.fair_lock("shutdown");
+        tokio::spawn(async move { lock.lock().await.map(drop) })
+    };
+    queued(&server, &lock, 1).await;
+    b.shutdown().await.unwrap();
+    let ended = within(HANG, "the wait after shutdown", waiter)
+        .await
+        .unwrap();
+    assert!(
+        matches!(ended, Err(leasehold::Error::Shutdown)),
+        "{ended:?}"
+    );
+    let next = {
+        let lock = a.fair_lock("shutdown");
+        tokio::spawn(async move { lock.lock().await.unwrap().unlock().await.unwrap() })
+    };
+    holder.unlock().await.unwrap();
+    within(
+        FairLock::THREAD_WAIT + Duration::from_secs(20),
+        "the next waiter",
+        next,
+    )
+    .await
+    .unwrap();
+    eventually(HANG, "no key left", || lock_keys(&server).is_empty()).await;
+}
+
+const CHILD_URL: &str = "LEASEHOLD_FAIR_URL";
+const CHILD_NAME: &str = "LEASEHOLD_FAIR_NAME";
+
+/// Not a test: the body of a child process that queues for the fair lock
+/// named by the parent and waits until it is killed.
+#[tokio::test]
+#[ignore = "child process of a_killed_waiter_holds_the_queue_up_for_a_bounded_time"]
+async fn child_waits_in_the_queue() {
+    let (Ok(url), Ok(name)) = (std::env::var(CHILD_URL), std::env::var(CHILD_NAME)) else {
+        return;
+    };
+    let client = Client::connect(&url).await.unwrap();
+    let _guard = client.fair_lock(&name).lock().await.unwrap();
+    std::future::pending::<()>().await;
+}
+
+/// A waiter process killed (SIGKILL) at the head of the queue delays the
+/// waiter behind it by at most the thread wait (5 s) after the unlock,
+/// plus a generous margin (a hang check); then nothing is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_waiter_holds_the_queue_up_for_a_bounded_time() {
+    let server = RedisServer::start();
+    let (a, b) = (client(&server).await, client(&server).await);
+    let lock = a.fair_lock("killed");
+    let holder = lock.lock().await.unwrap();
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "child_waits_in_the_queue",
+            "--ignored",
+            "--quiet",
+        ])
+        .env(CHILD_URL, server.url())
+        .env(CHILD_NAME, "killed")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("re-exec the test binary");
+    queued(&server, &lock, 1).await;
+    let waiter = {
+        let lock = b.fair_lock("killed");
+        tokio::spawn(async move {
+            let guard = lock.lock().await.unwrap();
+            let at = Instant::now();
+            guard.unlock().await.unwrap();
+            at
+        })
+    };
+    queued(&server, &lock, 2).await;
+    let dead = format!("{}:{}", lock.channel(), queue(&server, &lock)[0]);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // Redis has seen the process's connections close.
+    eventually(HANG, "the killed waiter unsubscribed", || {
+        numsub(&server, &dead) == 0
+    })
+    .await;
+    let unlocked = Instant::now();
+    holder.unlock().await.unwrap();
+    let bound = FairLock::THREAD_WAIT + Duration::from_secs(20);
+    let acquired = within(bound, "the waiter behind the killed one", waiter)
+        .await
+        .unwrap();
+    println!(
+        "the waiter behind the killed one held the lock {:?} after the unlock",
+        acquired - unlocked
+    );
+    eventually(HANG, "no key left", || lock_keys(&server).is_empty()).await;
+}
+
+// === cancellation ===
+
+/// Many rounds of acquires dropped at random points (queued, told, mid
+/// script), on a lock held or free: afterwards nothing is held or queued,
+/// and another client takes the lock at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_acquire_holds_nothing_and_leaves_nothing_queued() {
+    let server = RedisServer::start();
+    let (a, b) = (client(&server).await, client(&server).await);
+    for round in 0..150u64 {
+        let lock = a.fair_lock("cancel");
+        let holder = if round % 2 == 0 {
+            Some(b.fair_lock("cancel").lock().await.unwrap())
+        } else {
+            None
+        };
+        let cut = Duration::from_micros((round * 397) % 3000);
+        let attempt = {
+            let lock = lock.clone();
+            tokio::spawn(async move {
+                let _ = tokio::time::timeout(cut, lock.lock()).await;
+            })
+        };
+        if round % 3 == 0 {
+            tokio::time::sleep(cut / 2).await;
+            attempt.abort();
+        }
+        let _ = attempt.await;
+        if let Some(holder) = holder {
+            holder.unlock().await.unwrap();
+        }
+        let other = b.fair_lock("cancel");
+        let guard = within(HANG, "the lock after a dropped acquire", async move {
+            other.lock().await.unwrap()
+        })
+        .await;
+        guard.unlock().await.unwrap();
+        eventually(HANG, "nothing left after the round", || {
+            lock_keys(&server).is_empty()
+        })
+        .await;
+    }
+}
+
+// === wire ===
+
+/// A plain fred subscriber on `channel`, listening as a Java waiter does.
+async fn listen(
+    server: &RedisServer,
+    channel: &str,
+) -> (
+    leasehold::fred::clients::SubscriberClient,
+    tokio::sync::broadcast::Receiver<leasehold::fred::types::Message>,
+) {
+    use leasehold::fred::interfaces::{ClientLike, EventInterface, PubsubInterface};
+    let listener = leasehold::fred::types::Builder::from_config(
+        leasehold::fred::types::config::Config::from_url(&server.url()).unwrap(),
+    )
+    .build_subscriber_client()
+    .unwrap();
+    listener.init().await.unwrap();
+    let rx = listener.message_rx();
+    listener.subscribe(channel).await.unwrap();
+    eventually(HANG, "listener subscribed", || numsub(server, channel) >= 1).await;
+    (listener, rx)
+}
+
+fn epoch_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+/// A raw-command "Java" waiter (REDISSON-WIRE.md §3.3: ZADD its timeout,
+/// RPUSH its name; listening on `redisson_lock__channel:{name}:<field>`)
+/// queued ahead of a leasehold waiter is woken first, with `0`, on its own
+/// channel only; once it has taken and released the lock as Redisson does,
+/// the leasehold waiter is woken and takes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_java_waiter_ahead_is_served_first_then_the_leasehold_waiter() {
+    let server = RedisServer::start();
+    let (a, b) = (client(&server).await, client(&server).await);
+    let lock = a.fair_lock("wire");
+    let holder = lock.lock().await.unwrap();
+    let java = "6f1c3d52-1111-4222-8333-944455556666:77";
+    let java_channel = format!("{}:{java}", lock.channel());
+    assert_eq!(
+        java_channel,
+        format!("redisson_lock__channel:{{wire}}:{java}")
+    );
+    let (_listener, mut rx) = listen(&server, &java_channel).await;
+    let score = (epoch_ms() + 300_000).to_string();
+    server.cmd(&["ZADD", lock.timeout_key(), &score, java]);
+    server.cmd(&["RPUSH", lock.queue_key(), java]);
+
+    let waiter = {
+        let lock = b.fair_lock("wire");
+        tokio::spawn(async move {
+            let guard = lock.lock().await.unwrap();
+            let field = my_field(&b);
+            guard.unlock().await.unwrap();
+            field
+        })
+    };
+    queued(&server, &lock, 2).await;
+    let leasehold_field = queue(&server, &lock)[1].clone();
+    let leasehold_channel = format!("{}:{leasehold_field}", lock.channel());
+    let (_spy, mut spy_rx) = listen(&server, &leasehold_channel).await;
+
+    holder.unlock().await.unwrap();
+    let message = within(HANG, "the Java waiter's message", rx.recv())
+        .await
+        .unwrap();
+    assert_eq!(message.channel.to_string(), java_channel);
+    assert_eq!(message.value.as_bytes(), Some(&b"0"[..]));
+    assert!(
+        spy_rx.try_recv().is_err(),
+        "the leasehold waiter was told too"
+    );
+    assert!(!waiter.is_finished());
+
+    // The Java waiter takes the lock (it heads the queue; the lock is free)
+    // and releases it as Redisson does.
+    assert_eq!(queue(&server, &lock)[0], java);
+    server.cmd(&["LPOP", lock.queue_key()]);
+    server.cmd(&["ZREM", lock.timeout_key(), java]);
+    server.cmd(&["HSET", "wire", java, "1"]);
+    server.cmd(&["PEXPIRE", "wire", "30000"]);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !waiter.is_finished(),
+        "the leasehold waiter took a held lock"
+    );
+    server.cmd(&["DEL", "wire"]);
+    let head = queue(&server, &lock)[0].clone();
+    assert_eq!(head, leasehold_field);
+    server.cmd(&["PUBLISH", &format!("{}:{head}", lock.channel()), "0"]);
+    let served = within(HANG, "the leasehold waiter", waiter).await.unwrap();
+    assert_eq!(served, leasehold_field);
+    let told = within(HANG, "the leasehold waiter's message", spy_rx.recv())
+        .await
+        .unwrap();
+    assert_eq!(told.value.as_bytes(), Some(&b"0"[..]));
+    eventually(HANG, "no key left", || lock_keys(&server).is_empty()).await;
+}
+
+/// A Java acquire moves every timeout one Java wait (5 minutes) earlier,
+/// so a leasehold waiter can be purged from the head by the next release
+/// while it is alive. Its next timeout refresh (every 2 s) finds the entry
+/// gone and makes it re-check at once: it takes the lock, instead of
+/// sleeping for the holder's whole lease (30 s here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_purged_by_a_java_decrement_is_not_stranded() {
+    let server = RedisServer::start();
+    let (a, b) = (client(&server).await, client(&server).await);
+    let lock = a.fair_lock("decrement");
+    let holder = lock.lock().await.unwrap();
+    let waiter = {
+        let lock = b.fair_lock("decrement");
+        tokio::spawn(async move { lock.lock().await.unwrap().unlock().await.unwrap() })
+    };
+    queued(&server, &lock, 1).await;
+    let field = queue(&server, &lock)[0].clone();
+    // As a Java acquire does to every queued waiter.
+    server.cmd(&["ZINCRBY", lock.timeout_key(), "-300000", &field]);
+    // The release purges the "dead" head and tells nobody.
+    holder.unlock().await.unwrap();
+    within(Duration::from_secs(20), "the purged waiter", waiter)
+        .await
+        .unwrap();
+    eventually(HANG, "no key left", || lock_keys(&server).is_empty()).await;
+}
+
+/// Redisson's fair acquire, blocking variant (REDISSON-WIRE.md §3.2–3.3),
+/// written from its documented steps. KEYS [name, queue, timeouts]; ARGV
+/// [lease ms, field, wait ms, now]. Nil when acquired, else a wait hint.
+const JAVA_FAIR_ACQUIRE: &str = r#"
+local now = tonumber(ARGV[4])
+while true do
+    local head = redis.call('lindex', KEYS[2], 0)
+    if not head then break end
+    local t = redis.call('zscore', KEYS[3], head)
+    if t and tonumber(t) <= now then
+        redis.call('zrem', KEYS[3], head)
+        redis.call('lpop', KEYS[2])
+    else
+        break
+    end
+end
+if redis.call('exists', KEYS[1]) == 0 and (redis.call('exists', KEYS[2]) == 0
+        or redis.call('lindex', KEYS[2], 0) == ARGV[2]) then
+    redis.call('lpop', KEYS[2])
+    redis.call('zrem', KEYS[3], ARGV[2])
+    for _, k in ipairs(redis.call('zrange', KEYS[3], 0, -1)) do
+        redis.call('zincrby', KEYS[3], -tonumber(ARGV[3]), k)
+    end
+    redis.call('hset', KEYS[1], ARGV[2], 1)
+    redis.call('pexpire', KEYS[1], ARGV[1])
+    return nil
+end
+if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+    redis.call('hincrby', KEYS[1], ARGV[2], 1)
+    redis.call('pexpire', KEYS[1], ARGV[1])
+    return nil
+end
+if redis.call('zscore', KEYS[3], ARGV[2]) then
+    return math.max(0, redis.call('pttl', KEYS[1]))
+end
+local last = redis.call('lindex', KEYS[2], -1)
+local ttl
+if last and last ~= ARGV[2] and redis.call('zscore', KEYS[3], last) then
+    ttl = tonumber(redis.call('zscore', KEYS[3], last)) - now
+else
+    ttl = redis.call('pttl', KEYS[1])
+end
+if redis.call('zadd', KEYS[3], ttl + tonumber(ARGV[3]) + now, ARGV[2]) == 1 then
+    redis.call('rpush', KEYS[2], ARGV[2])
+end
+return ttl
+"#;
+
+/// Redisson's fair unlock (§3.6) without its latch. KEYS [name, queue,
+/// timeouts, channel stem]; ARGV [lease ms, field, now].
+const JAVA_FAIR_UNLOCK: &str = r#"
+local now = tonumber(ARGV[3])
+while true do
+    local head = redis.call('lindex', KEYS[2], 0)
+    if not head then break end
+    local t = redis.call('zscore', KEYS[3], head)
+    if t and tonumber(t) <= now then
+        redis.call('zrem', KEYS[3], head)
+        redis.call('lpop', KEYS[2])
+    else
+        break
+    end
+end
+if redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
+    return nil
+end
+if redis.call('hincrby', KEYS[1], ARGV[2], -1) > 0 then
+    redis.call('pexpire', KEYS[1], ARGV[1])
+    return 0
+end
+redis.call('del', KEYS[1])
+local head = redis.call('lindex', KEYS[2], 0)
+if head then
+    redis.call('publish', KEYS[4] .. ':' .. head, '0')
+end
+return 1
+"#;
+
+/// A Java `RFairLock` waiter driven by Redisson's scripts (default thread
+/// wait, 5 minutes): listens on its own channel, acquires, records
+/// `label`, unlocks.
+async fn java_fair_waiter(
+    server: Arc<RedisServer>,
+    lock: FairLock,
+    field: String,
+    label: &'static str,
+    order: Arc<Mutex<Vec<&'static str>>>,
+) {
+    use leasehold::fred::interfaces::LuaInterface;
+    use leasehold::fred::types::Value;
+    let redis = support::fixture::client(&server).await;
+    let channel = format!("{}:{field}", lock.channel());
+    let (_listener, mut rx) = listen(&server, &channel).await;
+    let keys = vec![
+        lock.key().to_owned(),
+        lock.queue_key().to_owned(),
+        lock.timeout_key().to_owned(),
+    ];
+    loop {
+        let args: Vec<Value> = vec![
+            30_000.into(),
+            field.as_str().into(),
+            300_000.into(),
+            (epoch_ms() as i64).into(),
+        ];
+        let reply: Value = redis
+            .redis()
+            .eval(JAVA_FAIR_ACQUIRE, keys.clone(), args)
+            .await
+            .unwrap();
+        let Value::Integer(ttl) = reply else { break };
+        // Redisson waits for its message or the hint (0: it spins; a
+        // floor keeps this test from spinning hot).
+        let bound = Duration::from_millis(ttl.clamp(20, 1000) as u64);
+        let _ = tokio::time::timeout(bound, rx.recv()).await;
+    }
+    order.lock().unwrap().push(label);
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let mut keys = keys;
+    keys.push(lock.channel().to_owned());
+    let args: Vec<Value> = vec![
+        30_000.into(),
+        field.as_str().into(),
+        (epoch_ms() as i64).into(),
+    ];
+    let freed: Value = redis
+        .redis()
+        .eval(JAVA_FAIR_UNLOCK, keys, args)
+        .await
+        .unwrap();
+    assert_eq!(freed, Value::Integer(1));
+}
+
+/// Java waiters (Redisson's scripts, 5-minute thread wait) and leasehold
+/// waiters queued alternately behind a holder are all served, the first
+/// Java waiter first; nobody is stranded, nothing is left. (Strict order
+/// is not asserted: a Java acquire moves every timeout 5 minutes earlier,
+/// so the leasehold waiter behind it may be purged and queue again.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn java_and_leasehold_waiters_mixed_are_all_served() {
+    let server = Arc::new(RedisServer::start());
+    let (a, b) = (client(&server).await, client(&server).await);
+    let lock = a.fair_lock("mixed");
+    let holder = lock.lock().await.unwrap();
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = JoinSet::new();
+    let labels = ["java 1", "leasehold 1", "java 2", "leasehold 2"];
+    for (i, label) in labels.into_iter().enumerate() {
+        let order = order.clone();
+        if i % 2 == 0 {
+            let field = format!("6f1c3d52-1111-4222-8333-94445555666{i}:{i}");
+            tasks.spawn(java_fair_waiter(
+                server.clone(),
+                b.fair_lock("mixed"),
+                field,
+                label,
+                order,
+            ));
+        } else {
+            let lock = b.fair_lock("mixed");
+            tasks.spawn(async move {
+                let guard = lock.lock().await.unwrap();
+                order.lock().unwrap().push(label);
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                guard.unlock().await.unwrap();
+            });
+        }
+        eventually(HANG, "queued", || {
+            llen(&server, lock.queue_key()) == i as u64 + 1
+        })
+        .await;
+    }
+    holder.unlock().await.unwrap();
+    within(HANG, "every Java and leasehold waiter", async {
+        while let Some(done) = tasks.join_next().await {
+            done.unwrap();
+        }
+    })
+    .await;
+    let order = order.lock().unwrap().clone();
+    println!("served: {order:?}");
+    assert_eq!(order.len(), 4);
+    assert_eq!(order[0], "java 1");
+    eventually(HANG, "no key left", || lock_keys(&server).is_empty()).await;
+}
+
+/// A foreign holder field (a Java `RFairLock` holder) blocks the fair
+/// lock: `try_lock` fails without queueing, a bounded wait times out and
+/// leaves; once the field is gone the lock is taken.
+#[tokio::test]
+async fn a_foreign_holder_blocks_the_fair_lock() {
+    let server = RedisServer::start();
+    let a = client(&server).await;
+    let lock = a.fair_lock("foreign");
+    server.cmd(&[
+        "HSET",
+        "foreign",
+        "6f1c3d52-1111-4222-8333-944455556666:1",
+        "1",
+    ]);
+    server.cmd(&["PEXPIRE", "foreign", "30000"]);
+    assert!(lock.is_locked().await.unwrap());
+    assert!(lock.try_lock().await.unwrap().is_none());
+    assert!(!exists(&server, lock.queue_key()));
+    assert!(lock
+        .try_lock_for(Duration::from_millis(200))
+        .await
+        .unwrap()
+        .is_none());
+    assert!(!exists(&server, lock.queue_key()));
+    assert_eq!(lock.holders().await.unwrap()[0].owner, Some(1));
+    server.cmd(&["DEL", "foreign"]);
+    let guard = lock.try_lock().await.unwrap().expect("free now");
+    guard.unlock().await.unwrap();
+    assert!(lock_keys(&server).is_empty());
+}
+
+// === the lock contract ===
+
+/// Re-entry, hold counts, fixed leases, force-unlock (with `lost()`), a
+/// watchdog lease that outlives its timeout, `with`, and a MultiLock
+/// member.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lock_contract() {
+    let server = RedisServer::start();
+    let a = client_with(&server, |b| b.watchdog_timeout(Duration::from_secs(1))).await;
+    let b = client(&server).await;
+    let lock = a.fair_lock("contract");
+    let outer = lock.lock().await.unwrap();
+    let inner = lock.lock().await.unwrap();
+    assert_eq!(lock.hold_count().await.unwrap(), 2);
+    assert!(lock.is_held_by_current_task().await.unwrap());
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert!(!outer.is_lost(), "the watchdog did not keep the lease");
+    assert!(b.fair_lock("contract").try_lock().await.unwrap().is_none());
+    inner.unlock().await.unwrap();
+    assert_eq!(lock.hold_count().await.unwrap(), 1);
+    outer.unlock().await.unwrap();
+    assert!(!lock.is_locked().await.unwrap());
+
+    let fixed = lock
+        .lock_with_lease(Duration::from_millis(400))
+        .await
+        .unwrap();
+    assert!(lock.remaining_lease().await.unwrap().is_some());
+    within(HANG, "a fixed lease runs out", fixed.lost()).await;
+    drop(fixed);
+    eventually(HANG, "the key expired", || !exists(&server, "contract")).await;
+
+    let held = lock.lock().await.unwrap();
+    assert!(b.fair_lock("contract").force_unlock().await.unwrap());
+    within(HANG, "lost after a force-unlock elsewhere", held.lost()).await;
+    drop(held);
+
+    let n = lock.with(|_| async { 7 }).await.unwrap();
+    assert_eq!(n, 7);
+    let multi = MultiLock::new(vec![
+        Member::from(a.fair_lock("m1")),
+        Member::from(a.lock("m2")),
+    ]);
+    let both = multi.lock().await.unwrap();
+    assert!(a.fair_lock("m1").is_locked().await.unwrap());
+    both.unlock().await.unwrap();
+    assert!(!a.fair_lock("m1").is_locked().await.unwrap());
+    assert!(lock.try_lock().await.unwrap().is_some());
+    a.shutdown().await.unwrap();
+    eventually(HANG, "no key left", || lock_keys(&server).is_empty()).await;
+}
+
+// === cluster ===
+
+/// On a 3-primary cluster (sharded pub/sub), names with and without
+/// braces: every key and channel of one lock shares its slot, three
+/// waiters on two clients are served in order, nothing is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_every_key_shares_the_locks_slot() {
+    let cluster = RedisCluster::start(3, 0);
+    let url = cluster.url();
+    let a = Client::builder().url(&url).build().await.unwrap();
+    let b = Client::builder().url(&url).build().await.unwrap();
+    for name in ["fair:plain", "{tag}fair", "x{y}z"] {
+        let lock = a.fair_lock(name);
+        let holder = lock.lock().await.unwrap();
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let mut tasks = JoinSet::new();
+        for i in 0..3 {
+            let lock = if i % 2 == 0 { &b } else { &a }.fair_lock(name);
+            let order = order.clone();
+            tasks.spawn(async move {
+                let guard = lock.lock().await.unwrap();
+                order.lock().unwrap().push(i);
+                guard.unlock().await.unwrap();
+            });
+            let want = (i + 1).to_string();
+            eventually(HANG, "queued", || {
+                cluster.cmd_on_key(name, &["LLEN", lock_queue(name).as_str()]) == want
+            })
+            .await;
+        }
+        holder.unlock().await.unwrap();
+        within(HANG, "every waiter on the cluster", async {
+            while let Some(done) = tasks.join_next().await {
+                done.unwrap();
+            }
+        })
+        .await;
+        assert_eq!(*order.lock().unwrap(), vec![0, 1, 2], "{name}");
+        for key in [
+            name.to_owned(),
+            lock_queue(name),
+            lock.timeout_key().to_owned(),
+        ] {
+            assert_eq!(
+                cluster.cmd_on_key(name, &["EXISTS", &key]),
+                "0",
+                "{key} left"
+            );
+        }
+    }
+}
+
+fn lock_queue(name: &str) -> String {
+    if name.contains('{') {
+        format!("redisson_lock_queue:{name}")
+    } else {
+        format!("redisson_lock_queue:{{{name}}}")
+    }
+}
