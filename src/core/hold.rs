@@ -298,7 +298,10 @@ impl Hold {
             Some(parts) => release_span(&parts.lease, 1),
             None => Span::none(),
         };
-        self.release_in(&span).instrument(span.clone()).await
+        // Boxed: the release (turn, call, settle guard) is several KiB,
+        // and every caller's future (a task that waits, then unlocks)
+        // would otherwise carry it inline while it waits.
+        Box::pin(self.release_in(&span).instrument(span.clone())).await
     }
 
     /// [`release`](Self::release), recording its outcome in `span`.

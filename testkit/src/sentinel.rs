@@ -51,7 +51,7 @@ pub struct SentinelSetup {
 impl SentinelSetup {
     /// Starts the primary, the replica (`--replicaof`), waits for the
     /// replication link, then starts three sentinels (quorum 2,
-    /// down-after 1000 ms, failover-timeout 5000 ms, parallel-syncs 1) and
+    /// down-after 2000 ms, failover-timeout 5000 ms, parallel-syncs 1) and
     /// waits (up to 30 s) until each reports the master with 1 replica and
     /// 2 other sentinels.
     pub fn start() -> SentinelSetup {
@@ -392,7 +392,10 @@ impl Sentinel {
         let log = self.dir.join("sentinel.log");
         let log_offset = fs::metadata(&log).map(|m| m.len()).unwrap_or(0);
         // `dir` and `logfile` as quoted strings: temp paths could contain
-        // spaces.
+        // spaces. down-after is 2 s, not 1 s: a sentinel pings and
+        // reconnects at most once a second, so with 1 s every sentinel
+        // marked a just-promoted primary down 1.03 s after `+switch-master`
+        // (seen in CI) and failed over a second time under the test.
         let text = format!(
             "port {port}\n\
              bind 127.0.0.1\n\
@@ -400,7 +403,7 @@ impl Sentinel {
              dir {dir:?}\n\
              logfile {log:?}\n\
              sentinel monitor {SERVICE} 127.0.0.1 {master_port} 2\n\
-             sentinel down-after-milliseconds {SERVICE} 1000\n\
+             sentinel down-after-milliseconds {SERVICE} 2000\n\
              sentinel failover-timeout {SERVICE} 5000\n\
              sentinel parallel-syncs {SERVICE} 1\n",
             dir = self.dir.display().to_string(),
