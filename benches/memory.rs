@@ -29,6 +29,9 @@ use server::RedisServer;
 struct Counting;
 
 static LIVE: AtomicUsize = AtomicUsize::new(0);
+/// Allocation calls (alloc, alloc_zeroed, realloc) and bytes they asked for.
+static ALLOCS: AtomicUsize = AtomicUsize::new(0);
+static ALLOCATED: AtomicUsize = AtomicUsize::new(0);
 
 // SAFETY: forwards to `System` unchanged; only counts sizes.
 unsafe impl GlobalAlloc for Counting {
@@ -36,6 +39,8 @@ unsafe impl GlobalAlloc for Counting {
         let p = System.alloc(layout);
         if !p.is_null() {
             LIVE.fetch_add(layout.size(), Ordering::Relaxed);
+            ALLOCS.fetch_add(1, Ordering::Relaxed);
+            ALLOCATED.fetch_add(layout.size(), Ordering::Relaxed);
         }
         p
     }
@@ -44,6 +49,8 @@ unsafe impl GlobalAlloc for Counting {
         let p = System.alloc_zeroed(layout);
         if !p.is_null() {
             LIVE.fetch_add(layout.size(), Ordering::Relaxed);
+            ALLOCS.fetch_add(1, Ordering::Relaxed);
+            ALLOCATED.fetch_add(layout.size(), Ordering::Relaxed);
         }
         p
     }
@@ -58,6 +65,8 @@ unsafe impl GlobalAlloc for Counting {
         if !p.is_null() {
             LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
             LIVE.fetch_add(new_size, Ordering::Relaxed);
+            ALLOCS.fetch_add(1, Ordering::Relaxed);
+            ALLOCATED.fetch_add(new_size, Ordering::Relaxed);
         }
         p
     }
@@ -88,6 +97,54 @@ async fn settle() {
     tokio::time::sleep(Duration::from_millis(500)).await;
 }
 
+/// Waits until N more busy attempts were counted and none for a second
+/// (each waiter tries once or twice, then parks); returns how long it took.
+async fn park_all(client: &Client, busy_before: u64) -> Duration {
+    let start = std::time::Instant::now();
+    let (mut last, mut quiet) = (0, 0);
+    loop {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let busy = client.stats().busy_attempts - busy_before;
+        if busy >= N as u64 && busy == last {
+            quiet += 1;
+            if quiet == 10 {
+                return start.elapsed();
+            }
+        } else {
+            quiet = 0;
+        }
+        last = busy;
+        assert!(
+            start.elapsed() < Duration::from_secs(300),
+            "waiters never parked: {busy} busy attempts"
+        );
+    }
+}
+
+/// Heap allocations and bytes allocated per uncontended `lock()` +
+/// `unlock()` on one `Lock` handle (one task; the whole process counts, so
+/// fred's and tokio's allocations for the two calls are included).
+async fn allocations_per_pair(client: &Client) -> (f64, f64) {
+    const PAIRS: usize = 10_000;
+    let lock = client.lock("alloc:pair");
+    let (a0, b0) = (
+        ALLOCS.load(Ordering::Relaxed),
+        ALLOCATED.load(Ordering::Relaxed),
+    );
+    for _ in 0..PAIRS {
+        let g = lock.lock().await.expect("lock");
+        g.unlock().await.expect("unlock");
+    }
+    let (a1, b1) = (
+        ALLOCS.load(Ordering::Relaxed),
+        ALLOCATED.load(Ordering::Relaxed),
+    );
+    (
+        (a1 - a0) as f64 / PAIRS as f64,
+        (b1 - b0) as f64 / PAIRS as f64,
+    )
+}
+
 fn main() {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -110,6 +167,8 @@ async fn run() {
             .expect("lock");
         g.unlock().await.expect("unlock");
     }
+    settle().await;
+    let (allocs, bytes) = allocations_per_pair(&client).await;
     settle().await;
 
     println!("| item (N = {N}) | live heap bytes / item | RSS bytes / item | retained after release, bytes total |");
@@ -171,6 +230,7 @@ async fn run() {
         let holder = client.lock("busy").lock().await.expect("lock");
         settle().await;
         let (live_before, rss_before) = (live(), rss());
+        let busy_before = client.stats().busy_attempts;
         let mut waiters = tokio::task::JoinSet::new();
         for _ in 0..N {
             let lock = lock.clone();
@@ -179,13 +239,15 @@ async fn run() {
                 g.unlock().await.expect("unlock");
             });
         }
-        // every waiter has run its two attempts and is parked
-        tokio::time::sleep(Duration::from_secs(3)).await;
+        // every waiter has run its attempts and is parked: at least N busy
+        // attempts more, then no attempt for a second
+        let parked = park_all(&client, busy_before).await;
         if round == 0 {
             let (live5, rss5) = (live(), rss());
             per_waiter = (live5 - live_before) as f64 / N as f64;
             rss_per_waiter = (rss5 - rss_before) as f64 / N as f64;
             channels = client.subscribed_channels();
+            eprintln!("round 1: waiters parked after {parked:?}");
         }
         waiters.abort_all();
         while waiters.join_next().await.is_some() {}
@@ -211,6 +273,8 @@ async fn run() {
     println!("| **held lock** | **{per_lock:.0}** | {rss_per_lock:.0} | |");
     println!();
     println!("subscribed channels while the {N} tasks waited: {channels}");
+    println!();
+    println!("uncontended lock() + unlock(), one task, one handle: {allocs:.1} heap allocations and {bytes:.0} bytes allocated per pair");
     client.shutdown().await.expect("shutdown");
 }
 

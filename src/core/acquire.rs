@@ -76,20 +76,24 @@ pub(crate) async fn acquire(
 ) -> Result<Option<Hold>> {
     engine.check()?;
     let lease_ms = lease_millis(spec.lease.unwrap_or(engine.watchdog.timeout()))?;
-    let lease = engine.leases.get(
-        &engine.conn,
-        &engine.watchdog,
-        spec.key,
-        spec.owner,
-        spec.tag,
-        spec.init,
-    );
     let fixed = spec.lease.is_some();
     let mut observed = Observed::start(&spec);
     let attempts = &mut observed.attempts;
     let result = wait::wait_for(engine, spec.channel, spec.policy, spec.wait, || {
         *attempts += 1;
-        Box::pin(attempt(engine, &lease, fixed, lease_ms, build))
+        // The lease record is taken per try, not for the whole wait: a
+        // parked waiter keeps none (a record it made is dropped again when
+        // the try finds the lock busy), so N waiters on one key cost N
+        // parked futures, not N records in the key's table.
+        let lease = engine.leases.get(
+            &engine.conn,
+            &engine.watchdog,
+            spec.key,
+            spec.owner,
+            spec.tag,
+            spec.init,
+        );
+        Box::pin(async move { attempt(engine, &lease, fixed, lease_ms, build).await })
     })
     .instrument(observed.span.clone())
     .await;
