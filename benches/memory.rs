@@ -33,14 +33,19 @@ static LIVE: AtomicUsize = AtomicUsize::new(0);
 static ALLOCS: AtomicUsize = AtomicUsize::new(0);
 static ALLOCATED: AtomicUsize = AtomicUsize::new(0);
 
+/// Counts one allocation call of `size` bytes (live, calls, bytes asked).
+fn counted(size: usize) {
+    LIVE.fetch_add(size, Ordering::Relaxed);
+    ALLOCS.fetch_add(1, Ordering::Relaxed);
+    ALLOCATED.fetch_add(size, Ordering::Relaxed);
+}
+
 // SAFETY: forwards to `System` unchanged; only counts sizes.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         let p = System.alloc(layout);
         if !p.is_null() {
-            LIVE.fetch_add(layout.size(), Ordering::Relaxed);
-            ALLOCS.fetch_add(1, Ordering::Relaxed);
-            ALLOCATED.fetch_add(layout.size(), Ordering::Relaxed);
+            counted(layout.size());
         }
         p
     }
@@ -48,9 +53,7 @@ unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         let p = System.alloc_zeroed(layout);
         if !p.is_null() {
-            LIVE.fetch_add(layout.size(), Ordering::Relaxed);
-            ALLOCS.fetch_add(1, Ordering::Relaxed);
-            ALLOCATED.fetch_add(layout.size(), Ordering::Relaxed);
+            counted(layout.size());
         }
         p
     }
@@ -64,9 +67,7 @@ unsafe impl GlobalAlloc for Counting {
         let p = System.realloc(ptr, layout, new_size);
         if !p.is_null() {
             LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
-            LIVE.fetch_add(new_size, Ordering::Relaxed);
-            ALLOCS.fetch_add(1, Ordering::Relaxed);
-            ALLOCATED.fetch_add(new_size, Ordering::Relaxed);
+            counted(new_size);
         }
         p
     }
@@ -121,24 +122,26 @@ async fn park_all(client: &Client, busy_before: u64) -> Duration {
     }
 }
 
+/// Allocation calls and bytes allocated so far.
+fn allocated() -> (usize, usize) {
+    (
+        ALLOCS.load(Ordering::Relaxed),
+        ALLOCATED.load(Ordering::Relaxed),
+    )
+}
+
 /// Heap allocations and bytes allocated per uncontended `lock()` +
 /// `unlock()` on one `Lock` handle (one task; the whole process counts, so
 /// fred's and tokio's allocations for the two calls are included).
 async fn allocations_per_pair(client: &Client) -> (f64, f64) {
     const PAIRS: usize = 10_000;
     let lock = client.lock("alloc:pair");
-    let (a0, b0) = (
-        ALLOCS.load(Ordering::Relaxed),
-        ALLOCATED.load(Ordering::Relaxed),
-    );
+    let (a0, b0) = allocated();
     for _ in 0..PAIRS {
         let g = lock.lock().await.expect("lock");
         g.unlock().await.expect("unlock");
     }
-    let (a1, b1) = (
-        ALLOCS.load(Ordering::Relaxed),
-        ALLOCATED.load(Ordering::Relaxed),
-    );
+    let (a1, b1) = allocated();
     (
         (a1 - a0) as f64 / PAIRS as f64,
         (b1 - b0) as f64 / PAIRS as f64,
