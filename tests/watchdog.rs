@@ -323,3 +323,40 @@ async fn extend_refuses_lost_and_watchdog_guards() {
     c.shutdown().await.unwrap();
     other.shutdown().await.unwrap();
 }
+
+/// A watchdog lease is renewed until its release has landed, not only
+/// until `unlock()` is called: a release held up (a busy client, a moving
+/// slot, here a stalled connection) must not let the key expire under a
+/// hold that was never lost. (Before, the lease left the watchdog when
+/// `unlock()` began; under load in `tests/cluster_scale.rs`, releases
+/// that took longer than the lease's remaining time found the field gone
+/// and returned `NotHeld`.)
+#[tokio::test]
+async fn lease_is_renewed_until_its_release_lands() {
+    let server = RedisServer::start();
+    let proxy = support::Proxy::start(&server.addr()).await;
+    let url = proxy.url();
+    let c = client_with(&server, |b| {
+        b.url(&url).watchdog_timeout(Duration::from_secs(30))
+    })
+    .await;
+    let guard = c.lock("slow-release").lock().await.unwrap();
+    assert_eq!(c.watchdog().lease_count(), 1);
+    proxy.blackhole();
+    let unlock = tokio::spawn(guard.unlock());
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!unlock.is_finished(), "the release is held up");
+    assert_eq!(
+        c.watchdog().lease_count(),
+        1,
+        "the lease is still renewed while its release is on its way"
+    );
+    proxy.pass();
+    within(Duration::from_secs(30), "the release lands", unlock)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(c.watchdog().lease_count(), 0, "renewal ends with the release");
+    assert!(!exists(&server, "slow-release"));
+    c.shutdown().await.unwrap();
+}

@@ -114,6 +114,14 @@ struct HoldParts {
     term: Term,
 }
 
+/// A retired hold's parts go when its release has landed (or will never
+/// be sent): only then may the watchdog stop renewing the lease.
+impl Drop for HoldParts {
+    fn drop(&mut self) {
+        self.lease.release_done();
+    }
+}
+
 // === acquire ===
 
 /// Runs one acquire of `lease`. `request` builds the call once the turn is

@@ -153,8 +153,16 @@ struct State {
     fixed: Vec<Instant>,
     /// Bumped by every acquire and release sent.
     gen: u64,
-    /// Registered with the watchdog (`watched > 0` and not lost).
+    /// Registered with the watchdog (`watched > 0`, or the release of the
+    /// last watchdog hold not landed yet; and not lost).
     registered: bool,
+}
+
+impl State {
+    /// Whether a live guard holds the lease (not only releases under way).
+    fn has_live_holds(&self) -> bool {
+        self.watched > 0 || !self.fixed.is_empty()
+    }
 }
 
 /// Identity of a lease within a client.
@@ -425,19 +433,29 @@ impl Lease {
     }
 
     /// A hold's guard is gone (unlock or drop): it needs the key no more.
-    /// Stops the watchdog renewing the lease if it was the last watchdog
-    /// hold.
+    /// The watchdog keeps renewing the lease until the hold's release has
+    /// landed ([`release_done`](Self::release_done)): a release that takes
+    /// longer than what is left of the lease (a busy client, a slot on the
+    /// move) must not find the key expired under a hold that was never
+    /// lost. Redisson likewise stops renewing only once the unlock is done.
     pub(crate) fn retire(&self, term: Term) {
-        let deregister = {
-            let mut s = self.state.lock();
-            match term {
-                Term::Watchdog => s.watched = s.watched.saturating_sub(1),
-                Term::Fixed(deadline) => {
-                    if let Some(i) = s.fixed.iter().position(|d| *d == deadline) {
-                        s.fixed.swap_remove(i);
-                    }
+        let mut s = self.state.lock();
+        match term {
+            Term::Watchdog => s.watched = s.watched.saturating_sub(1),
+            Term::Fixed(deadline) => {
+                if let Some(i) = s.fixed.iter().position(|d| *d == deadline) {
+                    s.fixed.swap_remove(i);
                 }
             }
+        }
+    }
+
+    /// A retired hold's release has an outcome, or will not be sent (its
+    /// parts are dropped): stops the watchdog renewing the lease if no
+    /// watchdog hold is left.
+    pub(crate) fn release_done(&self) {
+        let deregister = {
+            let mut s = self.state.lock();
             let deregister = s.watched == 0 && s.registered;
             if deregister {
                 s.registered = false;
@@ -631,9 +649,11 @@ impl Sent {
 
     /// A renewal found the field gone.
     pub(crate) fn gone(&self) {
+        // With no live hold left, only releases are under way (the lease
+        // is renewed until they land): their replies settle the lease.
         let current = {
             let s = self.lease.state.lock();
-            s.gen == self.gen && s.incarnation == self.incarnation
+            s.gen == self.gen && s.incarnation == self.incarnation && s.has_live_holds()
         };
         if current {
             self.lease.field_gone("a renewal found the field gone");
@@ -644,7 +664,7 @@ impl Sent {
     /// now would be confirmed), so it must be declared lost now.
     pub(crate) fn expires_before(&self, verdict: Instant) -> bool {
         let s = self.lease.state.lock();
-        s.gen == self.gen && s.signal.until() <= verdict
+        s.gen == self.gen && s.has_live_holds() && s.signal.until() <= verdict
     }
 }
 
