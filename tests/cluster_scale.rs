@@ -1,7 +1,6 @@
 //! Renewal at scale on a Redis Cluster: one script call per node batch,
-//! whatever the slots, and no guard that says held while its key is gone
-//! while a slot migrates. In a file of
-//! its own so that it never shares the machine with the other cluster
+//! whatever the slots, and no lease lost while a slot migrates. In a file
+//! of its own so that it never shares the machine with the other cluster
 //! tests (test binaries run one after the other).
 
 use leasehold_testkit as support;
@@ -9,20 +8,30 @@ use leasehold_testkit as support;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use leasehold::fred::interfaces::KeysInterface;
+use leasehold::fred::interfaces::{HashesInterface, KeysInterface};
 use leasehold::{Client, Watchdog};
 use support::cluster::RedisCluster;
 use support::fixture::within;
 
 const HANG: Duration = Duration::from_secs(60);
 
-/// 10,000 leases on a 3-primary cluster with a 3 s watchdog: for 10 s none
+/// The watchdog timeout (renewal every third of it, each call bounded by a
+/// sixth). Issue 9 asks for 1 s; on a 2-core machine running a debug
+/// build, three redis-servers and this test, a 167 ms call bound is missed
+/// whenever the test itself bursts (10,000 acquires, 20,000 reads), and the
+/// leases are then declared lost, as they must be. Overridable with
+/// `LEASEHOLD_SCALE_WATCHDOG_MS` to try a shorter one.
+const WATCHDOG: Duration = Duration::from_secs(3);
+
+/// 10,000 leases on a 3-primary cluster with a [`WATCHDOG`] timeout: for 10 s none
 /// is lost, and each node sees at most `ceil(its leases / batch) + 2`
 /// renewal calls per cycle — one script call per node batch, whatever the
 /// slots (5,000 names spread over every slot, 500 sharing one). Then the
 /// shared slot migrates to another node while renewals run (keys moved,
-/// ASK and MOVED on the way; a node batch that meets them is sent again per
-/// slot): every guard that does not say lost still holds its lock.
+/// ASK and MOVED on the way: a node batch reports the keys it no longer
+/// serves, which are renewed per slot, in a transaction while the slot is
+/// migrating): no lease is lost, every guard still holds its lock, and
+/// every unlock finds its hold.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ten_thousand_leases_renew_per_node_through_a_migration() {
     const LEASES: usize = 10_000;
@@ -35,7 +44,11 @@ async fn ten_thousand_leases_renew_per_node_through_a_migration() {
             .try_init();
     }
     let cluster = RedisCluster::start(3, 0);
-    let watchdog = Watchdog::new(Duration::from_secs(3)).unwrap();
+    let timeout = std::env::var("LEASEHOLD_SCALE_WATCHDOG_MS")
+        .ok()
+        .and_then(|ms| ms.parse().ok())
+        .map_or(WATCHDOG, Duration::from_millis);
+    let watchdog = Watchdog::new(timeout).unwrap();
     let batch = watchdog.batch_size();
     let c = Client::builder()
         .url(&cluster.url())
@@ -138,25 +151,34 @@ async fn ten_thousand_leases_renew_per_node_through_a_migration() {
     }
     // Several lease lengths after the move.
     tokio::time::sleep(Duration::from_secs(10)).await;
-    // The promise: a guard that does not say lost still holds its lock
-    // (nobody else locks these names, so its key must still be there).
+    // The promise: a guard that does not say lost holds its lock (nobody
+    // else locks these names, so its field must be there). Checked field
+    // by field through a client of its own (so the check's 20,000 reads do
+    // not queue in front of the renewals on leasehold's connection), and
+    // each guard asked *after* its key was read: a key found gone must
+    // belong to a guard that says lost by then.
+    let observer = Client::builder().url(&cluster.url()).build().await.unwrap();
     let mut held = tokio::task::JoinSet::new();
-    for g in guards.iter().filter(|g| !g.is_lost()) {
-        let (redis, name) = (c.redis().clone(), g.name().to_owned());
-        held.spawn(async move { (redis.exists::<i64, _>(&name).await, name) });
+    for (i, g) in guards.iter().enumerate() {
+        let (redis, name) = (observer.redis().clone(), g.name().to_owned());
+        let field = format!("{}:{}", c.id(), g.owner().id());
+        held.spawn(async move {
+            let here = redis.hexists::<i64, _, _>(&name, &field).await;
+            let pttl = redis.pttl::<i64, _>(&name).await;
+            (i, here.unwrap(), pttl.unwrap())
+        });
     }
     while let Some(done) = held.join_next().await {
-        let (exists, name) = done.unwrap();
-        assert_eq!(
-            exists.unwrap(),
-            1,
-            "{name} expired while its guard says held"
-        );
+        let (i, here, pttl) = done.unwrap();
+        if here != 1 || pttl <= 0 {
+            assert!(
+                guards[i].is_lost(),
+                "{}: the guard says held but its field is gone (HEXISTS {here}, PTTL {pttl})",
+                guards[i].name()
+            );
+        }
     }
-    // Liveness is not promised through a live migration yet: fred 10.1
-    // follows ASK by reading the next frame of a pipelined connection, and
-    // its router task can end ("Max attempts reached"); leases renewed in
-    // that moment are declared lost (never silently). Say how many.
+    observer.shutdown().await.unwrap();
     let lost: Vec<&str> = guards
         .iter()
         .filter(|g| g.is_lost())
@@ -167,29 +189,21 @@ async fn ten_thousand_leases_renew_per_node_through_a_migration() {
         "migration: {} of {LEASES} leases declared lost ({lost_hot} in the migrating slot)",
         lost.len()
     );
+    assert!(
+        lost.is_empty(),
+        "{} leases lost through the migration, e.g. {:?}",
+        lost.len(),
+        &lost[..lost.len().min(5)]
+    );
     let released: Vec<_> = guards
         .into_iter()
-        .map(|g| {
-            let hot = g.name().starts_with("{hot}");
-            (g.is_lost(), hot, tokio::spawn(g.unlock()))
-        })
+        .map(|g| (g.name().to_owned(), tokio::spawn(g.unlock())))
         .collect();
-    let mut late = 0;
-    for (was_lost, hot, r) in released {
-        match within(HANG, "unlock", r).await.unwrap() {
-            Ok(()) => {}
-            Err(leasehold::Error::NotHeld { .. }) if was_lost => {}
-            // In the migrating slot, fred 10.1's ASK handling (see the
-            // module docs) can leave a lease's state unknown past the
-            // safety check above; seen once in CI (1 of ~9,600). Counted,
-            // not hidden: every other slot must unlock cleanly.
-            Err(leasehold::Error::NotHeld { .. }) if hot => late += 1,
-            Err(e) => panic!("unlock of a held guard failed: {e}"),
+    for (name, r) in released {
+        if let Err(e) = within(HANG, "unlock", r).await.unwrap() {
+            panic!("{name}: unlock of a held guard failed: {e}");
         }
     }
-    eprintln!(
-        "migrating slot: {late} guards not lost at the check found their field gone at unlock"
-    );
     assert_eq!(watchdog.lease_count(), 0);
     c.shutdown().await.unwrap();
 }

@@ -45,6 +45,8 @@ pub(crate) struct Conn {
     closed: AtomicBool,
     /// When the connection was last reset as suspect (ms since `BASE`).
     last_reset: AtomicU64,
+    /// When fred's slot map was last refreshed on request (ms since `BASE`).
+    last_refresh: AtomicU64,
 }
 
 /// Connection settings kept to build a fresh connection later (the
@@ -69,7 +71,7 @@ static NEXT_CONN: AtomicU64 = AtomicU64::new(1);
 /// The command timeout of a closed connection (see `Conn::close`).
 const CLOSED_COMMAND_TIMEOUT: Duration = Duration::from_millis(1);
 
-/// Origin of `Conn::last_reset`.
+/// Origin of `Conn::last_reset` and `Conn::last_refresh`.
 static BASE: std::sync::LazyLock<std::time::Instant> =
     std::sync::LazyLock::new(std::time::Instant::now);
 
@@ -153,6 +155,7 @@ impl Conn {
                 settings,
                 closed: AtomicBool::new(false),
                 last_reset: AtomicU64::new(0),
+                last_refresh: AtomicU64::new(0),
             },
             subscriber,
             task,
@@ -193,6 +196,7 @@ impl Conn {
             settings: self.settings.clone(),
             closed: AtomicBool::new(false),
             last_reset: AtomicU64::new(0),
+            last_refresh: AtomicU64::new(0),
             redis,
         })
     }
@@ -237,6 +241,31 @@ impl Conn {
             runtime.spawn(async move {
                 let _ = redis.force_reconnection().await;
             });
+        }
+    }
+
+    /// Refreshes fred's cluster slot map (`CLUSTER SLOTS`), at most once a
+    /// second; returns whether it did. fred refreshes it on a `MOVED` it
+    /// sees, but redirections met inside scripts (node batches) are
+    /// reported in their replies, not seen by fred.
+    pub(crate) async fn refresh_slots(&self) -> bool {
+        let now = BASE.elapsed().as_millis() as u64 + 1;
+        let last = self.last_refresh.load(Ordering::Relaxed);
+        if now.saturating_sub(last) < 1000
+            || self
+                .last_refresh
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_err()
+        {
+            return false;
+        }
+        use fred::interfaces::ClusterInterface;
+        match self.redis.sync_cluster().await {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::debug!(error = %e, "could not refresh the cluster's slot map");
+                false
+            }
         }
     }
 

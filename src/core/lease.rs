@@ -401,7 +401,7 @@ impl Lease {
     ) -> (Arc<Signal>, u64) {
         let register = {
             let mut s = self.state.lock();
-            if count == 1 || s.signal.is_lost_flag() {
+            if count == 1 || s.signal.is_lost() {
                 // A fresh field (count 1: whatever we counted was gone), or
                 // trust lost: a new signal for the holds from here on.
                 if count == 1 && s.holds > 0 {
@@ -727,8 +727,16 @@ impl Signal {
         *self.until.lock()
     }
 
+    /// Raises the deadline to `to`, unless it has passed already: a signal
+    /// lost by time stays lost (its guards may have been told, and lost is
+    /// final), so it is marked lost instead of brought back.
     fn extend(&self, to: Instant) {
         let mut until = self.until.lock();
+        if Instant::now() >= *until {
+            drop(until);
+            self.mark_lost();
+            return;
+        }
         if to > *until {
             *until = to;
         }
@@ -742,5 +750,36 @@ impl Signal {
             // `lost()` sleeps until the old deadline: wake it to re-check.
             self.notify.notify_waiters();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Lost is final: a renewal that confirms a lease after its deadline
+    /// passed (a late reply, a starved renewal thread) does not bring the
+    /// guards back, who may already have been told.
+    #[tokio::test]
+    async fn a_signal_lost_by_time_stays_lost() {
+        let signal = Signal::new(Instant::now() + Duration::from_millis(20));
+        assert!(!signal.is_lost());
+        tokio::time::sleep(Duration::from_millis(40)).await;
+        assert!(signal.is_lost());
+        signal.extend(Instant::now() + Duration::from_secs(30));
+        assert!(signal.is_lost(), "a late extension revived a lost signal");
+        assert!(signal.lost_since().is_some());
+    }
+
+    /// Before its deadline, an extension raises it and never lowers it.
+    #[tokio::test]
+    async fn an_extension_only_raises_a_live_deadline() {
+        let start = Instant::now();
+        let signal = Signal::new(start + Duration::from_secs(10));
+        signal.extend(start + Duration::from_secs(20));
+        assert_eq!(signal.until(), start + Duration::from_secs(20));
+        signal.extend(start + Duration::from_secs(5));
+        assert_eq!(signal.until(), start + Duration::from_secs(20));
+        assert!(!signal.is_lost());
     }
 }

@@ -14,10 +14,34 @@
 //! `scripts/latch_epilogue.lua` at compile time, so a re-send of the same
 //! request replays the recorded reply instead of running twice (see
 //! `call.rs`).
+//!
+//! # Cluster redirections
+//!
+//! fred 10.1 follows an `ASK` redirection by writing `ASKING` to the
+//! target node and reading the *next frame* of that connection as its
+//! reply (`send_asking_with_policy`): with other commands in flight there,
+//! that frame answers one of them, and the commands behind it get each
+//! other's replies. Request ids catch it (`call.rs`), so nothing wrong is
+//! believed, but the calls hit fail. Scripts that may meet a slot on the
+//! move therefore avoid fred's `ASK` path:
+//!
+//! * node batches of renewals declare no key and go to a node by address
+//!   ([`Script::run_on`]): nothing can redirect them;
+//! * the leases such a batch reports as not served there, if fred still
+//!   maps their slot to that node (the slot is migrating), are renewed in a
+//!   `MULTI`/`EXEC` transaction ([`Script::run_in_transaction`]), whose
+//!   `ASK` fred follows on a drained connection (`ASKING`, then the
+//!   transaction), so no reply goes astray.
+//!
+//! Acquires and releases of a lock whose slot is migrating still take
+//! fred's path; request ids make that safe (a reply for another request
+//! is never taken) at the cost of re-sending.
 
+use dashmap::DashMap;
 use fred::clients::Client as FredClient;
-use fred::interfaces::{ClientLike, LuaInterface};
-use fred::types::{FromValue, Key, Value};
+use fred::interfaces::{ClientLike, LuaInterface, TransactionInterface};
+use fred::types::config::{Options, Server};
+use fred::types::{ClusterHash, CustomCommand, FromValue, Key, Value};
 
 type FredResult<T> = Result<T, fred::error::Error>;
 
@@ -27,6 +51,11 @@ pub(crate) struct Script {
     name: &'static str,
     source: String,
     sha1: String,
+    /// `SCRIPT LOAD`s done, per fred client (by its id): calls of one
+    /// client that meet `NOSCRIPT` together (a restarted node, many
+    /// per-slot renewals at once) load the script once.
+    loads: DashMap<String, u64>,
+    loading: tokio::sync::Mutex<()>,
 }
 
 const LATCH_PROLOGUE: &str = include_str!("scripts/latch_prologue.lua");
@@ -48,7 +77,13 @@ impl Script {
 
     fn new(name: &'static str, source: String) -> Script {
         let sha1 = fred::util::sha1_hash(&source);
-        Script { name, source, sha1 }
+        Script {
+            name,
+            source,
+            sha1,
+            loads: DashMap::new(),
+            loading: tokio::sync::Mutex::const_new(()),
+        }
     }
 
     /// The full source, as sent.
@@ -72,6 +107,24 @@ impl Script {
         }
     }
 
+    /// Loads the script after a `NOSCRIPT` to a call sent when `seen`
+    /// loads were done, unless another call loaded it meanwhile.
+    async fn reload(&self, client: &FredClient, seen: u64) -> FredResult<()> {
+        let _loading = self.loading.lock().await;
+        if self.loads_of(client) != seen {
+            return Ok(());
+        }
+        tracing::debug!(script = self.name, "NOSCRIPT: loading the script");
+        self.load(client).await?;
+        *self.loads.entry(client.id().to_owned()).or_default() += 1;
+        Ok(())
+    }
+
+    /// Loads done through `client` so far.
+    fn loads_of(&self, client: &FredClient) -> u64 {
+        self.loads.get(client.id()).map_or(0, |n| *n)
+    }
+
     /// Runs the script with `EVALSHA`, loading it first if the server
     /// answers `NOSCRIPT` (which proves it did not run).
     pub(crate) async fn run<R: FromValue>(
@@ -83,16 +136,94 @@ impl Script {
         // Keys and arguments are reference-counted: the clones kept for a
         // NOSCRIPT retry copy no bytes.
         let args = Value::Array(args);
+        let seen = self.loads_of(client);
         match client
             .evalsha::<R, _, _, _>(self.sha1.as_str(), keys.clone(), args.clone())
             .await
         {
-            Err(error) if error.details().starts_with("NOSCRIPT") => {
-                tracing::debug!(script = self.name, "NOSCRIPT: loading the script");
-                self.load(client).await?;
+            Err(error) if is_noscript(&error) => {
+                self.reload(client, seen).await?;
                 client.evalsha(self.sha1.as_str(), keys, args).await
             }
             result => result,
         }
     }
+
+    /// Runs a script that declares no key on one cluster node, by address
+    /// (a node batch: its keys are arguments, which the script checks one
+    /// by one). Nothing can redirect it.
+    pub(crate) async fn run_on<R: FromValue>(
+        &self,
+        client: &FredClient,
+        node: &Server,
+        args: Vec<Value>,
+    ) -> FredResult<R> {
+        let on_node = client.with_options(&Options {
+            cluster_node: Some(node.clone()),
+            ..Options::default()
+        });
+        let mut argv = Vec::with_capacity(2 + args.len());
+        argv.push(Value::from(self.sha1.as_str()));
+        argv.push(Value::Integer(0));
+        argv.extend(args);
+        let evalsha = || CustomCommand::new_static("EVALSHA", ClusterHash::Random, false);
+        let seen = self.loads_of(client);
+        let reply = match on_node
+            .custom::<Value, Value>(evalsha(), argv.clone())
+            .await
+        {
+            Err(error) if is_noscript(&error) => {
+                self.reload(client, seen).await?;
+                on_node.custom(evalsha(), argv).await?
+            }
+            result => result?,
+        };
+        R::from_value(reply)
+    }
+
+    /// Runs the script as the one command of a `MULTI`/`EXEC` transaction:
+    /// fred follows an `ASK` for a transaction on a drained connection
+    /// (`ASKING`, then the transaction), so no reply goes astray. `keys`
+    /// share one slot and are not empty.
+    pub(crate) async fn run_in_transaction<R: FromValue>(
+        &self,
+        client: &FredClient,
+        keys: Vec<Key>,
+        args: Vec<Value>,
+    ) -> FredResult<R> {
+        let slot = keys.first().map_or(0, |k| k.cluster_hash());
+        let mut argv = Vec::with_capacity(2 + keys.len() + args.len());
+        argv.push(Value::from(self.sha1.as_str()));
+        argv.push(Value::Integer(keys.len() as i64));
+        argv.extend(keys.into_iter().map(Value::from));
+        argv.extend(args);
+        let mut loaded = false;
+        loop {
+            let seen = self.loads_of(client);
+            let trx = client.multi();
+            let evalsha = CustomCommand::new_static("EVALSHA", ClusterHash::Custom(slot), false);
+            let () = trx.custom(evalsha, argv.clone()).await?;
+            match trx.exec::<Value>(true).await {
+                Err(error) if is_noscript(&error) && !loaded => {
+                    self.reload(client, seen).await?;
+                    loaded = true;
+                }
+                Ok(Value::Array(mut replies)) if replies.len() == 1 => {
+                    return R::from_value(replies.remove(0));
+                }
+                Ok(other) => {
+                    return Err(fred::error::Error::new(
+                        fred::error::ErrorKind::Protocol,
+                        format!("a one-command transaction answered {other:?}"),
+                    ))
+                }
+                Err(error) => return Err(error),
+            }
+        }
+    }
+}
+
+/// The server's `NOSCRIPT`: the script did not run.
+fn is_noscript(e: &fred::error::Error) -> bool {
+    e.details().starts_with("NOSCRIPT")
 }

@@ -11,10 +11,14 @@
 //! * **A single server**: batches of up to `batch_size` leases.
 //! * **A Redis 7+ cluster**: one batch per *node* (`renew_node.lua`, which
 //!   declares `allow-cross-slot-keys`), so 10,000 leases spread over every
-//!   slot still cost about `leases / batch_size` calls per node. A node
-//!   batch that fails (a slot moved away meanwhile) is sent again as one
-//!   call per slot, all at once. Older servers get per-slot batches,
-//!   likewise sent concurrently.
+//!   slot still cost about `leases / batch_size` calls per node. It
+//!   declares no key and is sent to the node itself, so no redirection can
+//!   bounce it; the entries the node no longer serves (a slot moved away,
+//!   or moving) are sent again as one call per slot, all at once, and so
+//!   is a node batch that fails. Older servers get per-slot batches,
+//!   likewise sent concurrently. Per-slot calls follow redirections as
+//!   every script call does (`script.rs`): a slot on the move costs a
+//!   transaction, never a reply handed to the wrong request.
 //!
 //! For each lease the reply says renewed or gone:
 //!
@@ -107,8 +111,8 @@ pub struct Watchdog {
 pub(crate) struct Renewal {
     /// Declared keys, one hash slot per call.
     pub(crate) slot: &'static Script,
-    /// Every slot of one node per call (Redis 7+ clusters): `KEYS[1]` is
-    /// only the route (a key of the batch the node serves), the entries are
+    /// Every slot of one node per call (Redis 7+ clusters): no declared
+    /// key (the call is sent to the node itself), the entries are
     /// arguments; same reply.
     pub(crate) node: Option<&'static Script>,
     /// Adds one lease's entry: to the keys and arguments of a slot call
@@ -510,98 +514,145 @@ fn target(conn: &Conn, key: &Key, renewal: &Renewal) -> Target {
 }
 
 /// Sends one batch (one connection, one renewal kind, one target); returns
-/// the extra calls sent when a node batch had to be split per slot.
+/// the extra calls sent (a node batch sent again, or entries the node did
+/// not serve sent per slot).
 async fn send_batch(batch: Vec<Sent>, target: Target, ttl: Duration, interval: Duration) -> u64 {
-    let call_timeout = interval / 2;
-    let first = batch[0].lease.clone();
-    let renewal = first.kind.renewal();
-    let conn = &first.conn;
-    let node_call = matches!(target, Target::Node(_));
-    let nonce = conn.rid() as i64;
-    let mut keys = Vec::with_capacity(if node_call { 0 } else { batch.len() });
-    let mut args: Vec<Value> = Vec::with_capacity(2 + batch.len() * if node_call { 2 } else { 1 });
-    args.push(Value::Integer(nonce));
-    args.push(Value::Integer(ttl.as_millis().min(i64::MAX as u128) as i64));
-    for sent in &batch {
-        (renewal.entry)(&sent.lease, &mut keys, &mut args, node_call);
-    }
-    let sent_at = Instant::now();
-    let reply = tokio::time::timeout(call_timeout, async {
-        match (&target, renewal.node) {
-            // One declared key routes the call to the node (it is served
-            // there, and fred follows MOVED / ASK for it); the entries are
-            // arguments.
-            (Target::Node(_), Some(script)) => {
-                let route = vec![batch[0].lease.key.clone()];
-                script.run::<Vec<i64>>(&conn.redis, route, args).await
+    let until = Instant::now() + interval / 2;
+    let renewal = batch[0].lease.kind.renewal();
+    let (node, script) = match (target, renewal.node) {
+        (Target::Node(node), Some(script)) => (node, script),
+        _ => {
+            per_slot(vec![batch], ttl, interval, until, Route::Plain).await;
+            return 0;
+        }
+    };
+    // A node batch changes nothing but TTLs of fields it finds, so it is
+    // sent once more if its reply is lost or garbled (not split per slot:
+    // a thousand single-slot calls at once would only add load).
+    let mut extra = 0;
+    for last in [false, true] {
+        let conn = batch[0].lease.conn.clone();
+        let nonce = conn.rid() as i64;
+        let mut args: Vec<Value> = Vec::with_capacity(2 + batch.len() * 2);
+        args.push(Value::Integer(nonce));
+        args.push(Value::Integer(ttl_ms(ttl)));
+        for sent in &batch {
+            (renewal.entry)(&sent.lease, &mut Vec::new(), &mut args, true);
+        }
+        let sent_at = Instant::now();
+        let left = until.saturating_duration_since(sent_at);
+        // No declared key: sent to the node itself, nothing can redirect
+        // it; the script answers `-i` for each entry the node does not
+        // serve.
+        let reply = tokio::time::timeout(left, script.run_on::<Vec<i64>>(&conn.redis, &node, args))
+            .await
+            .map(|r| r.and_then(|r| gone_entries(&conn, nonce, r)));
+        match reply {
+            Ok(Ok(verdict)) => {
+                let elsewhere = apply(batch, verdict, sent_at, ttl);
+                if !elsewhere.is_empty() {
+                    tracing::debug!(
+                        leases = elsewhere.len(),
+                        "keys not on the node: renewing them per slot"
+                    );
+                    let route = Route::NotOn(node);
+                    let fresh = Instant::now() + interval / 2;
+                    extra += per_slot(vec![elsewhere], ttl, interval, fresh, route).await;
+                }
+                return extra;
             }
-            _ => renewal.slot.run::<Vec<i64>>(&conn.redis, keys, args).await,
-        }
-    })
-    .await;
-    match reply.map(|r| r.and_then(|r| gone_entries(conn, nonce, r))) {
-        Ok(Ok(verdict)) => {
-            let elsewhere = apply(batch, verdict, sent_at, ttl);
-            if elsewhere.is_empty() {
-                0
-            } else {
-                tracing::debug!(
-                    leases = elsewhere.len(),
-                    "keys not on the node: renewing them per slot"
-                );
-                split_per_slot(elsewhere, ttl, interval, Instant::now() + call_timeout).await
+            Ok(Err(e)) if !last => {
+                tracing::debug!(error = %e, leases = batch.len(), "node batch failed: sending it again");
+                extra += 1;
+            }
+            other => {
+                let why = match other {
+                    Ok(Err(e)) => e.to_string(),
+                    _ => "renewal timed out".to_owned(),
+                };
+                tracing::warn!(error = %why, leases = batch.len(), "lease renewal failed");
+                give_up(&batch, sent_at, interval);
+                return extra;
             }
         }
-        Ok(Err(e)) if node_call => {
-            tracing::debug!(error = %e, leases = batch.len(), "node batch failed: renewing per slot");
-            split_per_slot(batch, ttl, interval, sent_at + call_timeout).await
-        }
-        other => {
-            let why = match other {
-                Ok(Err(e)) => e.to_string(),
-                _ => "renewal timed out".to_owned(),
-            };
-            tracing::warn!(error = %why, leases = batch.len(), "lease renewal failed");
-            give_up(&batch, sent_at, interval);
-            0
-        }
     }
+    extra
 }
 
-/// A node batch that failed, sent again as one call per slot, all at once,
-/// within what is left of the call's time.
-async fn split_per_slot(
-    batch: Vec<Sent>,
+/// How per-slot renewals are sent.
+#[derive(Clone, Debug)]
+enum Route {
+    /// As every script call: fred follows redirections.
+    Plain,
+    /// Entries that node reported it does not serve: if fred still maps
+    /// their slot to it (after a refresh), the slot is migrating and the
+    /// keys are at the importing node, reachable only with `ASKING`:
+    /// renewed in a transaction (see `script.rs`).
+    NotOn(Server),
+}
+
+/// Renews `batches` as one call per slot (on a single server, one call),
+/// all at once, within `until`; returns the number of calls sent.
+async fn per_slot(
+    batches: Vec<Vec<Sent>>,
     ttl: Duration,
     interval: Duration,
     until: Instant,
+    route: Route,
 ) -> u64 {
+    // One group per slot (a single server: one group).
     let mut slots: HashMap<u16, Vec<Sent>> = HashMap::new();
-    for sent in batch {
-        slots
-            .entry(sent.lease.key.cluster_hash())
-            .or_default()
-            .push(sent);
+    for sent in batches.into_iter().flatten() {
+        let slot = if sent.lease.conn.clustered {
+            sent.lease.key.cluster_hash()
+        } else {
+            0
+        };
+        slots.entry(slot).or_default().push(sent);
+    }
+    let Some(conn) = slots
+        .values()
+        .next()
+        .map(|leases| leases[0].lease.conn.clone())
+    else {
+        return 0;
+    };
+    // Slots fred still maps to the node that does not serve them: moved
+    // (fred's map is stale: refreshed, at most once a second) or migrating
+    // (the keys are at the importing node: a transaction reaches them).
+    let mut migrating = std::collections::HashSet::new();
+    if let Route::NotOn(node) = &route {
+        let stale = |slot: &u16| conn.node_of(*slot).as_ref() == Some(node);
+        if slots.keys().any(stale) {
+            conn.refresh_slots().await;
+            migrating.extend(slots.keys().copied().filter(stale));
+        }
     }
     let calls = slots.len() as u64;
-    let left = until.saturating_duration_since(Instant::now());
     let mut set = JoinSet::new();
-    for leases in slots.into_values() {
+    for (slot, leases) in slots {
+        let in_transaction = migrating.contains(&slot);
         set.spawn(async move {
             let sent_at = Instant::now();
+            let left = until.saturating_duration_since(sent_at);
             let renewal = leases[0].lease.kind.renewal();
             let conn = leases[0].lease.conn.clone();
             let nonce = conn.rid() as i64;
             let mut keys = Vec::with_capacity(leases.len());
             let mut args = Vec::with_capacity(2 + leases.len());
             args.push(Value::Integer(nonce));
-            args.push(Value::Integer(ttl.as_millis().min(i64::MAX as u128) as i64));
+            args.push(Value::Integer(ttl_ms(ttl)));
             for sent in &leases {
                 (renewal.entry)(&sent.lease, &mut keys, &mut args, false);
             }
-            let reply =
-                tokio::time::timeout(left, renewal.slot.run::<Vec<i64>>(&conn.redis, keys, args))
-                    .await;
+            let call = async {
+                if in_transaction {
+                    renewal.slot.run_in_transaction::<Vec<i64>>(&conn.redis, keys, args).await
+                } else {
+                    renewal.slot.run::<Vec<i64>>(&conn.redis, keys, args).await
+                }
+            };
+            let reply = tokio::time::timeout(left, call).await;
             match reply.map(|r| r.and_then(|r| gone_entries(&conn, nonce, r))) {
                 Ok(Ok(verdict)) => {
                     // A per-slot script serves every key it names: nothing
@@ -615,7 +666,7 @@ async fn split_per_slot(
                         Ok(Err(e)) => e.to_string(),
                         _ => "renewal timed out".to_owned(),
                     };
-                    tracing::warn!(error = %why, leases = leases.len(), "lease renewal (per slot) failed");
+                    tracing::warn!(error = %why, leases = leases.len(), in_transaction, "lease renewal (per slot) failed");
                     give_up(&leases, sent_at, interval);
                 }
             }
@@ -623,6 +674,11 @@ async fn split_per_slot(
     }
     while set.join_next().await.is_some() {}
     calls
+}
+
+/// A TTL as the scripts take it.
+fn ttl_ms(ttl: Duration) -> i64 {
+    ttl.as_millis().min(i64::MAX as u128) as i64
 }
 
 /// The indices of gone entries in a renewal's reply, after checking the

@@ -2,8 +2,9 @@
 -- renew_node: renew.lua for every lease one Redis Cluster node serves, in
 -- one call, whatever their hash slots (Redis 7.0+: the flag lets a script
 -- touch keys of several slots of the node it runs on). The keys are passed
--- as arguments, not KEYS, because declared keys must share one slot;
--- KEYS[1] only routes the call (one of the batch's keys the node serves).
+-- as arguments, not KEYS, because declared keys must share one slot; no
+-- key is declared: the call is sent to the node itself, so no redirection
+-- can bounce it (core/script.rs).
 --
 -- ARGV[1]               the batch's nonce, echoed first in the reply
 -- ARGV[2]               TTL in milliseconds; 0 only checks the fields

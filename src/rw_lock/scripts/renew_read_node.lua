@@ -2,7 +2,7 @@
 -- renew_read_node: renew_read.lua for every read lease one Redis Cluster
 -- node serves, in one call, whatever their hash slots (Redis 7.0+). The
 -- keys are passed as arguments, not KEYS, because declared keys must
--- share one slot; KEYS[1] only routes the call (one of the batch's keys).
+-- share one slot; no key is declared: the call is sent to the node itself.
 --
 -- ARGV[1]                          the batch's nonce, echoed first
 -- ARGV[2]                          TTL in milliseconds; 0 only checks
