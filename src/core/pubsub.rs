@@ -167,8 +167,13 @@ struct Channel {
 struct ChannelState {
     /// Live `Subscription`s of this entry.
     refs: usize,
-    /// Waiters blocked in `wait`, oldest first.
+    /// Waiters blocked in `wait`, oldest first, and dropped ones not yet
+    /// taken out (`Waiter::gone`): joining, waiting again and leaving are
+    /// O(1) however many wait, and wakers skip the gone ones.
     queue: VecDeque<Arc<Waiter>>,
+    /// Gone waiters still in `queue`; it is compacted when they are most of
+    /// it.
+    stale: usize,
     /// Wake-ups that found no queued waiter, kept for the next `wait`s
     /// (at most one per live subscription).
     permits: usize,
@@ -190,6 +195,10 @@ struct Waiter {
     /// Holds a wake-up it has not consumed; set by wakers (under the
     /// channel lock) and by `wait` taking a permit.
     woken: AtomicBool,
+    /// In its channel's queue (changed under the channel lock).
+    queued: AtomicBool,
+    /// Its subscription was dropped while it was queued (under the lock).
+    gone: AtomicBool,
     notify: Notify,
 }
 
@@ -311,7 +320,7 @@ impl PubSub {
                 if !state.closed {
                     state.refs += 1;
                     if let Some(waiter) = waiter {
-                        state.queue.push_back(waiter.clone());
+                        state.push_back(waiter);
                     }
                 }
                 !state.closed
@@ -357,7 +366,7 @@ impl PubSub {
                 return None;
             }
             state.refs += 1;
-            state.queue.push_back(waiter.clone());
+            state.push_back(&waiter);
         }
         Some(Subscription {
             shared: self.shared.clone(),
@@ -421,8 +430,9 @@ impl Subscription {
                 self.waiter.woken.store(true, Ordering::Release);
                 return true;
             }
-            if !state.queue.iter().any(|w| Arc::ptr_eq(w, &self.waiter)) {
+            if !self.waiter.queued.load(Ordering::Relaxed) {
                 // Woken before and lost the race: keep the place at the front.
+                self.waiter.queued.store(true, Ordering::Relaxed);
                 state.queue.push_front(self.waiter.clone());
             }
         }
@@ -470,7 +480,7 @@ impl Subscription {
 impl Drop for Subscription {
     fn drop(&mut self) {
         let mut state = self.channel.state.lock();
-        state.queue.retain(|w| !Arc::ptr_eq(w, &self.waiter));
+        state.leave(&self.waiter);
         if self.waiter.woken.swap(false, Ordering::AcqRel) {
             // A wake-up this waiter never used: hand it on.
             state.wake_one();
@@ -528,12 +538,39 @@ impl Channel {
 impl ChannelState {
     /// Wakes the oldest queued waiter, or keeps a permit if none is queued.
     fn wake_one(&mut self) {
-        match self.queue.pop_front() {
-            Some(waiter) => {
-                waiter.woken.store(true, Ordering::Release);
-                waiter.notify.notify_one();
+        loop {
+            match self.queue.pop_front() {
+                Some(waiter) if waiter.gone.load(Ordering::Relaxed) => self.stale -= 1,
+                Some(waiter) => {
+                    waiter.queued.store(false, Ordering::Relaxed);
+                    waiter.woken.store(true, Ordering::Release);
+                    waiter.notify.notify_one();
+                    return;
+                }
+                None => {
+                    self.permits = (self.permits + 1).min(self.refs.max(1));
+                    return;
+                }
             }
-            None => self.permits = (self.permits + 1).min(self.refs.max(1)),
+        }
+    }
+
+    /// Queues `waiter` at the back (it joins the channel).
+    fn push_back(&mut self, waiter: &Arc<Waiter>) {
+        waiter.queued.store(true, Ordering::Relaxed);
+        self.queue.push_back(waiter.clone());
+    }
+
+    /// `waiter`'s subscription is dropped: it leaves the queue (marked
+    /// gone, taken out by the next waker or compaction).
+    fn leave(&mut self, waiter: &Waiter) {
+        if waiter.queued.swap(false, Ordering::Relaxed) {
+            waiter.gone.store(true, Ordering::Relaxed);
+            self.stale += 1;
+            if self.stale >= 32 && self.stale * 2 >= self.queue.len() {
+                self.queue.retain(|w| !w.gone.load(Ordering::Relaxed));
+                self.stale = 0;
+            }
         }
     }
 
@@ -781,7 +818,7 @@ mod tests {
                 let waiter = Arc::new(Waiter::default());
                 let mut state = channel.state.lock();
                 state.refs += 1;
-                state.queue.push_back(waiter.clone());
+                state.push_back(&waiter);
                 Subscription {
                     shared: shared.clone(),
                     channel: channel.clone(),
@@ -905,7 +942,9 @@ mod tests {
             ..ChannelState::default()
         };
         let waiters: Vec<Arc<Waiter>> = (0..5).map(|_| Arc::default()).collect();
-        state.queue.extend(waiters.iter().cloned());
+        for w in &waiters {
+            state.push_back(w);
+        }
         state.wake(Wake::N(2));
         let woken =
             |w: &[Arc<Waiter>]| w.iter().filter(|w| w.woken.load(Ordering::Acquire)).count();
@@ -920,5 +959,36 @@ mod tests {
         state.wake(Wake::N(usize::MAX));
         assert_eq!(woken(&waiters), 5);
         assert_eq!(state.permits, 5);
+    }
+
+    /// Waiters dropped while queued are skipped by wake-ups (the next live
+    /// waiter gets it) and compacted away once they are most of the queue,
+    /// so joining and leaving cost O(1) however many wait.
+    #[tokio::test]
+    async fn dropped_waiters_are_skipped_and_compacted() {
+        let (shared, mut subs) = channel_with(1000);
+        let last = subs.pop().unwrap();
+        let first = subs.remove(0);
+        for s in &subs {
+            assert!(!s.wait(Duration::ZERO).await);
+        }
+        drop(subs); // 998 waiters leave
+        let channel = shared.channels.get("c").unwrap().clone();
+        {
+            let state = channel.state.lock();
+            assert!(
+                state.queue.len() < 100,
+                "queue not compacted: {} entries",
+                state.queue.len()
+            );
+        }
+        shared.deliver("c", b"0");
+        assert!(
+            first.wait(Duration::from_secs(5)).await,
+            "first was skipped"
+        );
+        shared.deliver("c", b"0");
+        assert!(last.wait(Duration::from_secs(5)).await, "last was skipped");
+        assert_eq!(channel.state.lock().permits, 0);
     }
 }
