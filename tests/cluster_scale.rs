@@ -16,12 +16,17 @@ use support::fixture::within;
 const HANG: Duration = Duration::from_secs(60);
 
 /// The watchdog timeout (renewal every third of it, each call bounded by a
-/// sixth). Issue 9 asks for 1 s; on a 2-core machine running a debug
-/// build, three redis-servers and this test, a 167 ms call bound is missed
-/// whenever the test itself bursts (10,000 acquires, 20,000 reads), and the
-/// leases are then declared lost, as they must be. Overridable with
-/// `LEASEHOLD_SCALE_WATCHDOG_MS` to try a shorter one.
-const WATCHDOG: Duration = Duration::from_secs(3);
+/// sixth): 1 s, as issue 9 asks, in an optimized build (`cargo xtask test`
+/// runs this file once more with `--release`); 3 s in a debug build, whose
+/// client on a 2-core machine running three redis-servers misses 167 ms
+/// call bounds whenever the test itself bursts (10,000 acquires, 20,000
+/// reads) and then, rightly, declares leases lost.
+/// `LEASEHOLD_SCALE_WATCHDOG_MS` overrides it.
+const WATCHDOG: Duration = if cfg!(debug_assertions) {
+    Duration::from_secs(3)
+} else {
+    Duration::from_secs(1)
+};
 
 /// 10,000 leases on a 3-primary cluster with a [`WATCHDOG`] timeout: for 10 s none
 /// is lost, and each node sees at most `ceil(its leases / batch) + 2`
