@@ -547,13 +547,11 @@ impl FairLock {
     pub async fn force_unlock(&self) -> Result<bool> {
         self.check()?;
         let engine = self.client.engine();
+        let mut args = vec![now_ms().into(), engine.conn.publish_command().into()];
+        args.extend(Names::hand_over_args());
         let reply: Vec<i64> = scripts()
             .force_unlock
-            .run(
-                &engine.conn.redis,
-                self.names.script_keys(),
-                vec![now_ms().into(), engine.conn.publish_command().into()],
-            )
+            .run(&engine.conn.redis, self.names.script_keys(), args)
             .await?;
         kick_if_unheard(&engine.conn, &self.names, &reply);
         let deleted = reply.first() == Some(&1);
