@@ -97,7 +97,7 @@ use crate::lock::Holder;
 use crate::owner::Owner;
 
 use kind::{scripts, Names};
-use queue::{kick_if_unheard, now_ms, THREAD_WAIT};
+use queue::{kick_if_unheard, now_ms, GRANT, THREAD_WAIT};
 
 /// A reentrant distributed lock that serves waiters in arrival order,
 /// across every client and process (Redisson's `RFairLock`). Cheap to
@@ -175,6 +175,17 @@ impl FairLock {
     /// assert_eq!(leasehold::FairLock::THREAD_WAIT.as_secs(), 5);
     /// ```
     pub const THREAD_WAIT: Duration = THREAD_WAIT;
+
+    /// The longest lease a release grants the waiter it hands the lock to
+    /// (5 s; see the module docs, "One-hop handoff"): a granted waiter
+    /// that has gone away holds the lock at most this long.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// assert_eq!(leasehold::FairLock::GRANT.as_secs(), 5);
+    /// ```
+    pub const GRANT: Duration = GRANT;
 
     /// The name given to [`Client::fair_lock`] (without the key prefix).
     ///
