@@ -109,7 +109,10 @@ async fn a_release_hands_the_lock_to_the_head_in_one_hop() {
     queued(&server, &lock, 1).await;
     let field = queue(&server, &lock)[0].clone();
     assert_eq!(
-        server.cmd(&["HGET", &grants("hop"), &field]).split(':').next(),
+        server
+            .cmd(&["HGET", &grants("hop"), &field])
+            .split(':')
+            .next(),
         Some("3000"),
         "the waiter's grant entry holds its lease"
     );
@@ -120,7 +123,10 @@ async fn a_release_hands_the_lock_to_the_head_in_one_hop() {
         .unwrap();
     let scripts = calls(&server, "evalsha") + calls(&server, "eval") - before;
     assert_eq!(got, field);
-    assert_eq!(scripts, 1, "{scripts} scripts: the waiter ran its own acquire");
+    assert_eq!(
+        scripts, 1,
+        "{scripts} scripts: the waiter ran its own acquire"
+    );
     assert_eq!(server.cmd(&["HGET", "hop", &field]), "1");
     let ttl = pttl(&server, "hop");
     assert!(ttl > 0 && ttl <= 3000, "TTL {ttl} ms");
@@ -128,7 +134,11 @@ async fn a_release_hands_the_lock_to_the_head_in_one_hop() {
     assert_eq!(server.cmd(&["ZCARD", lock.timeout_key()]), "0");
     assert_eq!(server.cmd(&["HGET", &grants("hop"), "!granted"]), field);
     assert!(!guard.is_lost());
-    assert_eq!(b.fair_lock("hop").hold_count().await.unwrap(), 0, "another owner");
+    assert_eq!(
+        b.fair_lock("hop").hold_count().await.unwrap(),
+        0,
+        "another owner"
+    );
     guard.unlock().await.unwrap();
     eventually(HANG, "no key left", || lock_keys(&server).is_empty()).await;
 }
@@ -267,12 +277,19 @@ async fn a_dead_granted_waiter_holds_the_lock_at_most_the_grant_lease() {
     .await;
     holder.unlock().await.unwrap();
     let freed = Instant::now();
-    assert_eq!(server.cmd(&["HGET", "dead", dead]), "1", "the dead head was granted");
+    assert_eq!(
+        server.cmd(&["HGET", "dead", dead]),
+        "1",
+        "the dead head was granted"
+    );
     let ttl = pttl(&server, "dead");
     let grant = leasehold::FairLock::GRANT.as_millis() as i64;
     assert!(ttl > 0 && ttl <= grant, "grant TTL {ttl} ms");
     let (guard, _) = within(HANG, "the next waiter", next).await.unwrap();
-    println!("the next waiter got the lock {:?} after the release", freed.elapsed());
+    println!(
+        "the next waiter got the lock {:?} after the release",
+        freed.elapsed()
+    );
     guard.unlock().await.unwrap();
     eventually(HANG, "no key left", || lock_keys(&server).is_empty()).await;
 }
@@ -427,7 +444,10 @@ async fn fair_handoff_keeps_mutual_exclusion_under_churn() {
                         match how {
                             0 => lock.lock().await.map(Some),
                             1 => lock.try_lock_for(wait).await,
-                            _ => lock.lock_with_lease(Duration::from_millis(2_000)).await.map(Some),
+                            _ => lock
+                                .lock_with_lease(Duration::from_millis(2_000))
+                                .await
+                                .map(Some),
                         }
                     };
                     let got = if rand(4) == 0 {
@@ -447,7 +467,8 @@ async fn fair_handoff_keeps_mutual_exclusion_under_churn() {
                     let start = Instant::now();
                     tokio::time::sleep(Duration::from_millis(rand(5))).await;
                     let end = Instant::now();
-                    let mut s = Section::new("churn", &owner, token, start.into_std(), end.into_std());
+                    let mut s =
+                        Section::new("churn", &owner, token, start.into_std(), end.into_std());
                     if let Some(lost) = guard.lost_since() {
                         s = s.lost_at(lost.into_std());
                     }

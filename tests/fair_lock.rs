@@ -485,7 +485,10 @@ async fn a_java_waiter_ahead_is_served_first_then_the_leasehold_waiter() {
     // queued, and the grant hash holds only the leasehold waiter's entry.
     assert!(!exists(&server, "wire"), "a Java head was granted the lock");
     let grants = server.cmd(&["HKEYS", "leasehold_grant:{wire}"]);
-    assert_eq!(grants.lines().collect::<Vec<_>>(), [leasehold_field.as_str()]);
+    assert_eq!(
+        grants.lines().collect::<Vec<_>>(),
+        [leasehold_field.as_str()]
+    );
 
     // The Java waiter takes the lock (it heads the queue; the lock is free)
     // and releases it as Redisson does.

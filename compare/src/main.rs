@@ -914,7 +914,6 @@ fn handoff_report(ping: &Stats, rows: &[(Kind, Row)], fair_handoff: Option<&Vec<
             Kind::LeaseholdFair.label()
         ),
     }
-
 }
 
 /// "median (min–max)" of per-round values.

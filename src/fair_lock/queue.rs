@@ -15,11 +15,14 @@
 //!   out, failed, dropped) removes its entry from the list and the zset at
 //!   once, as a background job if it was dropped, under the lease's turn
 //!   (so after an acquire call still being settled). If it headed the
-//!   queue of a free lock, the next waiter is told.
+//!   queue of a free lock, the lock is handed to the next waiter. If a
+//!   release had granted it the lock and this client counts no hold of
+//!   the field (the wait was dropped as the grant ran), it gives the
+//!   grant back and hands the lock on.
 //! * **Kick** ([`kick_later`]): a release (or leave, or force-unlock)
 //!   that told a head waiter nobody was listening for (PUBLISH reached no
 //!   connection: the waiter's process may be dead) checks again once that
-//!   waiter's timeout has passed: it purges gone heads and tells the next
+//!   waiter's timeout (or the lease a grant gave it) has passed: it purges gone heads and tells the next
 //!   one, until a message is received, the lock is taken or nobody waits.
 //!   So a dead waiter holds the queue up for at most `THREAD_WAIT` after
 //!   it last refreshed, while live waiters sleep (no polling of the
