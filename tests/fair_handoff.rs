@@ -132,7 +132,11 @@ async fn a_release_hands_the_lock_to_the_head_in_one_hop() {
     assert!(ttl > 0 && ttl <= 3000, "TTL {ttl} ms");
     assert!(queue(&server, &lock).is_empty());
     assert_eq!(server.cmd(&["ZCARD", lock.timeout_key()]), "0");
-    assert_eq!(server.cmd(&["HGET", &grants("hop"), "!granted"]), field);
+    let marker = server.cmd(&["HGET", &grants("hop"), "!granted"]);
+    assert!(
+        marker.ends_with(&format!(":{field}")),
+        "grant marker {marker:?}"
+    );
     assert!(!guard.is_lost());
     assert_eq!(
         b.fair_lock("hop").hold_count().await.unwrap(),
@@ -206,7 +210,7 @@ async fn a_reentry_after_adoption_counts_as_a_reentry() {
 
 // === cancelled, dead, deaf ===
 
-/// 40 rounds: a waiter's future is dropped at a random moment around the
+/// 150 rounds: a waiter's future is dropped at a spread of moments around the
 /// holder's unlock (before, as, or after the grant runs). Whatever it
 /// saw, the lock never sits with nobody for the grant lease: the next
 /// waiter holds it well before a grant would have run out (bound: GRANT
@@ -214,7 +218,7 @@ async fn a_reentry_after_adoption_counts_as_a_reentry() {
 /// is left in Redis.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_cancelled_as_it_is_granted_gives_the_lock_back_at_once() {
-    const ROUNDS: u64 = 40;
+    const ROUNDS: u64 = 150;
     let server = RedisServer::start();
     let (a, b, c) = (
         client(&server).await,
@@ -223,16 +227,22 @@ async fn a_waiter_cancelled_as_it_is_granted_gives_the_lock_back_at_once() {
     );
     let lock = a.fair_lock("cancel");
     let bound = leasehold::FairLock::GRANT - Duration::from_secs(1);
-    let mut adopted = 0;
+    let (mut adopted, mut granted_then_dropped) = (0, 0);
     for round in 0..ROUNDS {
         let holder = lock.lock().await.unwrap();
         let cancelled = waiter(&b, "cancel", None);
         queued(&server, &lock, 1).await;
+        let cancelled_field = queue(&server, &lock)[0].clone();
         let next = waiter(&c, "cancel", None);
         queued(&server, &lock, 2).await;
-        let delay = Duration::from_micros((round * 7919) % 3000);
+        // 0–1.2 ms after the unlock starts (it takes about one round
+        // trip): before, as and after the grant runs.
+        let delay = Duration::from_micros((round * 7919) % 1200);
         let unlock = tokio::spawn(async move { holder.unlock().await.unwrap() });
-        tokio::time::sleep(delay).await;
+        let started = Instant::now();
+        while started.elapsed() < delay {
+            tokio::task::yield_now().await;
+        }
         cancelled.abort();
         let freed = Instant::now();
         match cancelled.await {
@@ -241,7 +251,14 @@ async fn a_waiter_cancelled_as_it_is_granted_gives_the_lock_back_at_once() {
                 adopted += 1;
                 guard.unlock().await.unwrap();
             }
-            Err(e) => assert!(e.is_cancelled()),
+            Err(e) => {
+                assert!(e.is_cancelled());
+                // Granted, then dropped before it adopted (the background
+                // leave may already have given it back).
+                if server.cmd(&["HGET", "cancel", &cancelled_field]) == "1" {
+                    granted_then_dropped += 1;
+                }
+            }
         }
         unlock.await.unwrap();
         let (guard, _) = within(HANG, "the next waiter", next).await.unwrap();
@@ -253,7 +270,60 @@ async fn a_waiter_cancelled_as_it_is_granted_gives_the_lock_back_at_once() {
         guard.unlock().await.unwrap();
         eventually(HANG, "no key left", || lock_keys(&server).is_empty()).await;
     }
-    println!("{ROUNDS} rounds, the cancelled waiter got the lock first in {adopted}");
+    println!(
+        "{ROUNDS} rounds: the cancelled waiter got the lock first in {adopted}, \
+         was seen granted after it was dropped in {granted_then_dropped}"
+    );
+}
+
+/// 200 rounds: one owner's wait is cut short (its queue leave runs in the
+/// background, possibly after a try of the next wait) and the owner waits
+/// again at once, while the holder unlocks at a spread of moments. The
+/// old wait's leave must never give back a grant made to the new wait:
+/// when the new wait's guard arrives, the owner holds the lock in Redis
+/// (count 1).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_leave_never_gives_back_a_newer_waits_grant() {
+    const ROUNDS: u64 = 200;
+    let server = RedisServer::start();
+    let (a, b) = (client(&server).await, client(&server).await);
+    let lock = a.fair_lock("stale");
+    for round in 0..ROUNDS {
+        let holder = lock.lock().await.unwrap();
+        let lock_b = b.fair_lock("stale");
+        let cut = Duration::from_micros((round * 7919) % 1500);
+        let owner = tokio::spawn(async move {
+            let started = Instant::now();
+            let first = async {
+                while started.elapsed() < cut {
+                    tokio::task::yield_now().await;
+                }
+            };
+            // The first wait is cut short; the second starts at once.
+            tokio::select! {
+                guard = lock_b.lock() => guard.unwrap().unlock().await.unwrap(),
+                () = first => {}
+            }
+            let guard = lock_b.lock().await.unwrap();
+            (guard, lock_b.hold_count().await.unwrap())
+        });
+        let pause = Duration::from_micros((round * 104_729) % 2500);
+        let started = Instant::now();
+        while started.elapsed() < pause {
+            tokio::task::yield_now().await;
+        }
+        holder.unlock().await.unwrap();
+        let (guard, count) = within(HANG, "the owner's second wait", owner)
+            .await
+            .unwrap();
+        assert_eq!(
+            count, 1,
+            "round {round}: the owner's hold is gone from Redis"
+        );
+        assert!(!guard.is_lost());
+        guard.unlock().await.unwrap();
+        eventually(HANG, "no key left", || lock_keys(&server).is_empty()).await;
+    }
 }
 
 /// A granted waiter that never adopts (a raw-command waiter with a grant
@@ -320,8 +390,15 @@ async fn a_grant_whose_message_is_lost_is_taken_by_the_next_script() {
     server.cmd(&["PEXPIRE", "deaf", "5000"]);
     server.cmd(&["LPOP", lock.queue_key()]);
     server.cmd(&["ZREM", lock.timeout_key(), &field]);
+    let nonce = server.cmd(&["HGET", &grants("deaf"), &field]);
+    let nonce = nonce.split(':').nth(1).unwrap().to_owned();
     server.cmd(&["HDEL", &grants("deaf"), &field]);
-    server.cmd(&["HSET", &grants("deaf"), "!granted", &field]);
+    server.cmd(&[
+        "HSET",
+        &grants("deaf"),
+        "!granted",
+        &format!("{nonce}:{field}"),
+    ]);
     let (guard, count) = within(HANG, "the deaf waiter's guard", waiting)
         .await
         .unwrap();
@@ -408,16 +485,17 @@ async fn a_granted_fixed_lease_is_lost_no_later_than_the_key_goes() {
 
 // === churn ===
 
-/// 3 clients × 3 tasks, 30 rounds each, on one fair lock: random waits,
-/// fixed and watchdog leases, random cancellations around releases. Every
-/// section takes a fencing token; no two owners ever trust the lock at
-/// once, and nothing is left in Redis.
+/// 3 clients × 3 tasks, 60 rounds each, on one fair lock: random waits,
+/// fixed and watchdog leases, random cancellations around releases, and
+/// every client's pub/sub connection killed every 150–400 ms (grant
+/// messages lost). Every section takes a fencing token; no two owners
+/// ever trust the lock at once, and nothing is left in Redis.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fair_handoff_keeps_mutual_exclusion_under_churn() {
     const CLIENTS: usize = 3;
     const TASKS: usize = 3;
-    const ROUNDS: u64 = 30;
-    let server = RedisServer::start();
+    const ROUNDS: u64 = 60;
+    let server = Arc::new(RedisServer::start());
     let fence = client(&server).await;
     let sections = Arc::new(Mutex::new(Vec::new()));
     let cancelled = Arc::new(AtomicU64::new(0));
@@ -482,17 +560,41 @@ async fn fair_handoff_keeps_mutual_exclusion_under_churn() {
             });
         }
     }
+    let kills = Arc::new(AtomicU64::new(0));
+    let chaos = {
+        let (server, kills) = (server.clone(), kills.clone());
+        tokio::spawn(async move {
+            let mut x = 88_172_645_463_325_252u64;
+            loop {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                tokio::time::sleep(Duration::from_millis(150 + x % 250)).await;
+                let _ = server.try_cmd(&["CLIENT", "KILL", "TYPE", "pubsub"]);
+                kills.fetch_add(1, Ordering::Relaxed);
+            }
+        })
+    };
     within(Duration::from_secs(300), "every task's rounds", async {
         while let Some(done) = tasks.join_next().await {
             done.unwrap();
         }
     })
     .await;
+    chaos.abort();
     let sections = sections.lock().unwrap().clone();
+    let mut spans: Vec<_> = sections.iter().map(|s| (s.start, s.end)).collect();
+    spans.sort();
+    let longest_idle = spans
+        .windows(2)
+        .map(|w| w[1].0.saturating_duration_since(w[0].1))
+        .max()
+        .unwrap_or_default();
     println!(
-        "{} sections, {} cancelled acquires",
+        "{} sections, {} cancelled acquires, {} pub/sub kills, longest idle gap {longest_idle:?}",
         sections.len(),
-        cancelled.load(Ordering::Relaxed)
+        cancelled.load(Ordering::Relaxed),
+        kills.load(Ordering::Relaxed)
     );
     if let Err(violations) = check(&sections) {
         panic!("mutual exclusion broken: {violations:#?}");

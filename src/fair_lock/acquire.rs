@@ -31,6 +31,9 @@ use crate::owner::Owner;
 struct Calls {
     last_try: Mutex<Option<(u64, Instant)>>,
     seen: Mutex<Option<Instant>>,
+    /// The first and last request ids of this wait's tries (shared with
+    /// its `Leave`).
+    tries: Arc<Mutex<Option<(u64, u64)>>>,
 }
 
 /// The waiter's channel policy: `grant:…` (the release made this waiter
@@ -81,6 +84,9 @@ impl FairLock {
         let build = |lease: &Lease, lease_ms: i64, rid: u64| {
             // Under the lease's turn: built before it is sent.
             *calls.last_try.lock() = Some((rid, Instant::now()));
+            let mut tries = calls.tries.lock();
+            *tries = Some((tries.map_or(rid, |(first, _)| first), rid));
+            drop(tries);
             Call::new(
                 &lease.conn,
                 &scripts().acquire,
@@ -127,6 +133,7 @@ impl FairLock {
             job: Some(Leave {
                 lease: lease_ref,
                 names: self.names.clone(),
+                tries: calls.tries.clone(),
             }),
         };
         let outcome = {

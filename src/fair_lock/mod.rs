@@ -18,9 +18,10 @@
 //! * the grants `leasehold_grant:{name}` (leasehold only): a hash,
 //!   `<field>` → `"<lease ms>:<nonce>"` for each queued leasehold waiter
 //!   (written by its acquire when it queues; the nonce is that try's
-//!   request id), and `!granted` → the field a release last granted the
-//!   lock to, until that owner's next script on the lock or until the
-//!   field is gone; the hash vanishes with its last entry;
+//!   request id), and `!granted` → `"<nonce>:<field>"`: the field a
+//!   release last granted the lock to and that grant's nonce, until that
+//!   owner's next script on the lock or until the field is gone; the
+//!   hash vanishes with its last entry;
 //! * one channel per waiter, `redisson_lock__channel:{name}:<field>`: a
 //!   release tells the head waiter only, on its own channel: `0`
 //!   (Redisson's message) or `grant:<nonce>:<ms>` (below).
@@ -41,7 +42,7 @@
 //! (`HSET name <field> 1`, `PEXPIRE name min(lease, GRANT)`, with
 //! [`FairLock::GRANT`] = 5 s), pops it from the queue and the zset as its
 //! own acquire would (other timeouts shift likewise), replaces its entry
-//! by `!granted` → `<field>`, and publishes `grant:<nonce>:<ms>` on its
+//! by the `!granted` marker, and publishes `grant:<nonce>:<ms>` on its
 //! channel; a Java head (no entry) is told `0` as in Redisson. The
 //! release's reply says it granted.
 //!
@@ -70,7 +71,10 @@
 //!
 //! * **Cancelled**: a wait dropped after the grant ran (whether or not it
 //!   saw the message) leaves in the background (`Leave`, under the
-//!   lease's turn), which gives the grant back at once.
+//!   lease's turn), which gives the grant back at once — only a grant
+//!   whose nonce is one of that wait's own tries: the leave of an older,
+//!   dropped wait of the same owner, running late, must not give back a
+//!   grant a newer wait is about to adopt.
 //! * **Gone**: a granted waiter that died holds the lock at most the grant
 //!   lease; the releasing client, seeing the message reached nobody,
 //!   kicks once the grant has run out (the next waiter also re-checks at

@@ -127,6 +127,10 @@ pub(crate) async fn refresh(
 pub(crate) struct Leave {
     pub(crate) lease: LeaseRef,
     pub(crate) names: Names,
+    /// The first and last request ids of the wait's tries (a grant's
+    /// nonce is one of them): only a grant to this very wait is given
+    /// back.
+    pub(crate) tries: Arc<parking_lot::Mutex<Option<(u64, u64)>>>,
 }
 
 impl Leave {
@@ -142,6 +146,8 @@ impl Leave {
             counted.into(),
         ];
         args.extend(Names::hand_over_args());
+        let (first, last) = self.tries.lock().unwrap_or((1, 0));
+        args.extend([(first as i64).into(), (last as i64).into()]);
         match scripts()
             .leave
             .run::<Vec<i64>>(&conn.redis, keys, args)
@@ -238,6 +244,10 @@ fn kick_later(conn: &Arc<Conn>, names: Names, timeout: i64) {
                 .await;
             match reply.as_deref() {
                 Ok([1, 0, next, ..]) => timeout = *next,
+                // Still held by a grant nobody took up: its key outlives
+                // the grant's end as computed here by the release's
+                // delay; check again when it has run out.
+                Ok([2, pttl, ..]) if *pttl >= 0 => timeout = now_ms() + *pttl,
                 Ok(_) => return,
                 Err(e) => {
                     tracing::debug!(key = ?names.key, error = %e, "fair lock: kick failed; waiters re-check on their own");

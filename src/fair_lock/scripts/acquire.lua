@@ -52,7 +52,7 @@ local function body()
         redis.call('zadd', KEYS[3], 'xx', now + wait, ARGV[2])
     end
     purge(KEYS[1], KEYS[2], KEYS[3], KEYS[4], now)
-    if redis.call('hget', KEYS[4], '!granted') == ARGV[2] then
+    if granted_to(KEYS[4]) == ARGV[2] then
         redis.call('hdel', KEYS[4], '!granted')
         if ARGV[6] ~= '1' then
             redis.call('hset', KEYS[1], ARGV[2], 1)

@@ -15,7 +15,12 @@
 -- ARGV[4]  grant lease in milliseconds
 --
 -- Reply: {1, received, timeout, granted} a head was told (see
--- hand_over), {0, -1, -1, 0} the lock is held or nobody waits.
+-- hand_over), {2, pttl, -1, 0} the lock is still held by a waiter it was
+-- granted to, whose grant was not taken up by any script of its owner
+-- (`!granted`): check again once its TTL has run out (the grant's end as
+-- the kicker computed it can come a little before the key's, which
+-- counts from when the release ran), {0, -1, -1, 0} the lock is held
+-- otherwise, or nobody waits.
 --
 -- Retry policy: idempotent in effect (at most one more message to a head
 -- that re-checks); not retried.
@@ -27,5 +32,7 @@ if redis.call('exists', KEYS[1]) == 0 then
     if received >= 0 then
         return {1, received, timeout, granted}
     end
+elseif redis.call('hexists', KEYS[5], '!granted') == 1 then
+    return {2, redis.call('pttl', KEYS[1]), -1, 0}
 end
 return {0, -1, -1, 0}

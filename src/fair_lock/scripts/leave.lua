@@ -17,6 +17,11 @@
 -- ARGV[4]  1: the client counts holds of this field (never give back)
 -- ARGV[5]  thread wait in milliseconds (see acquire.lua)
 -- ARGV[6]  grant lease in milliseconds
+-- ARGV[7]  the first request id of this wait's tries
+-- ARGV[8]  the last request id of this wait's tries (a grant is given
+--          back only if its nonce is one of this wait's: a leave of an
+--          older wait of the same owner must not give back a grant to a
+--          newer one)
 --
 -- Reply: {1, received, timeout, granted} the new head was told (see
 -- hand_over), {2, received, timeout, granted} a grant was given back and
@@ -30,8 +35,9 @@ redis.call('lrem', KEYS[2], 0, ARGV[1])
 redis.call('zrem', KEYS[3], ARGV[1])
 redis.call('hdel', KEYS[5], ARGV[1])
 local status = 1
-if ARGV[4] ~= '1' and redis.call('hget', KEYS[5], '!granted') == ARGV[1]
-    and redis.call('hexists', KEYS[1], ARGV[1]) == 1 then
+local granted, nonce = granted_to(KEYS[5])
+if ARGV[4] ~= '1' and granted == ARGV[1] and nonce and nonce >= tonumber(ARGV[7])
+    and nonce <= tonumber(ARGV[8]) and redis.call('hexists', KEYS[1], ARGV[1]) == 1 then
     redis.call('hdel', KEYS[5], '!granted')
     redis.call('hdel', KEYS[1], ARGV[1])
     head = ARGV[1]

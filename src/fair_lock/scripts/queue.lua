@@ -8,19 +8,32 @@
 --                   (client clock) after which the waiter counts as gone
 --   grants    hash  `leasehold_grant:{name}`: `<field>` -> "<lease ms>:<nonce>"
 --                   for each queued leasehold waiter (Java waiters have
---                   none), and `!granted` -> the field a release granted
---                   the lock to, until that owner's next script or until
---                   the field is gone
+--                   none), and `!granted` -> "<nonce>:<field>": the field
+--                   a release granted the lock to and the nonce of that
+--                   grant, until that owner's next script or until the
+--                   field is gone
 --   channel   `redisson_lock__channel:{name}`; waiter `f` listens on
 --             `<channel>:<f>` and is told `0` when it is its turn, or
 --             `grant:<nonce>:<ms>` when it was made the holder
+
+-- The grant marker: the field granted and the grant's nonce (false, nil
+-- if there is none).
+local function granted_to(grants)
+    local marker = redis.call('hget', grants, '!granted')
+    if not marker then
+        return false, nil
+    end
+    local nonce, field = string.match(marker, '^(%d+):(.+)$')
+    return field or false, tonumber(nonce)
+end
 
 -- Drops the grant marker if its field no longer holds the lock, and every
 -- waiter's grant entry once nobody is queued (entries of waiters a Java
 -- script purged).
 local function tidy(lock, queue, grants)
     local granted = redis.call('hget', grants, '!granted')
-    if granted and redis.call('hexists', lock, granted) == 0 then
+    local field = granted_to(grants)
+    if granted and ((not field) or redis.call('hexists', lock, field) == 0) then
         redis.call('hdel', grants, '!granted')
         granted = false
     end
@@ -72,7 +85,7 @@ end
 -- The lock is free: hands it to the head waiter, if any. A leasehold head
 -- (it has a grant entry) is made the holder at once: count 1, TTL
 -- min(its lease, grant ms), popped as its own acquire would, marked
--- `!granted`, and told `grant:<nonce>:<ttl>`. Any other head is told `0`
+-- `!granted` (with the nonce), and told `grant:<nonce>:<ttl>`. Any other head is told `0`
 -- (Redisson's protocol). Returns how many connections received the
 -- message (-1: nobody waits), the time to check again if nobody did (the
 -- head's timeout, or the grant's end; -1: nobody waits) and 1 if granted.
@@ -95,7 +108,7 @@ local function hand_over(lock, queue, timeouts, grants, channel, publish, now, w
         shift(timeouts, now, wait)
         redis.call('hdel', grants, head)
         tidy(lock, queue, grants)
-        redis.call('hset', grants, '!granted', head)
+        redis.call('hset', grants, '!granted', nonce .. ':' .. head)
         local received = redis.call(publish, channel .. ':' .. head, 'grant:' .. nonce .. ':' .. ms)
         return received, now + ms, 1
     end

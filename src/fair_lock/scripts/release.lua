@@ -41,7 +41,7 @@ local function body()
         end
         return {0, -1, -1, 0}
     end
-    if redis.call('hget', KEYS[5], '!granted') == ARGV[2] then
+    if granted_to(KEYS[5]) == ARGV[2] then
         redis.call('hdel', KEYS[5], '!granted')
     end
     local left = redis.call('hincrby', KEYS[1], ARGV[2], -tonumber(ARGV[3]))
