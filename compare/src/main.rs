@@ -6,7 +6,8 @@
 //! writes `docs/handoff-latency.svg`. `LEASEHOLD_COMPARE_QUICK=1` shortens
 //! every phase and runs fewer rounds (for development; numbers are then
 //! noisier). `LEASEHOLD_COMPARE_ONLY=hot` runs only the 32-client hot-lock
-//! table. The Python peer runs from `compare/.venv`, which the report
+//! table; `LEASEHOLD_COMPARE_ONLY=handoff` only PING and the handoff
+//! latency of leasehold's lock and fair lock. The Python peer runs from `compare/.venv`, which the report
 //! creates when it is missing (see `python.rs`).
 
 use leasehold_testkit::server;
@@ -107,6 +108,12 @@ fn only_hot() -> bool {
     std::env::var_os("LEASEHOLD_COMPARE_ONLY").is_some_and(|v| v == "hot")
 }
 
+/// `LEASEHOLD_COMPARE_ONLY=handoff`: only PING and the handoff latency of
+/// leasehold's lock and fair lock.
+fn only_handoff() -> bool {
+    std::env::var_os("LEASEHOLD_COMPARE_ONLY").is_some_and(|v| v == "handoff")
+}
+
 fn main() {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -148,10 +155,6 @@ async fn run() {
             waiters_window_leasehold: Duration::from_secs(40),
         }
     };
-    let python = python::prepare();
-    if let Err(why) = &python {
-        eprintln!("python-redis-lock skipped: {why}");
-    }
     let server = RedisServer::start();
     let url = server.url();
     eprintln!(
@@ -163,6 +166,14 @@ async fn run() {
             .unwrap_or("?")
     );
 
+    let python = if only_handoff() {
+        Err("not in the handoff-only run".to_owned())
+    } else {
+        python::prepare()
+    };
+    if let (Err(why), false) = (&python, only_handoff()) {
+        eprintln!("python-redis-lock skipped: {why}");
+    }
     if only_hot() {
         let hot32 = hot::run(
             &server,
@@ -178,6 +189,16 @@ async fn run() {
 
     let ping = ping_rtt(&url, plan.uncontended_ops).await;
     eprintln!("PING round trip: p50 {:.1} µs", ping.p50);
+
+    if only_handoff() {
+        let mut rows = vec![(Kind::Leasehold, Row::default())];
+        eprintln!("[handoff] {}", Kind::Leasehold.label());
+        rows[0].1.handoff = bounded(handoff(Kind::Leasehold, &url, plan)).await;
+        eprintln!("[handoff] {}", Kind::LeaseholdFair.label());
+        let fair = bounded(handoff(Kind::LeaseholdFair, &url, plan)).await;
+        handoff_report(&ping, &rows, fair.as_ref());
+        return;
+    }
 
     let mut rows: Vec<(Kind, Row)> = Kind::ALL.iter().map(|k| (*k, Row::default())).collect();
 
@@ -229,6 +250,9 @@ async fn run() {
         eprintln!("[handoff] {}", kind.label());
         row.handoff = bounded(handoff(*kind, &url, plan)).await;
     }
+    // The fair lock's one-hop grant, measured the same way.
+    eprintln!("[handoff] {}", Kind::LeaseholdFair.label());
+    let fair_handoff = bounded(handoff(Kind::LeaseholdFair, &url, plan)).await;
     for (kind, row) in rows.iter_mut().filter(|(k, _)| k.waits()) {
         eprintln!("[hot lock] {}", kind.label());
         row.hot = bounded(hot(*kind, &url, plan)).await;
@@ -254,13 +278,23 @@ async fn run() {
         row.waiters = waiters(*kind, &server, plan).await;
     }
 
-    report(&ping, &rows, redlock.as_ref(), plan, [&single, &multi]);
+    report(
+        &ping,
+        &rows,
+        fair_handoff.as_ref(),
+        redlock.as_ref(),
+        plan,
+        [&single, &multi],
+    );
     hot::report(&hot32, plan.hot_rounds, plan.hot_window, &python);
     waiters_report(&rows, plan);
-    let series: Vec<(&str, Vec<f64>)> = rows
+    let mut series: Vec<(&str, Vec<f64>)> = rows
         .iter()
         .filter_map(|(k, r)| r.handoff.as_ref().map(|h| (k.label(), h.clone())))
         .collect();
+    if let Some(h) = &fair_handoff {
+        series.push((Kind::LeaseholdFair.label(), h.clone()));
+    }
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/handoff-latency.svg");
     match plot::handoff_cdf(&path, &series, ping.p50) {
         Ok(()) => eprintln!("wrote {}", path.display()),
@@ -708,6 +742,7 @@ fn fmt_opt<T>(v: &Option<T>, f: impl Fn(&T) -> String) -> String {
 fn report(
     ping: &Stats,
     rows: &[(Kind, Row)],
+    fair_handoff: Option<&Vec<f64>>,
     redlock: Option<&(Stats, f64, (f64, String))>,
     plan: Plan,
     pairs: [&Multi; 2],
@@ -715,10 +750,6 @@ fn report(
     let raw = rows
         .iter()
         .find(|(k, _)| *k == Kind::RawFred)
-        .map(|(_, r)| r);
-    let poll100 = rows
-        .iter()
-        .find(|(k, _)| *k == Kind::Poll100)
         .map(|(_, r)| r);
     println!("## Run\n");
     println!(
@@ -812,9 +843,30 @@ fn report(
         );
     }
 
+    handoff_report(ping, rows, fair_handoff);
+
+    println!("\n## Hot lock and mutual exclusion (64 tasks on 4 clients, one lock)\n");
+    println!("| contender | acquisitions/s | handoffs/s (holder changed) | exact counter (GET+SET under the lock) |");
+    println!("| --- | ---: | ---: | --- |");
+    for (kind, r) in rows.iter().filter(|(k, _)| k.waits()) {
+        println!(
+            "| {} | {} | {} | {} |",
+            kind.label(),
+            fmt_opt(&r.hot, |v| format!("{:.0}", v.0)),
+            fmt_opt(&r.hot, |v| format!("{:.0}", v.1)),
+            r.exclusion.clone().unwrap_or_else(|| "n/a".into())
+        );
+    }
+}
+
+/// The handoff-latency table: every waiting contender of `rows`, then the
+/// fair lock's one-hop grant.
+fn handoff_report(ping: &Stats, rows: &[(Kind, Row)], fair_handoff: Option<&Vec<f64>>) {
     println!("\n## Handoff latency (unlock() returned → other client's lock() returned; holder keeps the lock 2–102 ms)\n");
-    let p100 = poll100
-        .and_then(|r| r.handoff.as_ref())
+    let p100 = rows
+        .iter()
+        .find(|(k, _)| *k == Kind::Poll100)
+        .and_then(|(_, r)| r.handoff.as_ref())
         .map(|h| Stats::of(h).p50);
     println!(
         "| contender | n | p50 µs | p90 µs | p99 µs | max µs | p50 / PING | poll-100ms p50 / p50 |"
@@ -840,18 +892,27 @@ fn report(
             None => println!("| {} | incomplete | | | | | | |", kind.label()),
         }
     }
-
-    println!("\n## Hot lock and mutual exclusion (64 tasks on 4 clients, one lock)\n");
-    println!("| contender | acquisitions/s | handoffs/s (holder changed) | exact counter (GET+SET under the lock) |");
-    println!("| --- | ---: | ---: | --- |");
-    for (kind, r) in rows.iter().filter(|(k, _)| k.waits()) {
-        println!(
-            "| {} | {} | {} | {} |",
-            kind.label(),
-            fmt_opt(&r.hot, |v| format!("{:.0}", v.0)),
-            fmt_opt(&r.hot, |v| format!("{:.0}", v.1)),
-            r.exclusion.clone().unwrap_or_else(|| "n/a".into())
-        );
+    // The fair lock's one-hop grant (target: p50 <= 0.6 × PING).
+    match fair_handoff {
+        Some(h) => {
+            let s = Stats::of(h);
+            println!(
+                "| {} (one-hop grant) | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2} | {} |",
+                Kind::LeaseholdFair.label(),
+                s.n,
+                s.p50,
+                s.p90,
+                s.p99,
+                s.max,
+                s.p50 / ping.p50,
+                p100.map(|p| format!("{:.0}×", p / s.p50))
+                    .unwrap_or_default()
+            );
+        }
+        None => println!(
+            "| {} (one-hop grant) | incomplete | | | | | | |",
+            Kind::LeaseholdFair.label()
+        ),
     }
 }
 

@@ -7,6 +7,13 @@
 //! call); the engine does the rest — lease records, turns, unknown
 //! outcomes, cancellation, waiting (see `hold.rs` and `wait.rs`).
 //!
+//! A primitive whose releases may hand the lock straight to a waiter
+//! ([`acquire_handed`]) also says how to read a message handed to the
+//! waiter with its wake-up ([`Handoff`]): a message that grants this wait
+//! the hold is *adopted* instead of sending a try (`hold::adopt`), with the
+//! lease's signal counted from a time the primitive proves was before the
+//! grant ([`Granted::since`]), never from when the message arrived.
+//!
 //! Each acquire runs in an `acquire` span (`lock`, `owner`, then
 //! `outcome`, `attempts`, `wait_ms` when it concludes) and is counted once
 //! in the client's [`Counters`] when it concludes; a dropped acquire
@@ -48,6 +55,21 @@ pub(crate) struct Spec<'a> {
     pub(crate) wait: Option<Duration>,
 }
 
+/// A hold a message handed to a waiter: the primitive's script made the
+/// waiter's field the holder (count 1) and set the key's TTL to at least
+/// `ttl`, at some time after `since` (a send time of one of the waiter's
+/// own calls whose reply showed it still waiting).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Granted {
+    pub(crate) since: Instant,
+    pub(crate) ttl: Duration,
+}
+
+/// Reads a message handed to a waiter with its wake-up: `Some` if it
+/// grants this very wait the hold; `None` makes the waiter try as for any
+/// wake-up.
+pub(crate) type Handoff<'a> = &'a (dyn Fn(&[u8]) -> Option<Granted> + Sync);
+
 /// Builds one try's call from the lease record, the lease in milliseconds
 /// and the request id.
 pub(crate) type Build<'a> = &'a (dyn Fn(&Lease, i64, u64) -> Call + Sync);
@@ -74,13 +96,36 @@ pub(crate) async fn acquire(
     spec: Spec<'_>,
     build: Build<'_>,
 ) -> Result<Option<Hold>> {
+    acquire_handed(engine, spec, build, None).await
+}
+
+/// [`acquire`], adopting a hold a message hands the waiter (see
+/// [`Handoff`]) instead of trying again. Not with a replicas requirement
+/// (the grant's replication cannot be waited for here): then the waiter
+/// tries as for any wake-up.
+///
+/// # Cancel safety
+///
+/// As for [`acquire`]. A wait dropped after its grant ran but before it
+/// was adopted holds nothing locally: the primitive gives the grant back.
+pub(crate) async fn acquire_handed(
+    engine: &Arc<Engine>,
+    spec: Spec<'_>,
+    build: Build<'_>,
+    handoff: Option<Handoff<'_>>,
+) -> Result<Option<Hold>> {
     engine.check()?;
     let lease_ms = lease_millis(spec.lease.unwrap_or(engine.watchdog.timeout()))?;
     let fixed = spec.lease.is_some();
+    let fixed_lease = spec.lease;
     let mut observed = Observed::start(&spec);
     let attempts = &mut observed.attempts;
-    let result = wait::wait_for(engine, spec.channel, spec.policy, spec.wait, || {
+    let result = wait::wait_for_handed(engine, spec.channel, spec.policy, spec.wait, |handed| {
         *attempts += 1;
+        let granted = match (handed, handoff) {
+            (Some(message), Some(read)) if engine.replicas.is_none() => read(&message),
+            _ => None,
+        };
         // The lease record is taken per try, not for the whole wait: a
         // parked waiter keeps none (a record it made is dropped again when
         // the try finds the lock busy), so N waiters on one key cost N
@@ -93,7 +138,12 @@ pub(crate) async fn acquire(
             spec.tag,
             spec.init,
         );
-        Box::pin(async move { attempt(engine, &lease, fixed, lease_ms, build).await })
+        Box::pin(async move {
+            match granted {
+                Some(granted) => adopt(engine, &lease, fixed_lease, granted).await,
+                None => attempt(engine, &lease, fixed, lease_ms, build).await,
+            }
+        })
     })
     .instrument(observed.span.clone())
     .await;
@@ -134,6 +184,22 @@ async fn attempt(
             Step::Busy(retry)
         }
     })
+}
+
+/// Adopts a handed hold (see [`Granted`]). Cancel safe (see `hold::adopt`).
+async fn adopt(
+    engine: &Arc<Engine>,
+    lease: &LeaseRef,
+    fixed: Option<Duration>,
+    granted: Granted,
+) -> Result<Step<Hold>> {
+    let term = match fixed {
+        Some(lease) => Term::Fixed(Instant::now() + lease),
+        None => Term::Watchdog,
+    };
+    hold::adopt(engine, lease, term, granted.since, granted.ttl)
+        .await
+        .map(Step::Done)
 }
 
 // === impl Observed ===

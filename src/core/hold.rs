@@ -6,6 +6,11 @@
 //!   the caller's future is dropped while the script is under way, or the
 //!   outcome stays unknown, the call is handed (with its turn) to a
 //!   background job that resolves it and gives back a hold nobody will use.
+//! * **Adopt** ([`adopt`]): a hold another client's script granted this
+//!   owner (a release that hands the lock to the head waiter) is counted
+//!   without a call, as an acquire sent at a time the caller proves was
+//!   before the grant; if its term needs the key longer than the grant's
+//!   TTL, one renewal of this lease raises it in the background.
 //! * **Release** ([`Hold::release`] and [`Hold`]'s drop): the hold stops
 //!   needing the key at once (so the watchdog stops renewing it if it was
 //!   the last watchdog hold); the release script is then sent under the
@@ -199,6 +204,83 @@ pub(crate) async fn acquire(
     }
     drop(turn);
     Ok(Attempt::Held(hold))
+}
+
+/// Counts a hold granted to this lease's field by another client's script
+/// (count 1, the key's TTL set to at least `ttl` after `since`), as if an
+/// acquire sent at `since` had returned it: the signal's `until` is
+/// `since + ttl`. If `term` needs the key longer than `ttl` (a watchdog
+/// hold, a longer fixed lease), one renewal of this lease is sent in the
+/// background to raise the TTL to that need; its confirmation extends the
+/// signal from its send time, a reply finding the field gone ends the
+/// incarnation, and a failure leaves the signal to run out at `since +
+/// ttl` (unless the watchdog renews it first).
+///
+/// Cancel safe: dropped while waiting for the turn, nothing is counted
+/// (the caller's primitive gives the grant back).
+pub(crate) async fn adopt(
+    engine: &Arc<Engine>,
+    lease: &LeaseRef,
+    term: Term,
+    since: Instant,
+    ttl: Duration,
+) -> Result<Hold> {
+    let turn = lease.turn().await;
+    lease.begin_call();
+    let (signal, incarnation) = lease.acquired(1, term, since, ttl);
+    let hold = Hold {
+        parts: Some(HoldParts {
+            lease: lease.clone_ref(),
+            incarnation,
+            term,
+        }),
+        signal,
+        engine: engine.clone(),
+        token: None,
+    };
+    if engine.is_shut_down() {
+        let parts = hold.into_parts();
+        give_back(&engine.conn, &parts, 1, &OnceLock::new())
+            .await
+            .ok();
+        drop(turn);
+        return Err(Error::Shutdown);
+    }
+    drop(turn);
+    let need = Duration::from_millis(lease.requirement_ms(term) as u64);
+    if need > ttl {
+        raise(lease.clone_ref(), need);
+    }
+    Ok(hold)
+}
+
+/// One renewal of `lease` with `ttl`, in the background (see [`adopt`]).
+fn raise(lease: LeaseRef, ttl: Duration) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    runtime.spawn(async move {
+        let conn = lease.conn.clone();
+        let renewal = lease.kind.renewal();
+        let nonce = conn.rid() as i64;
+        let ttl_ms = (ttl.as_millis().clamp(1, i64::MAX as u128)) as i64;
+        let (mut keys, mut args) = (Vec::with_capacity(1), Vec::with_capacity(3));
+        args.push(fred::types::Value::Integer(nonce));
+        args.push(fred::types::Value::Integer(ttl_ms));
+        (renewal.entry)(&lease, &mut keys, &mut args, false);
+        let snapshot = lease.lease().snapshot();
+        let sent = Instant::now();
+        let reply = renewal.slot.run::<Vec<i64>>(&conn.redis, keys, args).await;
+        match reply.map_err(Error::Redis).and_then(|reply| {
+            super::watchdog::gone_entries(&conn, nonce, reply).map_err(Error::Redis)
+        }) {
+            Ok(gone) if gone.is_empty() => snapshot.renewed(sent, ttl),
+            Ok(_) => snapshot.gone(),
+            Err(e) => {
+                tracing::debug!(key = ?lease.key, error = %e, "could not raise an adopted hold's TTL; its signal runs out with the grant");
+            }
+        }
+    });
 }
 
 // === impl Hold ===

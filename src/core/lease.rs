@@ -484,6 +484,12 @@ impl Lease {
         s.watched + s.fixed.len() as u32
     }
 
+    /// Holds Redis counts for the field as far as this record knows (live
+    /// guards and releases not yet done), in the current incarnation.
+    pub(crate) fn holds(&self) -> u32 {
+        self.state.lock().holds
+    }
+
     /// Whether holds of `incarnation` can still be in Redis.
     pub(crate) fn is_current(&self, incarnation: u64) -> bool {
         self.state.lock().incarnation == incarnation

@@ -17,6 +17,12 @@
 //! one otherwise ([`wake_all_on_one`]: a write unlock lets every reader
 //! in), or up to **N** for a message carrying a count ([`wake_count`]:
 //! permits given back). A reconnect or a lagging stream wakes everyone.
+//! A policy may also wake one waiter *handing it the message*
+//! ([`Wake::OneWith`]): a message addressed to one waiter that carries
+//! what it waited for; the wait loop gives it to the waiter's next
+//! attempt ([`Subscription::take_handed`]). A handed message is never kept
+//! as a permit nor passed on: a waiter that cannot use it re-checks as
+//! for any wake-up.
 //!
 //! # How waiting works
 //!
@@ -119,6 +125,9 @@ pub(crate) enum Wake {
     /// Up to this many (none for 0). Wake-ups beyond the queued waiters
     /// are kept as permits for waiters between two waits, as for `One`.
     N(usize),
+    /// One, handing it the message (see the module docs). With no waiter
+    /// queued it is kept as a plain permit, without the message.
+    OneWith,
 }
 
 /// One unlock message (Redisson's `0`) wakes one waiter.
@@ -199,6 +208,8 @@ struct Waiter {
     queued: AtomicBool,
     /// Its subscription was dropped while it was queued (under the lock).
     gone: AtomicBool,
+    /// The message handed over with the wake-up ([`Wake::OneWith`]).
+    handed: Mutex<Option<Box<[u8]>>>,
     notify: Notify,
 }
 
@@ -396,7 +407,11 @@ impl Shared {
     fn deliver(&self, channel: &str, message: &[u8]) {
         if let Some(entry) = self.channels.get(channel) {
             let wake = (entry.policy)(message);
-            entry.state.lock().wake(wake);
+            let mut state = entry.state.lock();
+            match wake {
+                Wake::OneWith => state.wake_one_with(Some(message)),
+                wake => state.wake(wake),
+            }
         }
     }
 
@@ -445,6 +460,7 @@ impl Subscription {
     /// The attempt a wake-up led to has concluded (the lock was taken, by
     /// this waiter or another): the wake-up is used up.
     pub(crate) fn consumed(&self) {
+        self.waiter.handed.lock().take();
         self.waiter.woken.store(false, Ordering::Release);
     }
 
@@ -454,6 +470,13 @@ impl Subscription {
     /// `wait` returns at once.
     pub(crate) fn holds_wake_up(&self) -> bool {
         self.waiter.woken.load(Ordering::Acquire)
+    }
+
+    /// Takes the message handed over with the wake-up this waiter holds
+    /// (see [`Wake::OneWith`]), if any. Read with `holds_wake_up`, before
+    /// the attempt.
+    pub(crate) fn take_handed(&self) -> Option<Box<[u8]>> {
+        self.waiter.handed.lock().take()
     }
 }
 
@@ -482,7 +505,8 @@ impl Drop for Subscription {
         let mut state = self.channel.state.lock();
         state.leave(&self.waiter);
         if self.waiter.woken.swap(false, Ordering::AcqRel) {
-            // A wake-up this waiter never used: hand it on.
+            // A wake-up this waiter never used: hand it on (a message
+            // handed to this waiter is not).
             state.wake_one();
         }
         drop(state);
@@ -538,11 +562,18 @@ impl Channel {
 impl ChannelState {
     /// Wakes the oldest queued waiter, or keeps a permit if none is queued.
     fn wake_one(&mut self) {
+        self.wake_one_with(None);
+    }
+
+    /// As `wake_one`, handing the woken waiter `message` (a permit keeps
+    /// none). Gone waiters on the way are taken out.
+    fn wake_one_with(&mut self, message: Option<&[u8]>) {
         loop {
             match self.queue.pop_front() {
                 Some(waiter) if waiter.gone.load(Ordering::Relaxed) => self.stale -= 1,
                 Some(waiter) => {
                     waiter.queued.store(false, Ordering::Relaxed);
+                    *waiter.handed.lock() = message.map(Box::from);
                     waiter.woken.store(true, Ordering::Release);
                     waiter.notify.notify_one();
                     return;
@@ -576,7 +607,7 @@ impl ChannelState {
 
     fn wake(&mut self, wake: Wake) {
         match wake {
-            Wake::One => self.wake_one(),
+            Wake::One | Wake::OneWith => self.wake_one(),
             Wake::All => {
                 while !self.queue.is_empty() {
                     self.wake_one();
@@ -799,6 +830,10 @@ mod tests {
     /// A channel entry with `n` subscriptions, on a subscriber client that
     /// never connects (only the local queue is exercised).
     fn channel_with(n: usize) -> (Arc<Shared>, Vec<Subscription>) {
+        channel_with_policy(n, wake_one)
+    }
+
+    fn channel_with_policy(n: usize, policy: Policy) -> (Arc<Shared>, Vec<Subscription>) {
         let subscriber = fred::types::Builder::default_centralized()
             .build_subscriber_client()
             .unwrap();
@@ -810,7 +845,7 @@ mod tests {
             ops,
         });
         let name: Arc<str> = "c".into();
-        let channel = Arc::new(Channel::new(name.clone(), wake_one));
+        let channel = Arc::new(Channel::new(name.clone(), policy));
         shared.channels.insert(name, channel.clone());
         let subs = (0..n)
             .map(|_| {
@@ -915,6 +950,30 @@ mod tests {
         );
         drop(pin);
         assert!(!shared.channels.contains_key("c"));
+    }
+
+    /// A message a policy hands over goes with the wake-up to the oldest
+    /// waiter only; a wake-up kept as a permit carries none.
+    #[tokio::test]
+    async fn a_handed_message_goes_to_the_woken_waiter_only() {
+        fn hand(_: &[u8]) -> Wake {
+            Wake::OneWith
+        }
+        let (shared, mut subs) = channel_with_policy(2, hand);
+        let w2 = subs.pop().unwrap();
+        let w1 = subs.pop().unwrap();
+        assert!(!w1.wait(Duration::ZERO).await);
+        assert!(!w2.wait(Duration::ZERO).await);
+        shared.deliver("c", b"grant");
+        assert!(w1.wait(Duration::from_secs(5)).await);
+        assert_eq!(w1.take_handed().as_deref(), Some(&b"grant"[..]));
+        assert_eq!(w2.take_handed(), None);
+        w1.consumed();
+        // Nobody queued: a permit, without the message.
+        drop(w2);
+        shared.deliver("c", b"grant");
+        assert!(w1.wait(Duration::ZERO).await);
+        assert_eq!(w1.take_handed(), None);
     }
 
     #[test]

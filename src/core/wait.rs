@@ -59,6 +59,26 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<Step<T>>>,
 {
+    wait_for_handed(engine, channel, policy, wait, |_| attempt()).await
+}
+
+/// [`wait_for`], giving each attempt the message handed to the waiter
+/// with the wake-up it holds, if any (see `pubsub::Wake::OneWith`).
+///
+/// # Cancel safety
+///
+/// As for [`wait_for`].
+pub(crate) async fn wait_for_handed<T, F, Fut>(
+    engine: &Arc<Engine>,
+    channel: &Arc<str>,
+    policy: Policy,
+    wait: Option<Duration>,
+    mut attempt: F,
+) -> Result<Option<T>>
+where
+    F: FnMut(Option<Box<[u8]>>) -> Fut,
+    Fut: Future<Output = Result<Step<T>>>,
+{
     let deadline = wait.and_then(|w| Instant::now().checked_add(w));
     let once = wait == Some(Duration::ZERO);
     // Already subscribed (another waiter, or a pin): no second try needed.
@@ -71,7 +91,11 @@ where
     loop {
         engine.check()?;
         let held = subscription.as_ref().is_some_and(|s| s.holds_wake_up());
-        let outcome = attempt().await;
+        let handed = subscription
+            .as_ref()
+            .filter(|_| held)
+            .and_then(|s| s.take_handed());
+        let outcome = attempt(handed).await;
         if let Some(s) = subscription.as_ref().filter(|_| held) {
             s.consumed_by(&outcome);
         }

@@ -1,23 +1,51 @@
 //! The fair lock's acquire: the engine's wait loop on the waiter's own
-//! channel, with the queue kept on the side (refresh, leave; `queue.rs`).
+//! channel, with the queue kept on the side (refresh, leave; `queue.rs`),
+//! and the adoption of a lock a release granted the waiter (see the
+//! module docs, "One-hop handoff").
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use fred::types::Value;
+use parking_lot::Mutex;
+use tokio::time::Instant;
 
 use super::kind::{scripts, FairKind, LINGER, TAG};
 use super::queue::{self, now_ms, Leave, Queued, THREAD_WAIT};
 use super::FairLock;
-use crate::core::acquire::{acquire, Spec};
+use crate::core::acquire::{acquire, acquire_handed, Granted, Spec};
 use crate::core::call::Call;
 use crate::core::hold::Hold;
 use crate::core::latch_key;
 use crate::core::lease::{Lease, LeaseInit};
-use crate::core::pubsub::wake_one;
+use crate::core::pubsub::Wake;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::owner::Owner;
+
+/// What a waiter knows of its own calls, to read a grant message: the
+/// latest try it built (its request id, which the acquire script records
+/// as the waiter's grant nonce, and a time before it was sent), and the
+/// send time of the latest refresh that found it still queued.
+#[derive(Debug, Default)]
+struct Calls {
+    last_try: Mutex<Option<(u64, Instant)>>,
+    seen: Mutex<Option<Instant>>,
+    /// The first and last request ids of this wait's tries (shared with
+    /// its `Leave`).
+    tries: Arc<Mutex<Option<(u64, u64)>>>,
+}
+
+/// The waiter's channel policy: `grant:…` (the release made this waiter
+/// the holder) wakes one waiter handing it the message; anything else
+/// (Redisson's `0`) wakes one.
+pub(super) fn wake_or_grant(message: &[u8]) -> Wake {
+    if message.starts_with(b"grant:") {
+        Wake::OneWith
+    } else {
+        Wake::One
+    }
+}
 
 // === impl FairLock ===
 
@@ -47,12 +75,18 @@ impl FairLock {
             owner: owner.id(),
             init: &init,
             channel: &own_channel,
-            policy: wake_one,
+            policy: wake_or_grant,
             lease,
             wait,
         };
+        let calls = Calls::default();
         let thread_wait = THREAD_WAIT.as_millis() as i64;
         let build = |lease: &Lease, lease_ms: i64, rid: u64| {
+            // Under the lease's turn: built before it is sent.
+            *calls.last_try.lock() = Some((rid, Instant::now()));
+            let mut tries = calls.tries.lock();
+            *tries = Some((tries.map_or(rid, |(first, _)| first), rid));
+            drop(tries);
             Call::new(
                 &lease.conn,
                 &scripts().acquire,
@@ -60,6 +94,7 @@ impl FairLock {
                     self.names.key.clone(),
                     self.names.queue.clone(),
                     self.names.timeouts.clone(),
+                    self.names.grants.clone(),
                 ],
                 vec![
                     lease_ms.into(),
@@ -67,6 +102,7 @@ impl FairLock {
                     now_ms().into(),
                     thread_wait.into(),
                     i64::from(waits).into(),
+                    i64::from(lease.holds() > 0).into(),
                 ],
                 &lease.latch,
                 rid,
@@ -76,11 +112,13 @@ impl FairLock {
             let hold = acquire(engine, spec, &build).await?;
             return Ok(hold.map(|h| self.guard(h, owner)));
         }
+        let handoff = |message: &[u8]| calls.granted(message);
         // The waiter's channel stays subscribed from now until a moment
         // after the hold it gets ends, so an owner that locks again and
         // again queues and is told with one script call each.
-        let pin = engine.pubsub.pin(&own_channel, wake_one).await;
-        // Dropped from here on, the waiter leaves the queue.
+        let pin = engine.pubsub.pin(&own_channel, wake_or_grant).await;
+        // Dropped from here on, the waiter leaves the queue (and gives
+        // back a grant it did not adopt).
         let lease_ref = engine.leases.get(
             &engine.conn,
             &engine.watchdog,
@@ -95,12 +133,18 @@ impl FairLock {
             job: Some(Leave {
                 lease: lease_ref,
                 names: self.names.clone(),
+                tries: calls.tries.clone(),
             }),
         };
         let outcome = {
-            let acquiring = acquire(engine, spec, &build);
-            let refreshing =
-                queue::refresh(&engine.conn, &self.names.timeouts, &field_str, &own_channel);
+            let acquiring = acquire_handed(engine, spec, &build, Some(&handoff));
+            let refreshing = queue::refresh(
+                &engine.conn,
+                &self.names.timeouts,
+                &field_str,
+                &own_channel,
+                &calls.seen,
+            );
             tokio::select! {
                 outcome = acquiring => outcome,
                 never = refreshing => match never {},
@@ -126,5 +170,37 @@ impl FairLock {
 
     fn guard(&self, hold: Hold, owner: Owner) -> LockGuard {
         LockGuard::new(hold, self.name.clone(), self.key_str.clone(), owner)
+    }
+}
+
+// === impl Calls ===
+
+impl Calls {
+    /// Reads a grant message `grant:<nonce>:<ttl ms>`: it grants this wait
+    /// the lock if its nonce is the request id of the latest try this
+    /// wait built (that try ran, found the lock busy and recorded the
+    /// nonce, all before the grant: a try that ran after it would have
+    /// taken the grant itself). The grant therefore ran after that try
+    /// was built, and after any later refresh that found the waiter
+    /// queued (a grant pops it, and nothing queues it again but a try):
+    /// the latest of those times is the adoption's lower bound. Never the
+    /// time the message arrived.
+    fn granted(&self, message: &[u8]) -> Option<Granted> {
+        let text = std::str::from_utf8(message).ok()?;
+        let mut parts = text.strip_prefix("grant:")?.split(':');
+        let nonce: u64 = parts.next()?.parse().ok()?;
+        let ttl_ms: u64 = parts.next()?.parse().ok()?;
+        let (rid, built) = (*self.last_try.lock())?;
+        if rid != nonce || ttl_ms == 0 {
+            return None;
+        }
+        let since = match *self.seen.lock() {
+            Some(seen) if seen > built => seen,
+            _ => built,
+        };
+        Some(Granted {
+            since,
+            ttl: Duration::from_millis(ttl_ms),
+        })
     }
 }

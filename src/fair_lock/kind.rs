@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use fred::types::{Key, Value};
 
-use super::queue::{kick_if_unheard, now_ms};
+use super::queue::{kick_if_unheard, now_ms, GRANT, THREAD_WAIT};
 use crate::core::call::Call;
 use crate::core::lease::{AcquireReply, Kind, Lease, ReleaseReply};
 use crate::core::prefix_name;
@@ -20,6 +20,8 @@ pub(crate) struct Names {
     pub(super) queue: Key,
     pub(super) timeouts: Key,
     pub(super) channel: Key,
+    /// `leasehold_grant:{name}` (see the module docs).
+    pub(super) grants: Key,
 }
 
 /// The fair lock's scripts, hashed once per process.
@@ -71,6 +73,7 @@ impl Names {
             queue: Key::from(prefix_name("redisson_lock_queue", key)),
             timeouts: Key::from(prefix_name("redisson_lock_timeout", key)),
             channel: Key::from(prefix_name("redisson_lock__channel", key)),
+            grants: Key::from(prefix_name("leasehold_grant", key)),
         }
     }
 
@@ -79,13 +82,24 @@ impl Names {
         Names::of(&String::from_utf8_lossy(key.as_bytes()))
     }
 
-    /// KEYS of the plain scripts: hash, queue, timeouts, channel stem.
+    /// KEYS of the plain scripts (and the release, before its latch):
+    /// hash, queue, timeouts, channel stem, grants.
     pub(super) fn script_keys(&self) -> Vec<Key> {
         vec![
             self.key.clone(),
             self.queue.clone(),
             self.timeouts.clone(),
             self.channel.clone(),
+            self.grants.clone(),
+        ]
+    }
+
+    /// The arguments every hand-over takes last: thread wait, grant lease
+    /// (both in ms).
+    pub(super) fn hand_over_args() -> [Value; 2] {
+        [
+            (THREAD_WAIT.as_millis() as i64).into(),
+            (GRANT.as_millis() as i64).into(),
         ]
     }
 }
@@ -95,17 +109,19 @@ impl Names {
 impl Kind for FairKind {
     fn release_call(&self, lease: &Lease, count: u32, ttl_ms: i64, rid: u64) -> Call {
         let names = Names::of_key(&lease.key);
+        let mut args = vec![
+            ttl_ms.into(),
+            Value::String(lease.field.clone()),
+            i64::from(count).into(),
+            lease.conn.publish_command().into(),
+            now_ms().into(),
+        ];
+        args.extend(Names::hand_over_args());
         Call::new(
             &lease.conn,
             &scripts().release,
-            vec![names.key, names.queue, names.timeouts, names.channel],
-            vec![
-                ttl_ms.into(),
-                Value::String(lease.field.clone()),
-                i64::from(count).into(),
-                lease.conn.publish_command().into(),
-                now_ms().into(),
-            ],
+            names.script_keys(),
+            args,
             &lease.latch,
             rid,
         )

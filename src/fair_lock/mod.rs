@@ -15,15 +15,76 @@
 //! * the timeouts `redisson_lock_timeout:{name}`: a zset, waiter field →
 //!   the epoch milliseconds (client clock, as Redisson) after which the
 //!   waiter counts as gone and is purged when it reaches the head;
+//! * the grants `leasehold_grant:{name}` (leasehold only): a hash,
+//!   `<field>` → `"<lease ms>:<nonce>"` for each queued leasehold waiter
+//!   (written by its acquire when it queues; the nonce is that try's
+//!   request id), and `!granted` → `"<nonce>:<field>"`: the field a
+//!   release last granted the lock to and that grant's nonce, until that
+//!   owner's next script on the lock or until the field is gone; the
+//!   hash vanishes with its last entry;
 //! * one channel per waiter, `redisson_lock__channel:{name}:<field>`: a
-//!   release publishes `0` to the head waiter's channel only.
+//!   release tells the head waiter only, on its own channel: `0`
+//!   (Redisson's message) or `grant:<nonce>:<ms>` (below).
 //!
 //! Scripts (`scripts/`, each starting with the helpers of `queue.lua`;
 //! `kind.rs` loads them):
 //! `acquire.lua` and `release.lua` (latched: idempotent by request id),
 //! `force_unlock.lua`, `leave.lua` (a waiter that stopped waiting),
 //! `kick.lua` (see `queue.rs`). Renewal is the plain lock's (`LockTask`).
-//! Every script first purges gone waiters at the head of the queue.
+//! Every script first purges gone waiters at the head of the queue (and
+//! their grant entries, and a `!granted` marker whose field is gone).
+//!
+//! # One-hop handoff
+//!
+//! Every script that frees the lock (release, force-unlock, leave of a
+//! head or of a granted waiter, kick) *hands it over*: if the head waiter
+//! (after the purge) has a grant entry, the script makes it the holder
+//! (`HSET name <field> 1`, `PEXPIRE name min(lease, GRANT)`, with
+//! [`FairLock::GRANT`] = 5 s), pops it from the queue and the zset as its
+//! own acquire would (other timeouts shift likewise), replaces its entry
+//! by the `!granted` marker, and publishes `grant:<nonce>:<ms>` on its
+//! channel; a Java head (no entry) is told `0` as in Redisson. The
+//! release's reply says it granted.
+//!
+//! The waiter, handed that message with its wake-up, holds the lock
+//! without another call if `<nonce>` is the request id of its latest try
+//! (that try ran before the grant, found the lock busy and wrote the
+//! nonce). The hold counts as an acquire that returned count 1 with TTL
+//! `<ms>`, sent at `t_lb`: the later of that try's build time and the
+//! send time of the latest timeout refresh that found the waiter still
+//! queued (a grant pops it) — both before the grant ran, never the time
+//! the message arrived. The guard's deadline is `t_lb + <ms>`, an
+//! underestimate. A watchdog hold, or a fixed lease longer than the
+//! grant, is then raised by one renewal of its own, in the background
+//! (the watchdog timeout, or the fixed lease's remaining time), which
+//! extends the signal from its send time; a watchdog hold registers with
+//! the watchdog as usual.
+//!
+//! The `!granted` marker tells the owner's next script what the field's
+//! hold is. Each acquire and leave says whether the client already counts
+//! holds of the field: if it counts none, the marker means "granted, not
+//! adopted" (the message was lost or not read yet): an acquire takes it
+//! as a fresh hold (count 1, reply as a fresh acquire: no re-entry
+//! counted) and a leave gives it back and hands the lock on. If it counts
+//! some (it adopted), an acquire is a re-entry and the marker goes; a
+//! release drops the marker too.
+//!
+//! * **Cancelled**: a wait dropped after the grant ran (whether or not it
+//!   saw the message) leaves in the background (`Leave`, under the
+//!   lease's turn), which gives the grant back at once — only a grant
+//!   whose nonce is one of that wait's own tries: the leave of an older,
+//!   dropped wait of the same owner, running late, must not give back a
+//!   grant a newer wait is about to adopt.
+//! * **Gone**: a granted waiter that died holds the lock at most the grant
+//!   lease; the releasing client, seeing the message reached nobody,
+//!   kicks once the grant has run out (the next waiter also re-checks at
+//!   its own bound).
+//! * **Message lost** (a subscriber reconnect wakes every waiter; a
+//!   refresh that finds the waiter popped wakes it too): the waiter's
+//!   next acquire takes the grant as above.
+//! * Not with a replicas requirement (`ClientBuilder::wait_for_replicas`):
+//!   the waiter then takes a grant with its acquire script, which waits
+//!   for the replicas as usual.
 //!
 //! # Waiting
 //!
@@ -97,7 +158,7 @@ use crate::lock::Holder;
 use crate::owner::Owner;
 
 use kind::{scripts, Names};
-use queue::{kick_if_unheard, now_ms, THREAD_WAIT};
+use queue::{kick_if_unheard, now_ms, GRANT, THREAD_WAIT};
 
 /// A reentrant distributed lock that serves waiters in arrival order,
 /// across every client and process (Redisson's `RFairLock`). Cheap to
@@ -175,6 +236,17 @@ impl FairLock {
     /// assert_eq!(leasehold::FairLock::THREAD_WAIT.as_secs(), 5);
     /// ```
     pub const THREAD_WAIT: Duration = THREAD_WAIT;
+
+    /// The longest lease a release grants the waiter it hands the lock to
+    /// (5 s; see the module docs, "One-hop handoff"): a granted waiter
+    /// that has gone away holds the lock at most this long.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// assert_eq!(leasehold::FairLock::GRANT.as_secs(), 5);
+    /// ```
+    pub const GRANT: Duration = GRANT;
 
     /// The name given to [`Client::fair_lock`] (without the key prefix).
     ///
@@ -547,13 +619,11 @@ impl FairLock {
     pub async fn force_unlock(&self) -> Result<bool> {
         self.check()?;
         let engine = self.client.engine();
+        let mut args = vec![now_ms().into(), engine.conn.publish_command().into()];
+        args.extend(Names::hand_over_args());
         let reply: Vec<i64> = scripts()
             .force_unlock
-            .run(
-                &engine.conn.redis,
-                self.names.script_keys(),
-                vec![now_ms().into(), engine.conn.publish_command().into()],
-            )
+            .run(&engine.conn.redis, self.names.script_keys(), args)
             .await?;
         kick_if_unheard(&engine.conn, &self.names, &reply);
         let deleted = reply.first() == Some(&1);

@@ -15,11 +15,14 @@
 //!   out, failed, dropped) removes its entry from the list and the zset at
 //!   once, as a background job if it was dropped, under the lease's turn
 //!   (so after an acquire call still being settled). If it headed the
-//!   queue of a free lock, the next waiter is told.
+//!   queue of a free lock, the lock is handed to the next waiter. If a
+//!   release had granted it the lock and this client counts no hold of
+//!   the field (the wait was dropped as the grant ran), it gives the
+//!   grant back and hands the lock on.
 //! * **Kick** ([`kick_later`]): a release (or leave, or force-unlock)
 //!   that told a head waiter nobody was listening for (PUBLISH reached no
 //!   connection: the waiter's process may be dead) checks again once that
-//!   waiter's timeout has passed: it purges gone heads and tells the next
+//!   waiter's timeout (or the lease a grant gave it) has passed: it purges gone heads and tells the next
 //!   one, until a message is received, the lock is taken or nobody waits.
 //!   So a dead waiter holds the queue up for at most `THREAD_WAIT` after
 //!   it last refreshed, while live waiters sleep (no polling of the
@@ -46,6 +49,11 @@ use crate::core::Engine;
 /// last refresh.
 pub(crate) const THREAD_WAIT: Duration = Duration::from_secs(5);
 
+/// The longest TTL a release grants a waiter it hands the lock to (see
+/// the module docs of `fair_lock`): a granted waiter that has gone away
+/// holds the lock at most this long.
+pub(crate) const GRANT: Duration = Duration::from_secs(5);
+
 /// How often a waiting acquire refreshes its timeout. The rest of
 /// `THREAD_WAIT` (3 s) is the slack for a late refresh under load.
 pub(crate) const REFRESH_EVERY: Duration = Duration::from_secs(2);
@@ -63,15 +71,19 @@ pub(crate) fn now_ms() -> i64 {
 }
 
 /// Keeps the waiter `field`'s timeout fresh while it waits; never ends
-/// (dropped with the acquire). See the module docs.
+/// (dropped with the acquire). See the module docs. Each refresh that
+/// found the waiter still queued records its send time in `seen` (the
+/// waiter was not granted the lock before then: a grant pops it).
 pub(crate) async fn refresh(
     conn: &Conn,
     timeouts: &Key,
     field: &Str,
     own_channel: &str,
+    seen: &parking_lot::Mutex<Option<tokio::time::Instant>>,
 ) -> Infallible {
     loop {
         tokio::time::sleep(REFRESH_EVERY).await;
+        let sent = tokio::time::Instant::now();
         let score = now_ms() + THREAD_WAIT.as_millis() as i64;
         let zadd = CustomCommand::new_static("ZADD", ClusterHash::FirstKey, false);
         let changed = conn
@@ -88,6 +100,9 @@ pub(crate) async fn refresh(
             )
             .await;
         // Refreshed (1), or an error: the next round.
+        if let Ok(1) = changed {
+            *seen.lock() = Some(sent);
+        }
         if let Ok(0) = changed {
             // Not queued while waiting (purged): nobody will tell this
             // waiter its turn, so it re-checks now (and queues again).
@@ -112,16 +127,27 @@ pub(crate) async fn refresh(
 pub(crate) struct Leave {
     pub(crate) lease: LeaseRef,
     pub(crate) names: Names,
+    /// The first and last request ids of the wait's tries (a grant's
+    /// nonce is one of them): only a grant to this very wait is given
+    /// back.
+    pub(crate) tries: Arc<parking_lot::Mutex<Option<(u64, u64)>>>,
 }
 
 impl Leave {
     async fn leave(&self, conn: &Arc<Conn>) {
         let keys = self.names.script_keys();
-        let args = vec![
+        // Under the lease's turn: whether this client counts holds of the
+        // field (an adopted grant must never be given back here).
+        let counted = i64::from(self.lease.holds() > 0);
+        let mut args = vec![
             Value::String(self.lease.field.clone()),
             now_ms().into(),
             conn.publish_command().into(),
+            counted.into(),
         ];
+        args.extend(Names::hand_over_args());
+        let (first, last) = self.tries.lock().unwrap_or((1, 0));
+        args.extend([(first as i64).into(), (last as i64).into()]);
         match scripts()
             .leave
             .run::<Vec<i64>>(&conn.redis, keys, args)
@@ -210,16 +236,18 @@ fn kick_later(conn: &Arc<Conn>, names: Names, timeout: i64) {
             if conn.is_closed() {
                 return;
             }
+            let mut args = vec![now_ms().into(), conn.publish_command().into()];
+            args.extend(Names::hand_over_args());
             let reply = scripts()
                 .kick
-                .run::<Vec<i64>>(
-                    &conn.redis,
-                    names.script_keys(),
-                    vec![now_ms().into(), conn.publish_command().into()],
-                )
+                .run::<Vec<i64>>(&conn.redis, names.script_keys(), args)
                 .await;
             match reply.as_deref() {
                 Ok([1, 0, next, ..]) => timeout = *next,
+                // Still held by a grant nobody took up: its key outlives
+                // the grant's end as computed here by the release's
+                // delay; check again when it has run out.
+                Ok([2, pttl, ..]) if *pttl >= 0 => timeout = now_ms() + *pttl,
                 Ok(_) => return,
                 Err(e) => {
                     tracing::debug!(key = ?names.key, error = %e, "fair lock: kick failed; waiters re-check on their own");

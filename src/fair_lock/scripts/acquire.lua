@@ -1,10 +1,11 @@
 -- acquire: take (or re-enter) a fair lock, or wait in its queue. Redisson
--- RFairLock layout (queue helpers: queue.lua).
+-- RFairLock layout (queue helpers and the grant hash: queue.lua).
 --
 -- KEYS[1]  the lock hash
 -- KEYS[2]  the queue (list)
 -- KEYS[3]  the timeouts (zset)
--- KEYS[4]  the latch of this owner on this lock
+-- KEYS[4]  the grants (hash)
+-- KEYS[5]  the latch of this owner on this lock
 -- ARGV[1]  lease in milliseconds
 -- ARGV[2]  owner field: "<client-uuid>:<owner-id>"
 -- ARGV[3]  now: the client's clock, epoch milliseconds (as Redisson)
@@ -12,25 +13,31 @@
 --          after it last showed up
 -- ARGV[5]  1: wait in the queue if busy; 0: one try, never queued
 --          (Redisson's tryLock() without a wait)
--- ARGV[6]  latch TTL in milliseconds
--- ARGV[7]  request id
+-- ARGV[6]  1: the client counts holds of this field already (it adopted
+--          a grant); 0: it counts none
+-- ARGV[7]  latch TTL in milliseconds
+-- ARGV[8]  request id (also the waiter's grant nonce)
 --
 -- Steps:
 --  1. A queued caller is alive (it is calling): its timeout becomes
 --     now + thread wait, before anything is purged.
 --  2. Purge gone waiters at the head.
---  3. Free, and nobody queued or the caller heads the queue: take it (pop
---     the caller, drop its timeout), reply {1, 1}. Every other timeout
---     moves one thread wait earlier, as Redisson's acquire does, but never
---     to less than one thread wait from now (leasehold's waiters keep
---     their own timeouts fresh; this keeps a waiter that just became head
---     from being purged before it can show up).
---  4. The caller holds it: re-enter, reply {1, count}; a queue entry it
+--  3. The lock was granted to the caller (`!granted`) and its client
+--     counts no hold (the grant message was lost or not read yet): take
+--     the grant as a fresh acquire: count 1, TTL raised to the lease,
+--     reply {1, 1}. The marker goes either way (a client that counts
+--     holds adopted the grant: then this is a re-entry, step 5).
+--  4. Free, and nobody queued or the caller heads the queue: take it (pop
+--     the caller, drop its timeout and grant entry, shift the other
+--     timeouts, see queue.lua), reply {1, 1}.
+--  5. The caller holds it: re-enter, reply {1, count}; a queue entry it
 --     still has (another wait of the same owner) is dropped.
---  5. Otherwise, busy: queue the caller at the tail (ARGV[5] = 1) if it is
---     not queued yet, and reply {0, hint}: the lock's PTTL if held (-1: no
---     expiry), or, when it is free and another waiter heads the queue, the
---     time until that waiter's timeout (then it may be purged).
+--  6. Otherwise, busy: queue the caller at the tail (ARGV[5] = 1) if it is
+--     not queued yet, record its grant entry "<lease>:<request id>" (a
+--     release may then hand it the lock), and reply {0, hint}: the lock's
+--     PTTL if held (-1: no expiry), or, when it is free and another
+--     waiter heads the queue, the time until that waiter's timeout (then
+--     it may be purged).
 --
 -- The key's TTL is raised to the lease, never lowered.
 --
@@ -44,21 +51,26 @@ local function body()
     if queued and waits then
         redis.call('zadd', KEYS[3], 'xx', now + wait, ARGV[2])
     end
-    purge(KEYS[2], KEYS[3], now)
+    purge(KEYS[1], KEYS[2], KEYS[3], KEYS[4], now)
+    if granted_to(KEYS[4]) == ARGV[2] then
+        redis.call('hdel', KEYS[4], '!granted')
+        if ARGV[6] ~= '1' then
+            redis.call('hset', KEYS[1], ARGV[2], 1)
+            if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
+                redis.call('pexpire', KEYS[1], ARGV[1])
+            end
+            return {1, 1}
+        end
+    end
     local head = redis.call('lindex', KEYS[2], 0)
     if redis.call('exists', KEYS[1]) == 0 and ((not head) or head == ARGV[2]) then
         if head then
             redis.call('lpop', KEYS[2])
         end
         redis.call('zrem', KEYS[3], ARGV[2])
-        local rest = redis.call('zrange', KEYS[3], 0, -1, 'withscores')
-        for i = 1, #rest, 2 do
-            local score = tonumber(rest[i + 1])
-            local moved = math.max(score - wait, math.min(score, now + wait))
-            if moved ~= score then
-                redis.call('zadd', KEYS[3], moved, rest[i])
-            end
-        end
+        redis.call('hdel', KEYS[4], ARGV[2])
+        shift(KEYS[3], now, wait)
+        tidy(KEYS[1], KEYS[2], KEYS[4])
         redis.call('hset', KEYS[1], ARGV[2], 1)
         redis.call('pexpire', KEYS[1], ARGV[1])
         return {1, 1}
@@ -71,6 +83,8 @@ local function body()
         if queued and waits then
             redis.call('lrem', KEYS[2], 0, ARGV[2])
             redis.call('zrem', KEYS[3], ARGV[2])
+            redis.call('hdel', KEYS[4], ARGV[2])
+            tidy(KEYS[1], KEYS[2], KEYS[4])
         end
         return {1, count}
     end
@@ -81,6 +95,7 @@ local function body()
     if redis.call('zadd', KEYS[3], 'nx', now + wait, ARGV[2]) == 1 then
         redis.call('rpush', KEYS[2], ARGV[2])
     end
+    redis.call('hset', KEYS[4], ARGV[2], ARGV[1] .. ':' .. ARGV[#ARGV])
     if pttl ~= -2 then
         return {0, pttl}
     end

@@ -1,21 +1,27 @@
--- force_unlock: free a fair lock whoever holds it, and tell the head
--- waiter (queue helpers: queue.lua).
+-- force_unlock: free a fair lock whoever holds it, and hand it to the
+-- head waiter (queue helpers: queue.lua).
 --
 -- KEYS[1]  the lock hash
 -- KEYS[2]  the queue (list)
 -- KEYS[3]  the timeouts (zset)
 -- KEYS[4]  the channel stem: "redisson_lock__channel:{<name>}"
+-- KEYS[5]  the grants (hash)
 -- ARGV[1]  now: the client's clock, epoch milliseconds
 -- ARGV[2]  "publish", or "spublish" for sharded pub/sub on a cluster
+-- ARGV[3]  thread wait in milliseconds (see acquire.lua)
+-- ARGV[4]  grant lease in milliseconds
 --
--- Reply: {1, received, timeout} a lock was deleted and the head waiter
--- told (see release.lua), {0, -1, -1} there was none.
+-- Reply: {1, received, timeout, granted} a lock was deleted and handed
+-- over (see hand_over), {0, -1, -1, 0} there was none.
 --
 -- Retry policy: idempotent in effect, but not retried: the caller sees
 -- the error.
-purge(KEYS[2], KEYS[3], tonumber(ARGV[1]))
+local now = tonumber(ARGV[1])
+purge(KEYS[1], KEYS[2], KEYS[3], KEYS[5], now)
 if redis.call('del', KEYS[1]) == 1 then
-    local received, timeout = notify_head(KEYS[2], KEYS[3], KEYS[4], ARGV[2])
-    return {1, received, timeout}
+    redis.call('hdel', KEYS[5], '!granted')
+    local received, timeout, granted = hand_over(KEYS[1], KEYS[2], KEYS[3], KEYS[5],
+        KEYS[4], ARGV[2], now, tonumber(ARGV[3]), tonumber(ARGV[4]))
+    return {1, received, timeout, granted}
 end
-return {0, -1, -1}
+return {0, -1, -1, 0}

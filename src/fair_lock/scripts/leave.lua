@@ -1,28 +1,55 @@
 -- leave: a waiter that stopped waiting (timed out, failed, dropped) leaves
 -- the queue at once (Redisson's acquireFailed, without moving the others'
--- timeouts: leasehold's waiters keep their own fresh). If it headed the
--- queue of a free lock, the new head is told (queue helpers: queue.lua).
+-- timeouts: leasehold's waiters keep their own fresh). If a release had
+-- already granted it the lock and its client never counted that hold (a
+-- wait dropped right as the grant ran), the hold is given back. If the
+-- waiter headed the queue of a free lock (or gave it back), the lock is
+-- handed to the new head (queue helpers: queue.lua).
 --
 -- KEYS[1]  the lock hash
 -- KEYS[2]  the queue (list)
 -- KEYS[3]  the timeouts (zset)
 -- KEYS[4]  the channel stem: "redisson_lock__channel:{<name>}"
+-- KEYS[5]  the grants (hash)
 -- ARGV[1]  the waiter's field
 -- ARGV[2]  now: the client's clock, epoch milliseconds
 -- ARGV[3]  "publish", or "spublish" for sharded pub/sub on a cluster
+-- ARGV[4]  1: the client counts holds of this field (never give back)
+-- ARGV[5]  thread wait in milliseconds (see acquire.lua)
+-- ARGV[6]  grant lease in milliseconds
+-- ARGV[7]  the first request id of this wait's tries
+-- ARGV[8]  the last request id of this wait's tries (a grant is given
+--          back only if its nonce is one of this wait's: a leave of an
+--          older wait of the same owner must not give back a grant to a
+--          newer one)
 --
--- Reply: {1, received, timeout} the new head was told (see release.lua),
--- {0, -1, -1} nobody needed telling.
+-- Reply: {1, received, timeout, granted} the new head was told (see
+-- hand_over), {2, received, timeout, granted} a grant was given back and
+-- the lock handed on, {0, -1, -1, 0} nobody needed telling.
 --
--- Retry policy: idempotent (removing an absent entry changes nothing).
+-- Retry policy: idempotent (removing an absent entry changes nothing; a
+-- grant is given back once: its marker goes with it).
+local now = tonumber(ARGV[2])
 local head = redis.call('lindex', KEYS[2], 0)
 redis.call('lrem', KEYS[2], 0, ARGV[1])
 redis.call('zrem', KEYS[3], ARGV[1])
+redis.call('hdel', KEYS[5], ARGV[1])
+local status = 1
+local granted, nonce = granted_to(KEYS[5])
+if ARGV[4] ~= '1' and granted == ARGV[1] and nonce and nonce >= tonumber(ARGV[7])
+    and nonce <= tonumber(ARGV[8]) and redis.call('hexists', KEYS[1], ARGV[1]) == 1 then
+    redis.call('hdel', KEYS[5], '!granted')
+    redis.call('hdel', KEYS[1], ARGV[1])
+    head = ARGV[1]
+    status = 2
+end
 if head == ARGV[1] and redis.call('exists', KEYS[1]) == 0 then
-    purge(KEYS[2], KEYS[3], tonumber(ARGV[2]))
-    local received, timeout = notify_head(KEYS[2], KEYS[3], KEYS[4], ARGV[3])
-    if received >= 0 then
-        return {1, received, timeout}
+    purge(KEYS[1], KEYS[2], KEYS[3], KEYS[5], now)
+    local received, timeout, granted = hand_over(KEYS[1], KEYS[2], KEYS[3], KEYS[5],
+        KEYS[4], ARGV[3], now, tonumber(ARGV[5]), tonumber(ARGV[6]))
+    if received >= 0 or status == 2 then
+        return {status, received, timeout, granted}
     end
 end
-return {0, -1, -1}
+tidy(KEYS[1], KEYS[2], KEYS[5])
+return {0, -1, -1, 0}
