@@ -19,6 +19,7 @@
 //! in the client's [`Counters`] when it concludes; a dropped acquire
 //! records `outcome = "cancelled"` and counts nothing.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -91,12 +92,14 @@ struct Observed {
 /// Cancel safe: a dropped acquire holds nothing (an acquire under way is
 /// settled in the background and a hold it took given back), leaves the
 /// channel's queue and passes on a wake-up it held.
-pub(crate) async fn acquire(
-    engine: &Arc<Engine>,
-    spec: Spec<'_>,
-    build: Build<'_>,
-) -> Result<Option<Hold>> {
-    acquire_handed(engine, spec, build, None).await
+pub(crate) fn acquire<'a>(
+    engine: &'a Arc<Engine>,
+    spec: Spec<'a>,
+    build: Build<'a>,
+) -> impl Future<Output = Result<Option<Hold>>> + 'a {
+    // Not an `async fn` around it: that would carry a second copy of the
+    // arguments in every waiting task's future.
+    acquire_handed(engine, spec, build, None)
 }
 
 /// [`acquire`], adopting a hold a message hands the waiter (see

@@ -48,18 +48,20 @@ const RETRY_MAX: Duration = Duration::from_secs(1);
 ///
 /// Cancel safe if `attempt` is: a dropped wait leaves the channel's queue,
 /// passes on a wake-up it held, and drops its subscription reference.
-pub(crate) async fn wait_for<T, F, Fut>(
-    engine: &Arc<Engine>,
-    channel: &Arc<str>,
+pub(crate) fn wait_for<'a, T, F, Fut>(
+    engine: &'a Arc<Engine>,
+    channel: &'a Arc<str>,
     policy: Policy,
     wait: Option<Duration>,
     mut attempt: F,
-) -> Result<Option<T>>
+) -> impl Future<Output = Result<Option<T>>> + 'a
 where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<Step<T>>>,
+    F: FnMut() -> Fut + 'a,
+    Fut: Future<Output = Result<Step<T>>> + 'a,
+    T: 'a,
 {
-    wait_for_handed(engine, channel, policy, wait, |_| attempt()).await
+    // Not an `async fn` around it: no second future layer per waiter.
+    wait_for_handed(engine, channel, policy, wait, move |_| attempt())
 }
 
 /// [`wait_for`], giving each attempt the message handed to the waiter
