@@ -75,6 +75,17 @@ const CLOSED_COMMAND_TIMEOUT: Duration = Duration::from_millis(1);
 static BASE: std::sync::LazyLock<std::time::Instant> =
     std::sync::LazyLock::new(std::time::Instant::now);
 
+/// Whether at least a second passed since the time in `last` (ms since
+/// `BASE`); if so, sets it to now. One caller wins a race.
+fn once_a_second(last: &AtomicU64) -> bool {
+    let now = BASE.elapsed().as_millis() as u64 + 1;
+    let then = last.load(Ordering::Relaxed);
+    now.saturating_sub(then) >= 1000
+        && last
+            .compare_exchange(then, now, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+}
+
 // === impl Conn ===
 
 impl Conn {
@@ -225,14 +236,7 @@ impl Conn {
     /// not see it, since replies keep arriving). Reconnects it, at most once
     /// a second; what was in flight fails and is sent again by its caller.
     pub(crate) fn suspect(&self, why: &str) {
-        let now = BASE.elapsed().as_millis() as u64 + 1;
-        let last = self.last_reset.load(Ordering::Relaxed);
-        if now.saturating_sub(last) < 1000
-            || self
-                .last_reset
-                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-                .is_err()
-        {
+        if !once_a_second(&self.last_reset) {
             return;
         }
         tracing::warn!(why, "command connection suspect: reconnecting");
@@ -245,27 +249,16 @@ impl Conn {
     }
 
     /// Refreshes fred's cluster slot map (`CLUSTER SLOTS`), at most once a
-    /// second; returns whether it did. fred refreshes it on a `MOVED` it
-    /// sees, but redirections met inside scripts (node batches) are
-    /// reported in their replies, not seen by fred.
-    pub(crate) async fn refresh_slots(&self) -> bool {
-        let now = BASE.elapsed().as_millis() as u64 + 1;
-        let last = self.last_refresh.load(Ordering::Relaxed);
-        if now.saturating_sub(last) < 1000
-            || self
-                .last_refresh
-                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-                .is_err()
-        {
-            return false;
+    /// second. fred refreshes it on a `MOVED` it sees, but redirections met
+    /// inside scripts (node batches) are reported in their replies, not
+    /// seen by fred.
+    pub(crate) async fn refresh_slots(&self) {
+        if !once_a_second(&self.last_refresh) {
+            return;
         }
         use fred::interfaces::ClusterInterface;
-        match self.redis.sync_cluster().await {
-            Ok(()) => true,
-            Err(e) => {
-                tracing::debug!(error = %e, "could not refresh the cluster's slot map");
-                false
-            }
+        if let Err(e) = self.redis.sync_cluster().await {
+            tracing::debug!(error = %e, "could not refresh the cluster's slot map");
         }
     }
 

@@ -159,27 +159,8 @@ pub(crate) async fn acquire(
         AcquireReply::Busy(retry) => return Ok(Attempt::Busy(retry)),
         AcquireReply::Held { count, token } => (count, token),
     };
-    let (signal, incarnation) = lease.acquired(count, term, sent, ttl);
-    let hold = Hold {
-        parts: Some(HoldParts {
-            lease: lease.clone_ref(),
-            incarnation,
-            term,
-        }),
-        signal,
-        engine: engine.clone(),
-        token,
-    };
-    if engine.is_shut_down() {
-        // Shutdown may have drained this lease already: give it back now,
-        // under the same turn, so it cannot be left held.
-        let parts = hold.into_parts();
-        give_back(&engine.conn, &parts, 1, &OnceLock::new())
-            .await
-            .ok();
-        drop(turn);
-        return Err(Error::Shutdown);
-    }
+    let hold = Hold::counted(engine, lease, count, term, sent, ttl, token);
+    let hold = hold.unless_shut_down().await?;
     if let Some(wait) = engine.replicas {
         let acked = engine
             .conn
@@ -227,25 +208,8 @@ pub(crate) async fn adopt(
 ) -> Result<Hold> {
     let turn = lease.turn().await;
     lease.begin_call();
-    let (signal, incarnation) = lease.acquired(1, term, since, ttl);
-    let hold = Hold {
-        parts: Some(HoldParts {
-            lease: lease.clone_ref(),
-            incarnation,
-            term,
-        }),
-        signal,
-        engine: engine.clone(),
-        token: None,
-    };
-    if engine.is_shut_down() {
-        let parts = hold.into_parts();
-        give_back(&engine.conn, &parts, 1, &OnceLock::new())
-            .await
-            .ok();
-        drop(turn);
-        return Err(Error::Shutdown);
-    }
+    let hold = Hold::counted(engine, lease, 1, term, since, ttl, None);
+    let hold = hold.unless_shut_down().await?;
     drop(turn);
     let need = Duration::from_millis(lease.requirement_ms(term) as u64);
     if need > ttl {
@@ -286,6 +250,44 @@ fn raise(lease: LeaseRef, ttl: Duration) {
 // === impl Hold ===
 
 impl Hold {
+    /// Counts a hold an acquire (or a grant) took on `lease`: the field's
+    /// count is now `count`, the key kept at least `ttl` from `sent`.
+    fn counted(
+        engine: &Arc<Engine>,
+        lease: &LeaseRef,
+        count: u32,
+        term: Term,
+        sent: Instant,
+        ttl: Duration,
+        token: Option<u64>,
+    ) -> Hold {
+        let (signal, incarnation) = lease.acquired(count, term, sent, ttl);
+        Hold {
+            parts: Some(HoldParts {
+                lease: lease.clone_ref(),
+                incarnation,
+                term,
+            }),
+            signal,
+            engine: engine.clone(),
+            token,
+        }
+    }
+
+    /// A hold just counted, while the caller has the lease's turn: if the
+    /// client is shutting down (and may have drained this lease already),
+    /// gives it back now, under that turn, so it cannot be left held, and
+    /// reports `Shutdown`.
+    async fn unless_shut_down(self) -> Result<Hold> {
+        if !self.engine.is_shut_down() {
+            return Ok(self);
+        }
+        let conn = self.engine.conn.clone();
+        let parts = self.into_parts();
+        give_back(&conn, &parts, 1, &OnceLock::new()).await.ok();
+        Err(Error::Shutdown)
+    }
+
     /// Whether the hold is known or presumed lost.
     pub(crate) fn is_lost(&self) -> bool {
         self.signal.is_lost()
