@@ -162,10 +162,7 @@ impl Script {
             cluster_node: Some(node.clone()),
             ..Options::default()
         });
-        let mut argv = Vec::with_capacity(2 + args.len());
-        argv.push(Value::from(self.sha1.as_str()));
-        argv.push(Value::Integer(0));
-        argv.extend(args);
+        let argv = self.argv(Vec::new(), args);
         let evalsha = || CustomCommand::new_static("EVALSHA", ClusterHash::Random, false);
         let seen = self.loads_of(client);
         let reply = match on_node
@@ -192,11 +189,7 @@ impl Script {
         args: Vec<Value>,
     ) -> FredResult<R> {
         let slot = keys.first().map_or(0, |k| k.cluster_hash());
-        let mut argv = Vec::with_capacity(2 + keys.len() + args.len());
-        argv.push(Value::from(self.sha1.as_str()));
-        argv.push(Value::Integer(keys.len() as i64));
-        argv.extend(keys.into_iter().map(Value::from));
-        argv.extend(args);
+        let argv = self.argv(keys, args);
         let mut loaded = false;
         loop {
             let seen = self.loads_of(client);
@@ -220,6 +213,19 @@ impl Script {
                 Err(error) => return Err(error),
             }
         }
+    }
+}
+
+impl Script {
+    /// The arguments of `EVALSHA sha numkeys keys… args…` as a custom
+    /// command takes them.
+    fn argv(&self, keys: Vec<Key>, args: Vec<Value>) -> Vec<Value> {
+        let mut argv = Vec::with_capacity(2 + keys.len() + args.len());
+        argv.push(Value::from(self.sha1.as_str()));
+        argv.push(Value::Integer(keys.len() as i64));
+        argv.extend(keys.into_iter().map(Value::from));
+        argv.extend(args);
+        argv
     }
 }
 
