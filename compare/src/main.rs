@@ -872,33 +872,11 @@ fn handoff_report(ping: &Stats, rows: &[(Kind, Row)], fair_handoff: Option<&Vec<
         "| contender | n | p50 µs | p90 µs | p99 µs | max µs | p50 / PING | poll-100ms p50 / p50 |"
     );
     println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
-    for (kind, r) in rows.iter().filter(|(k, _)| k.waits()) {
-        match &r.handoff {
-            Some(h) => {
-                let s = Stats::of(h);
-                println!(
-                    "| {} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2} | {} |",
-                    kind.label(),
-                    s.n,
-                    s.p50,
-                    s.p90,
-                    s.p99,
-                    s.max,
-                    s.p50 / ping.p50,
-                    p100.map(|p| format!("{:.0}×", p / s.p50))
-                        .unwrap_or_default()
-                );
-            }
-            None => println!("| {} | incomplete | | | | | | |", kind.label()),
-        }
-    }
-    // The fair lock's one-hop grant (target: p50 <= 0.6 × PING).
-    match fair_handoff {
+    let row = |label: &str, samples: Option<&Vec<f64>>| match samples {
         Some(h) => {
             let s = Stats::of(h);
             println!(
-                "| {} (one-hop grant) | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2} | {} |",
-                Kind::LeaseholdFair.label(),
+                "| {label} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2} | {} |",
                 s.n,
                 s.p50,
                 s.p90,
@@ -909,11 +887,16 @@ fn handoff_report(ping: &Stats, rows: &[(Kind, Row)], fair_handoff: Option<&Vec<
                     .unwrap_or_default()
             );
         }
-        None => println!(
-            "| {} (one-hop grant) | incomplete | | | | | | |",
-            Kind::LeaseholdFair.label()
-        ),
+        None => println!("| {label} | incomplete | | | | | | |"),
+    };
+    for (kind, r) in rows.iter().filter(|(k, _)| k.waits()) {
+        row(kind.label(), r.handoff.as_ref());
     }
+    // The fair lock's one-hop grant (target: p50 <= 0.6 × PING).
+    row(
+        &format!("{} (one-hop grant)", Kind::LeaseholdFair.label()),
+        fair_handoff,
+    );
 }
 
 /// "median (min–max)" of per-round values.
