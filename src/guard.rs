@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use crate::core::hold::Hold;
 use crate::core::lease::Signal;
+use crate::core::pubsub::Lingering;
 use crate::error::{Error, Result};
 use crate::owner::Owner;
 
@@ -61,6 +62,9 @@ pub struct LockGuard {
     name: Arc<str>,
     key: Arc<str>,
     owner: Owner,
+    /// A channel subscription kept while the guard lives, and a moment
+    /// after (the fair lock's waiter channel).
+    _keep: Option<Lingering>,
 }
 
 /// Whether the lease of the lock a [`Lock::with`](crate::Lock::with) work
@@ -152,7 +156,14 @@ impl LockGuard {
             name,
             key,
             owner,
+            _keep: None,
         }
+    }
+
+    /// This guard, keeping `keep` while it lives.
+    pub(crate) fn keeping(mut self, keep: Lingering) -> LockGuard {
+        self._keep = Some(keep);
+        self
     }
 
     /// Releases this hold and reports the outcome. The lease stops being

@@ -220,6 +220,47 @@ async fn a_dropped_or_timed_out_waiter_leaves_the_queue() {
     assert!(lock_keys(&server).is_empty(), "{:?}", lock_keys(&server));
 }
 
+/// A waiter that got the lock keeps its own channel subscribed while its
+/// guard lives (so locking again soon queues with one call), and lets it
+/// go a moment after the guard is gone: nothing stays subscribed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_waiters_channel_lives_with_its_guard_then_goes() {
+    let server = RedisServer::start();
+    let (a, b) = (client(&server).await, client(&server).await);
+    let lock = a.fair_lock("keeps-channel");
+    let holder = lock.lock().await.unwrap();
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let waiter = {
+        let lock = b.fair_lock("keeps-channel");
+        tokio::spawn(async move {
+            let guard = lock.lock().await.unwrap();
+            let _ = rx.await;
+            guard.unlock().await.unwrap();
+        })
+    };
+    queued(&server, &lock, 1).await;
+    let channel = format!("{}:{}", lock.channel(), queue(&server, &lock)[0]);
+    holder.unlock().await.unwrap();
+    eventually(HANG, "the waiter holds the lock", || {
+        server.cmd(&["HLEN", lock.name()]).trim() == "1" && queue(&server, &lock).is_empty()
+    })
+    .await;
+    // Longer than the linger: the guard itself keeps the channel.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        numsub(&server, &channel),
+        1,
+        "the holder's channel was let go"
+    );
+    tx.send(()).unwrap();
+    within(HANG, "the waiter unlocks", waiter).await.unwrap();
+    eventually(HANG, "the channel is let go after the guard", || {
+        numsub(&server, &channel) == 0
+    })
+    .await;
+    assert!(lock_keys(&server).is_empty(), "{:?}", lock_keys(&server));
+}
+
 /// A waiter dropped from the middle of the queue leaves it at once; the
 /// waiter behind it is served next.
 #[tokio::test]

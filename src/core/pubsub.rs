@@ -520,6 +520,41 @@ impl Drop for Pin {
     }
 }
 
+/// A [`Pin`] that keeps its channel subscribed for a while after it is
+/// dropped (see [`Pin::lingering`]).
+#[derive(Debug)]
+pub(crate) struct Lingering {
+    pin: Option<Pin>,
+    linger_ms: u32,
+}
+
+impl Pin {
+    /// This pin, kept `linger` longer once dropped: the owner of a hold
+    /// keeps its channel while it holds and a moment after, so locking
+    /// again soon needs no new subscription. Nothing is spawned until the
+    /// drop, so taking the hold costs no task.
+    pub(crate) fn lingering(self, linger: Duration) -> Lingering {
+        Lingering {
+            pin: Some(self),
+            linger_ms: linger.as_millis().min(u128::from(u32::MAX)) as u32,
+        }
+    }
+}
+
+impl Drop for Lingering {
+    fn drop(&mut self) {
+        let Some(pin) = self.pin.take() else { return };
+        // Outside a runtime the channel is let go at once.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let linger = Duration::from_millis(u64::from(self.linger_ms));
+            runtime.spawn(async move {
+                tokio::time::sleep(linger).await;
+                drop(pin);
+            });
+        }
+    }
+}
+
 impl Shared {
     /// One reference to `channel` is gone; the last one unsubscribes.
     fn release(&self, channel: &Arc<Channel>) {
