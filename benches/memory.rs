@@ -225,6 +225,7 @@ async fn run() {
     //     does not add to it
     let lock = client.lock("busy");
     let future_size = std::mem::size_of_val(&lock.lock());
+    let fair_future_size = std::mem::size_of_val(&client.fair_lock("busy").lock());
     settle().await;
     let live4 = live();
     let mut retained_waiters = Vec::new();
@@ -276,6 +277,8 @@ async fn run() {
     println!("| **held lock** | **{per_lock:.0}** | {rss_per_lock:.0} | |");
     println!();
     println!("subscribed channels while the {N} tasks waited: {channels}");
+    println!();
+    println!("a `FairLock::lock()` future (a fair waiter's task carries it inline): {fair_future_size} B");
     println!();
     println!("uncontended lock() + unlock(), one task, one handle: {allocs:.1} heap allocations and {bytes:.0} bytes allocated per pair");
     client.shutdown().await.expect("shutdown");

@@ -86,19 +86,20 @@ pub(crate) async fn refresh(
         let sent = tokio::time::Instant::now();
         let score = now_ms() + THREAD_WAIT.as_millis() as i64;
         let zadd = CustomCommand::new_static("ZADD", ClusterHash::FirstKey, false);
-        let changed = conn
-            .redis
-            .custom::<i64, Value>(
-                zadd,
-                vec![
-                    Value::Bytes(timeouts.inner().clone()),
-                    "XX".into(),
-                    "CH".into(),
-                    score.into(),
-                    Value::String(field.clone()),
-                ],
-            )
-            .await;
+        // Boxed, as the publish below: a fred call's future is about
+        // 5 KiB, and this loop lives inline in every waiting fair-lock
+        // task, which would carry it for the whole wait (6.9 KiB a task).
+        let changed = Box::pin(conn.redis.custom::<i64, Value>(
+            zadd,
+            vec![
+                Value::Bytes(timeouts.inner().clone()),
+                "XX".into(),
+                "CH".into(),
+                score.into(),
+                Value::String(field.clone()),
+            ],
+        ))
+        .await;
         // Refreshed (1), or an error: the next round.
         if let Ok(1) = changed {
             *seen.lock() = Some(sent);
@@ -112,10 +113,11 @@ pub(crate) async fn refresh(
                 ClusterHash::FirstKey,
                 false,
             );
-            let _ = conn
-                .redis
-                .custom::<Value, Value>(publish, vec![own_channel.into(), "0".into()])
-                .await;
+            let _ = Box::pin(
+                conn.redis
+                    .custom::<Value, Value>(publish, vec![own_channel.into(), "0".into()]),
+            )
+            .await;
         }
     }
 }

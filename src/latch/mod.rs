@@ -368,14 +368,16 @@ impl CountDownLatch {
         let reached = wait_for(engine, &self.channel, wake_all, wait, || {
             let redis = engine.conn.redis.clone();
             let key = self.key.clone();
-            async move {
+            // Boxed: a fred call's future is about 5 KiB, and the wait
+            // loop would otherwise carry it inline for the whole wait.
+            Box::pin(async move {
                 let count: Option<i64> = redis.get(key).await?;
                 Ok(if count.unwrap_or(0) <= 0 {
                     Step::Done(())
                 } else {
                     Step::Busy(None)
                 })
-            }
+            })
         })
         .await?;
         Ok(reached.is_some())
