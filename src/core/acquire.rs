@@ -111,54 +111,62 @@ pub(crate) fn acquire<'a>(
 ///
 /// As for [`acquire`]. A wait dropped after its grant ran but before it
 /// was adopted holds nothing locally: the primitive gives the grant back.
-pub(crate) async fn acquire_handed(
-    engine: &Arc<Engine>,
-    spec: Spec<'_>,
-    build: Build<'_>,
-    handoff: Option<Handoff<'_>>,
-) -> Result<Option<Hold>> {
-    engine.check()?;
-    let lease_ms = lease_millis(spec.lease.unwrap_or(engine.watchdog.timeout()))?;
-    let fixed = spec.lease.is_some();
-    let fixed_lease = spec.lease;
-    let mut observed = Observed::start(&spec);
-    let attempts = &mut observed.attempts;
-    let result = wait::wait_for_handed(engine, spec.channel, spec.policy, spec.wait, |handed| {
-        *attempts += 1;
-        let granted = match (handed, handoff) {
-            (Some(message), Some(read)) if engine.replicas.is_none() => read(&message),
-            _ => None,
-        };
-        // The lease record is taken per try, not for the whole wait: a
-        // parked waiter keeps none (a record it made is dropped again when
-        // the try finds the lock busy), so N waiters on one key cost N
-        // parked futures, not N records in the key's table.
-        let lease = engine.leases.get(
-            &engine.conn,
-            &engine.watchdog,
-            spec.key,
-            spec.owner,
-            spec.tag,
-            spec.init,
+// Written out on purpose (see the comment in the body).
+#[allow(clippy::manual_async_fn)]
+pub(crate) fn acquire_handed<'a>(
+    engine: &'a Arc<Engine>,
+    spec: Spec<'a>,
+    build: Build<'a>,
+    handoff: Option<Handoff<'a>>,
+) -> impl Future<Output = Result<Option<Hold>>> + 'a {
+    // An `async` block, not an `async fn`: an `async fn` keeps its
+    // arguments twice in its future (as captures and as locals), 128 B
+    // more in every waiting task.
+    async move {
+        engine.check()?;
+        let lease_ms = lease_millis(spec.lease.unwrap_or(engine.watchdog.timeout()))?;
+        let fixed = spec.lease.is_some();
+        let fixed_lease = spec.lease;
+        let mut observed = Observed::start(&spec);
+        let attempts = &mut observed.attempts;
+        let result =
+            wait::wait_for_handed(engine, spec.channel, spec.policy, spec.wait, |handed| {
+                *attempts += 1;
+                let granted = match (handed, handoff) {
+                    (Some(message), Some(read)) if engine.replicas.is_none() => read(&message),
+                    _ => None,
+                };
+                // The lease record is taken per try, not for the whole wait: a
+                // parked waiter keeps none (a record it made is dropped again when
+                // the try finds the lock busy), so N waiters on one key cost N
+                // parked futures, not N records in the key's table.
+                let lease = engine.leases.get(
+                    &engine.conn,
+                    &engine.watchdog,
+                    spec.key,
+                    spec.owner,
+                    spec.tag,
+                    spec.init,
+                );
+                Box::pin(async move {
+                    match granted {
+                        Some(granted) => adopt(engine, &lease, fixed_lease, granted).await,
+                        None => attempt(engine, &lease, fixed, lease_ms, build).await,
+                    }
+                })
+            })
+            .instrument(observed.span.clone())
+            .await;
+        observed.end(
+            &engine.stats,
+            match &result {
+                Ok(Some(_)) => Outcome::Acquired,
+                Ok(None) => Outcome::Timeout,
+                Err(_) => Outcome::Error,
+            },
         );
-        Box::pin(async move {
-            match granted {
-                Some(granted) => adopt(engine, &lease, fixed_lease, granted).await,
-                None => attempt(engine, &lease, fixed, lease_ms, build).await,
-            }
-        })
-    })
-    .instrument(observed.span.clone())
-    .await;
-    observed.end(
-        &engine.stats,
-        match &result {
-            Ok(Some(_)) => Outcome::Acquired,
-            Ok(None) => Outcome::Timeout,
-            Err(_) => Outcome::Error,
-        },
-    );
-    result
+        result
+    }
 }
 
 /// One try. Cancel safe (see `hold::acquire`).

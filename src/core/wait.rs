@@ -70,95 +70,102 @@ where
 /// # Cancel safety
 ///
 /// As for [`wait_for`].
-pub(crate) async fn wait_for_handed<T, F, Fut>(
-    engine: &Arc<Engine>,
-    channel: &Arc<str>,
+// Written out on purpose (see the comment in the body).
+#[allow(clippy::manual_async_fn)]
+pub(crate) fn wait_for_handed<'a, T, F, Fut>(
+    engine: &'a Arc<Engine>,
+    channel: &'a Arc<str>,
     policy: Policy,
     wait: Option<Duration>,
     mut attempt: F,
-) -> Result<Option<T>>
+) -> impl Future<Output = Result<Option<T>>> + 'a
 where
-    F: FnMut(Option<Box<[u8]>>) -> Fut,
-    Fut: Future<Output = Result<Step<T>>>,
+    F: FnMut(Option<Box<[u8]>>) -> Fut + 'a,
+    Fut: Future<Output = Result<Step<T>>> + 'a,
+    T: 'a,
 {
-    let deadline = wait.and_then(|w| Instant::now().checked_add(w));
-    let once = wait == Some(Duration::ZERO);
-    // Already subscribed (another waiter, or a pin): no second try needed.
-    let mut subscription = if once {
-        None
-    } else {
-        engine.pubsub.join_subscribed(channel)
-    };
-    let mut backoff = RETRY_FIRST;
-    loop {
-        engine.check()?;
-        let held = subscription.as_ref().is_some_and(|s| s.holds_wake_up());
-        let handed = subscription
-            .as_ref()
-            .filter(|_| held)
-            .and_then(|s| s.take_handed());
-        let outcome = attempt(handed).await;
-        if let Some(s) = subscription.as_ref().filter(|_| held) {
-            s.consumed_by(&outcome);
-        }
-        let mut bound = engine.recheck_interval;
-        let last_error = match outcome {
-            Ok(Step::Done(value)) => return Ok(Some(value)),
-            Ok(Step::Busy(_)) if subscription.is_none() && !once => {
-                // Subscribe, then try again at once. A subscription that
-                // cannot be confirmed before the deadline (the subscriber
-                // is reconnecting) ends the wait.
-                let subscribing = Box::pin(engine.pubsub.subscribe(channel, policy));
-                let subscribed = match deadline {
-                    Some(d) => match tokio::time::timeout_at(d, subscribing).await {
-                        Ok(subscribed) => subscribed,
-                        Err(_) => return Ok(None),
-                    },
-                    None => subscribing.await,
-                };
-                match subscribed {
-                    Ok(s) => {
-                        engine.stats.subscribed();
-                        subscription = Some(s);
-                        continue;
-                    }
-                    Err(e) if e.is_transient() => {
-                        bound = bound.min(backoff);
-                        backoff = (backoff * 2).min(RETRY_MAX);
-                        Some(e)
-                    }
-                    Err(e) => return Err(e),
-                }
-            }
-            Ok(Step::Busy(retry)) => {
-                backoff = RETRY_FIRST;
-                if let Some(retry) = retry {
-                    bound = bound.min(retry);
-                }
-                None
-            }
-            Err(e) if retries(engine, &e) && !once => {
-                tracing::debug!(channel = %channel, error = %e, "retrying after a connection error");
-                bound = bound.min(backoff);
-                backoff = (backoff * 2).min(RETRY_MAX);
-                Some(e)
-            }
-            Err(e) => return Err(e),
+    // An `async` block, not an `async fn`: no second copy of the
+    // arguments in every waiting task's future.
+    async move {
+        let deadline = wait.and_then(|w| Instant::now().checked_add(w));
+        let once = wait == Some(Duration::ZERO);
+        // Already subscribed (another waiter, or a pin): no second try needed.
+        let mut subscription = if once {
+            None
+        } else {
+            engine.pubsub.join_subscribed(channel)
         };
-        if let Some(deadline) = deadline {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return last_error.map_or(Ok(None), Err);
+        let mut backoff = RETRY_FIRST;
+        loop {
+            engine.check()?;
+            let held = subscription.as_ref().is_some_and(|s| s.holds_wake_up());
+            let handed = subscription
+                .as_ref()
+                .filter(|_| held)
+                .and_then(|s| s.take_handed());
+            let outcome = attempt(handed).await;
+            if let Some(s) = subscription.as_ref().filter(|_| held) {
+                s.consumed_by(&outcome);
             }
-            bound = bound.min(left);
-        }
-        match &subscription {
-            Some(s) => {
-                if !s.wait(bound).await {
-                    s.refresh();
+            let mut bound = engine.recheck_interval;
+            let last_error = match outcome {
+                Ok(Step::Done(value)) => return Ok(Some(value)),
+                Ok(Step::Busy(_)) if subscription.is_none() && !once => {
+                    // Subscribe, then try again at once. A subscription that
+                    // cannot be confirmed before the deadline (the subscriber
+                    // is reconnecting) ends the wait.
+                    let subscribing = Box::pin(engine.pubsub.subscribe(channel, policy));
+                    let subscribed = match deadline {
+                        Some(d) => match tokio::time::timeout_at(d, subscribing).await {
+                            Ok(subscribed) => subscribed,
+                            Err(_) => return Ok(None),
+                        },
+                        None => subscribing.await,
+                    };
+                    match subscribed {
+                        Ok(s) => {
+                            engine.stats.subscribed();
+                            subscription = Some(s);
+                            continue;
+                        }
+                        Err(e) if e.is_transient() => {
+                            bound = bound.min(backoff);
+                            backoff = (backoff * 2).min(RETRY_MAX);
+                            Some(e)
+                        }
+                        Err(e) => return Err(e),
+                    }
                 }
+                Ok(Step::Busy(retry)) => {
+                    backoff = RETRY_FIRST;
+                    if let Some(retry) = retry {
+                        bound = bound.min(retry);
+                    }
+                    None
+                }
+                Err(e) if retries(engine, &e) && !once => {
+                    tracing::debug!(channel = %channel, error = %e, "retrying after a connection error");
+                    bound = bound.min(backoff);
+                    backoff = (backoff * 2).min(RETRY_MAX);
+                    Some(e)
+                }
+                Err(e) => return Err(e),
+            };
+            if let Some(deadline) = deadline {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return last_error.map_or(Ok(None), Err);
+                }
+                bound = bound.min(left);
             }
-            None => tokio::time::sleep(bound).await,
+            match &subscription {
+                Some(s) => {
+                    if !s.wait(bound).await {
+                        s.refresh();
+                    }
+                }
+                None => tokio::time::sleep(bound).await,
+            }
         }
     }
 }

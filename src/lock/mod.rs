@@ -569,13 +569,12 @@ impl Lock {
     }
 
     /// The wait loop (see the module docs). `wait: None` waits forever.
-    pub(crate) async fn acquire(
+    pub(crate) fn acquire(
         &self,
         lease: Option<Duration>,
         wait: Option<Duration>,
-    ) -> Result<Option<LockGuard>> {
+    ) -> impl Future<Output = Result<Option<LockGuard>>> + '_ {
         self.acquire_with(&scripts().acquire, &[], lease, wait)
-            .await
     }
 
     /// [`acquire`](Self::acquire), sending `script` for each try: a latched
@@ -584,49 +583,56 @@ impl Lock {
     /// its reply (the fenced lock's). Holds taken either way are holds of
     /// the same field, counted in one lease record with one turn and one
     /// latch, so they may be mixed freely by one owner.
-    pub(crate) async fn acquire_with(
-        &self,
+    // Written out on purpose (see the comment in the body).
+    #[allow(clippy::manual_async_fn)]
+    pub(crate) fn acquire_with<'a>(
+        &'a self,
         script: &'static Script,
-        extra_keys: &[Key],
+        extra_keys: &'a [Key],
         lease: Option<Duration>,
         wait: Option<Duration>,
-    ) -> Result<Option<LockGuard>> {
-        self.check()?;
-        let owner = Owner::current();
-        let init = || {
-            let field = self.client.field(owner.id(), "");
-            LeaseInit {
-                kind: &LockKind,
-                latch: latch_key(&self.key_str, &field),
-                field: field.into(),
-                channel: self.channel_key.clone(),
-            }
-        };
-        let spec = Spec {
-            key: &self.key,
-            tag: TAG,
-            owner: owner.id(),
-            init: &init,
-            channel: &self.channel,
-            policy: wake_one,
-            lease,
-            wait,
-        };
-        let hold = acquire(self.client.engine(), spec, &|lease, lease_ms, rid| {
-            let mut keys = Vec::with_capacity(1 + extra_keys.len());
-            keys.push(lease.key.clone());
-            keys.extend(extra_keys.iter().cloned());
-            Call::new(
-                &lease.conn,
-                script,
-                keys,
-                vec![lease_ms.into(), Value::String(lease.field.clone())],
-                &lease.latch,
-                rid,
-            )
-        })
-        .await?;
-        Ok(hold.map(|hold| LockGuard::new(hold, self.name.clone(), self.key_str.clone(), owner)))
+    ) -> impl Future<Output = Result<Option<LockGuard>>> + 'a {
+        // An `async` block, not an `async fn`: no second copy of the
+        // arguments in every waiting task's future.
+        async move {
+            self.check()?;
+            let owner = Owner::current();
+            let init = || {
+                let field = self.client.field(owner.id(), "");
+                LeaseInit {
+                    kind: &LockKind,
+                    latch: latch_key(&self.key_str, &field),
+                    field: field.into(),
+                    channel: self.channel_key.clone(),
+                }
+            };
+            let spec = Spec {
+                key: &self.key,
+                tag: TAG,
+                owner: owner.id(),
+                init: &init,
+                channel: &self.channel,
+                policy: wake_one,
+                lease,
+                wait,
+            };
+            let hold = acquire(self.client.engine(), spec, &|lease, lease_ms, rid| {
+                let mut keys = Vec::with_capacity(1 + extra_keys.len());
+                keys.push(lease.key.clone());
+                keys.extend(extra_keys.iter().cloned());
+                Call::new(
+                    &lease.conn,
+                    script,
+                    keys,
+                    vec![lease_ms.into(), Value::String(lease.field.clone())],
+                    &lease.latch,
+                    rid,
+                )
+            })
+            .await?;
+            Ok(hold
+                .map(|hold| LockGuard::new(hold, self.name.clone(), self.key_str.clone(), owner)))
+        }
     }
 }
 
