@@ -238,7 +238,10 @@ fn raise(lease: LeaseRef, ttl: Duration) {
         match reply.map_err(Error::Redis).and_then(|reply| {
             super::watchdog::gone_entries(&conn, nonce, reply).map_err(Error::Redis)
         }) {
-            Ok(gone) if gone.is_empty() => snapshot.renewed(sent, ttl),
+            Ok(gone) if gone.is_empty() => {
+                lease.stats.renewed(1);
+                snapshot.renewed(sent, ttl);
+            }
             Ok(_) => snapshot.gone(),
             Err(e) => {
                 tracing::debug!(key = ?lease.key, error = %e, "could not raise an adopted hold's TTL; its signal runs out with the grant");
@@ -373,6 +376,7 @@ impl Hold {
             .await?;
         let gone = super::watchdog::gone_entries(conn, nonce, reply)?;
         if gone.is_empty() {
+            lease.stats.renewed(1);
             snapshot.renewed(sent, ttl);
             Ok(!self.signal.is_lost())
         } else {

@@ -191,7 +191,7 @@ pub(crate) struct LeaseRef {
 }
 
 /// A snapshot for a renewal batch: the lease and its `gen` when sent.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct Sent {
     pub(crate) lease: Arc<Lease>,
     pub(crate) gen: u64,
@@ -613,11 +613,19 @@ impl Lease {
 
     /// A renewal snapshot of this lease (see [`Sent`]).
     pub(crate) fn snapshot(self: &Arc<Self>) -> Sent {
-        let s = self.state.lock();
+        self.clone().into_snapshot()
+    }
+
+    /// [`snapshot`](Self::snapshot), keeping this reference.
+    pub(crate) fn into_snapshot(self: Arc<Self>) -> Sent {
+        let (gen, incarnation) = {
+            let s = self.state.lock();
+            (s.gen, s.incarnation)
+        };
         Sent {
-            lease: self.clone(),
-            gen: s.gen,
-            incarnation: s.incarnation,
+            lease: self,
+            gen,
+            incarnation,
         }
     }
 
@@ -636,11 +644,9 @@ impl Lease {
 
 impl Sent {
     /// A renewal sent at `sent` found the field and raised its TTL to at
-    /// least `ttl`.
+    /// least `ttl`. (Not counted in the stats: the caller counts, once
+    /// per batch.)
     pub(crate) fn renewed(&self, sent: Instant, ttl: Duration) {
-        if !ttl.is_zero() {
-            self.lease.stats.renewed();
-        }
         let s = self.lease.state.lock();
         if s.gen == self.gen && !ttl.is_zero() {
             s.signal.extend(sent + ttl);

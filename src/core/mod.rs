@@ -54,6 +54,7 @@ pub(crate) mod call;
 pub(crate) mod conn;
 pub(crate) mod hold;
 pub(crate) mod lease;
+pub(crate) mod pack;
 pub(crate) mod pubsub;
 pub(crate) mod script;
 pub(crate) mod stats;

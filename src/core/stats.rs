@@ -174,9 +174,9 @@ impl Counters {
         count!(self.releases, "leasehold_releases_total");
     }
 
-    /// A renewal of one lease was confirmed.
-    pub(crate) fn renewed(&self) {
-        count!(self.renewals, "leasehold_renewals_total");
+    /// Renewals of `n` leases were confirmed.
+    pub(crate) fn renewed(&self, n: u64) {
+        count!(self.renewals, "leasehold_renewals_total", n);
     }
 
     /// A renewal of one lease got no answer in time.

@@ -8,7 +8,11 @@
 //! script and by where they live, and sends the batches all at once, each
 //! bounded by half the interval:
 //!
-//! * **A single server**: batches of up to `batch_size` leases.
+//! * **A single server**: batches of up to `batch_size` leases. A kind
+//!   with a packed script (the hash locks) sends each batch's keys and
+//!   fields in one argument (`pack.rs`): the driver then handles three
+//!   values per call instead of two per lease. A packed batch that fails
+//!   is sent again with its keys declared.
 //! * **A Redis 7+ cluster**: one batch per *node* (`renew_node.lua`, which
 //!   declares `allow-cross-slot-keys`), so 10,000 leases spread over every
 //!   slot still cost about `leases / batch_size` calls per node. It
@@ -29,7 +33,11 @@
 //!   guards are told, unless a newer acquire already replaced it;
 //! * no answer: if the lease could expire before the next cycle's verdict,
 //!   it is declared lost *now*, while Redis still keeps it (at least
-//!   `timeout / 6` before, with the default interval).
+//!   `timeout / 6` before, with the default interval). The call goes on
+//!   until the next cycle: a reply that comes by then is still applied
+//!   (it says how long Redis keeps each key from the send time), so a
+//!   server slower than the bound but faster than the interval keeps its
+//!   leases.
 //!
 //! # Reconnect checks
 //!
@@ -52,6 +60,7 @@ use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
 use dashmap::DashMap;
+use fred::bytes::Bytes;
 use fred::types::config::Server;
 use fred::types::{Key, Value};
 use parking_lot::Mutex;
@@ -61,6 +70,7 @@ use tracing::Instrument;
 
 use super::conn::Conn;
 use super::lease::{Lease, LeaseRef, Sent};
+use super::pack::Pack;
 use super::script::Script;
 use crate::error::{Error, Result};
 
@@ -118,6 +128,19 @@ pub(crate) struct Renewal {
     /// Adds one lease's entry: to the keys and arguments of a slot call
     /// (`node == false`), or to the arguments of a node call.
     pub(crate) entry: fn(&Lease, &mut Vec<Key>, &mut Vec<Value>, bool),
+    /// A single server's batches in one packed argument, if the kind has
+    /// such a script (else they go as one slot call each).
+    pub(crate) packed: Option<Packed>,
+}
+
+/// A renewal script for a single server that takes the batch's entries
+/// packed in one argument (`ARGV[3]`, see `pack.rs`) after the same nonce
+/// and TTL, and gives the same reply.
+#[derive(Debug)]
+pub(crate) struct Packed {
+    pub(crate) script: &'static Script,
+    /// Appends one lease's entry.
+    pub(crate) entry: fn(&Lease, &mut Pack),
 }
 
 #[derive(Debug)]
@@ -358,8 +381,10 @@ impl Watchdog {
         self.inner.calls.load(Ordering::Relaxed)
     }
 
-    /// Lease renewals that got no answer in time (call failed or timed
-    /// out) since the watchdog was made, one per lease per cycle.
+    /// Lease renewals that got no answer in time (call failed, or no
+    /// reply within half the renew interval) since the watchdog was made,
+    /// one per lease per cycle. A reply that comes later, within the
+    /// interval, is still applied, but the renewal stays counted here.
     ///
     /// # Example
     ///
@@ -430,7 +455,9 @@ async fn run(inner: Weak<Inner>) {
     loop {
         ticker.tick().await;
         let Some(inner) = inner.upgrade() else { return };
-        let leases: Vec<Sent> = inner.leases.iter().map(|l| l.value().snapshot()).collect();
+        // Only the references under the registry's locks; the rest of the
+        // work per lease is done in one pass by `renew`.
+        let leases: Vec<Arc<Lease>> = inner.leases.iter().map(|l| l.value().clone()).collect();
         let span = tracing::debug_span!(
             "renewal",
             leases = leases.len(),
@@ -438,6 +465,7 @@ async fn run(inner: Weak<Inner>) {
             failures = tracing::field::Empty,
         );
         let failed_before = inner.failures.load(Ordering::Relaxed);
+        let leases = leases.into_iter().map(Lease::into_snapshot);
         let calls = renew(leases, inner.timeout, inner.interval, inner.batch_size)
             .instrument(span.clone())
             .await;
@@ -475,23 +503,51 @@ pub(crate) async fn check(leases: Vec<LeaseRef>) -> u64 {
 
 /// Renews (or, with `ttl` 0, checks) `leases` in batches; returns the
 /// number of script calls sent.
-async fn renew(leases: Vec<Sent>, ttl: Duration, interval: Duration, batch: usize) -> u64 {
-    let mut groups: HashMap<(u64, usize, Target), Vec<Sent>> = HashMap::new();
+async fn renew(
+    leases: impl IntoIterator<Item = Sent>,
+    ttl: Duration,
+    interval: Duration,
+    batch: usize,
+) -> u64 {
+    // Groups by (connection, renewal kind, target), cut into chunks of
+    // `batch` as leases are added (packed at once where the chunk will be
+    // sent packed): one pass over the leases. The group of the previous
+    // lease is tried first; a single server has one group per kind.
+    let mut groups: Vec<(Group, &'static Renewal, Vec<Chunk>)> = Vec::new();
+    let mut index: HashMap<Group, usize> = HashMap::new();
+    let mut last = usize::MAX;
     for sent in leases {
         let lease = &sent.lease;
         let renewal = lease.kind.renewal();
         let target = target(&lease.conn, &lease.key, renewal);
-        groups
-            .entry((lease.conn.id, renewal as *const Renewal as usize, target))
-            .or_default()
-            .push(sent);
+        let group = (lease.conn.id, renewal as *const Renewal as usize, target);
+        if groups.get(last).map_or(true, |(g, ..)| *g != group) {
+            last = *index.entry(group.clone()).or_insert_with(|| {
+                groups.push((group, renewal, Vec::new()));
+                groups.len() - 1
+            });
+        }
+        let ((_, _, target), renewal, chunks) = &mut groups[last];
+        let chunk = match chunks.last_mut() {
+            Some(chunk) if chunk.leases.len() < batch => chunk,
+            _ => {
+                let packed = *target == Target::Server && renewal.packed.is_some();
+                chunks.push(Chunk::new(batch, packed));
+                let Some(chunk) = chunks.last_mut() else {
+                    continue;
+                };
+                chunk
+            }
+        };
+        if let (Some(pack), Some(packed)) = (&mut chunk.pack, &renewal.packed) {
+            (packed.entry)(lease, pack);
+        }
+        chunk.leases.push(sent);
     }
     let mut calls = 0;
     let mut batches = JoinSet::new();
-    for ((_, _, target), leases) in groups {
-        let mut leases = leases.into_iter().peekable();
-        while leases.peek().is_some() {
-            let chunk: Vec<Sent> = leases.by_ref().take(batch).collect();
+    for ((_, _, target), _, chunks) in groups {
+        for chunk in chunks {
             calls += 1;
             batches.spawn(send_batch(chunk, target.clone(), ttl, interval));
         }
@@ -500,6 +556,29 @@ async fn renew(leases: Vec<Sent>, ttl: Duration, interval: Duration, batch: usiz
         calls += done.unwrap_or(0);
     }
     calls
+}
+
+/// The leases one renewal call can carry: one connection, one renewal
+/// kind, one target.
+type Group = (u64, usize, Target);
+
+/// Up to a batch of one group's leases: one call.
+struct Chunk {
+    leases: Vec<Sent>,
+    /// Their entries, packed as they were added, if the chunk is sent
+    /// packed.
+    pack: Option<Pack>,
+}
+
+impl Chunk {
+    fn new(batch: usize, packed: bool) -> Chunk {
+        // Room for a full batch, bounded: a huge batch size grows as needed.
+        let room = batch.min(4096);
+        Chunk {
+            leases: Vec::with_capacity(room),
+            pack: packed.then(|| Pack::with_capacity(room * 64)),
+        }
+    }
 }
 
 fn target(conn: &Conn, key: &Key, renewal: &Renewal) -> Target {
@@ -513,64 +592,96 @@ fn target(conn: &Conn, key: &Key, renewal: &Renewal) -> Target {
     }
 }
 
+/// How a whole batch goes in one call.
+enum Whole {
+    /// To one cluster node, the entries as arguments.
+    Node(Server, &'static Script),
+    /// To a single server, the entries packed in one argument.
+    Packed(&'static Script, Bytes),
+}
+
 /// Sends one batch (one connection, one renewal kind, one target); returns
-/// the extra calls sent (a node batch sent again, or entries the node did
-/// not serve sent per slot).
-async fn send_batch(batch: Vec<Sent>, target: Target, ttl: Duration, interval: Duration) -> u64 {
+/// the extra calls sent (a batch sent again, or entries the node did not
+/// serve sent per slot).
+async fn send_batch(chunk: Chunk, target: Target, ttl: Duration, interval: Duration) -> u64 {
     let until = Instant::now() + interval / 2;
+    let Chunk {
+        leases: batch,
+        pack,
+    } = chunk;
     let renewal = batch[0].lease.kind.renewal();
-    let (node, script) = match (target, renewal.node) {
-        (Target::Node(node), Some(script)) => (node, script),
+    let whole = match (target, renewal.node, &renewal.packed, pack) {
+        (Target::Node(node), Some(script), ..) => Whole::Node(node, script),
+        (Target::Server, _, Some(packed), Some(pack)) => {
+            Whole::Packed(packed.script, pack.finish())
+        }
         _ => {
             per_slot(vec![batch], ttl, interval, until, Route::Plain).await;
             return 0;
         }
     };
-    // A node batch changes nothing but TTLs of fields it finds, so it is
+    let conn = batch[0].lease.conn.clone();
+    // A whole batch changes nothing but TTLs of fields it finds, so it is
     // sent once more if its reply is lost or garbled (not split per slot:
-    // a thousand single-slot calls at once would only add load).
+    // a thousand single-slot calls at once would only add load). A packed
+    // batch is sent again with its keys declared, which also serves a
+    // server that refuses scripts touching undeclared keys.
     let mut extra = 0;
     for last in [false, true] {
-        let conn = batch[0].lease.conn.clone();
         let nonce = conn.rid() as i64;
-        let mut args: Vec<Value> = Vec::with_capacity(2 + batch.len() * 2);
+        let mut args: Vec<Value> = Vec::with_capacity(3 + batch.len() * 2);
         args.push(Value::Integer(nonce));
         args.push(Value::Integer(ttl_ms(ttl)));
-        for sent in &batch {
-            (renewal.entry)(&sent.lease, &mut Vec::new(), &mut args, true);
+        match &whole {
+            Whole::Node(..) => {
+                for sent in &batch {
+                    (renewal.entry)(&sent.lease, &mut Vec::new(), &mut args, true);
+                }
+            }
+            Whole::Packed(_, pack) => args.push(Value::Bytes(pack.clone())),
         }
         let sent_at = Instant::now();
-        let left = until.saturating_duration_since(sent_at);
-        // No declared key: sent to the node itself, nothing can redirect
-        // it; the script answers `-i` for each entry the node does not
-        // serve.
-        let reply = tokio::time::timeout(left, script.run_on::<Vec<i64>>(&conn.redis, &node, args))
-            .await
-            .map(|r| r.and_then(|r| gone_entries(&conn, nonce, r)));
-        match reply {
-            Ok(Ok(verdict)) => {
-                let elsewhere = apply(batch, verdict, sent_at, ttl);
-                if !elsewhere.is_empty() {
+        let call = async {
+            match &whole {
+                // No declared key: sent to the node itself, nothing can
+                // redirect it; the script answers `-i` for each entry the
+                // node does not serve.
+                Whole::Node(node, script) => {
+                    script.run_on::<Vec<i64>>(&conn.redis, node, args).await
+                }
+                Whole::Packed(script, _) => {
+                    script.run::<Vec<i64>>(&conn.redis, Vec::new(), args).await
+                }
+            }
+        };
+        match verdict(call, &conn, nonce, &batch, sent_at, until, ttl, interval).await {
+            Outcome::Verdict(verdict) => {
+                let elsewhere = apply(&batch, verdict, sent_at, ttl);
+                if let (false, Whole::Node(node, _)) = (elsewhere.is_empty(), &whole) {
                     tracing::debug!(
                         leases = elsewhere.len(),
                         "keys not on the node: renewing them per slot"
                     );
-                    let route = Route::NotOn(node);
+                    let route = Route::NotOn(node.clone());
                     let fresh = Instant::now() + interval / 2;
                     extra += per_slot(vec![elsewhere], ttl, interval, fresh, route).await;
+                } else {
+                    // Only a node batch answers "not here".
+                    debug_assert!(elsewhere.is_empty());
+                    give_up(&elsewhere, sent_at, interval);
                 }
                 return extra;
             }
-            Ok(Err(e)) if !last => {
-                tracing::debug!(error = %e, leases = batch.len(), "node batch failed: sending it again");
+            Outcome::Late => return extra,
+            Outcome::Failed(e) if !last => {
+                tracing::debug!(error = %e, leases = batch.len(), "batch failed: sending it again");
+                if let Whole::Packed(..) = whole {
+                    return extra + per_slot(vec![batch], ttl, interval, until, Route::Plain).await;
+                }
                 extra += 1;
             }
-            other => {
-                let why = match other {
-                    Ok(Err(e)) => e.to_string(),
-                    _ => "renewal timed out".to_owned(),
-                };
-                tracing::warn!(error = %why, leases = batch.len(), "lease renewal failed");
+            Outcome::Failed(e) => {
+                tracing::warn!(error = %e, leases = batch.len(), "lease renewal failed");
                 give_up(&batch, sent_at, interval);
                 return extra;
             }
@@ -633,8 +744,6 @@ async fn per_slot(
     for (slot, leases) in slots {
         let in_transaction = migrating.contains(&slot);
         set.spawn(async move {
-            let sent_at = Instant::now();
-            let left = until.saturating_duration_since(sent_at);
             let renewal = leases[0].lease.kind.renewal();
             let conn = leases[0].lease.conn.clone();
             let nonce = conn.rid() as i64;
@@ -645,6 +754,7 @@ async fn per_slot(
             for sent in &leases {
                 (renewal.entry)(&sent.lease, &mut keys, &mut args, false);
             }
+            let sent_at = Instant::now();
             let call = async {
                 if in_transaction {
                     renewal.slot.run_in_transaction::<Vec<i64>>(&conn.redis, keys, args).await
@@ -652,21 +762,17 @@ async fn per_slot(
                     renewal.slot.run::<Vec<i64>>(&conn.redis, keys, args).await
                 }
             };
-            let reply = tokio::time::timeout(left, call).await;
-            match reply.map(|r| r.and_then(|r| gone_entries(&conn, nonce, r))) {
-                Ok(Ok(verdict)) => {
+            match verdict(call, &conn, nonce, &leases, sent_at, until, ttl, interval).await {
+                Outcome::Verdict(verdict) => {
                     // A per-slot script serves every key it names: nothing
                     // comes back as "elsewhere".
-                    let elsewhere = apply(leases, verdict, sent_at, ttl);
+                    let elsewhere = apply(&leases, verdict, sent_at, ttl);
                     debug_assert!(elsewhere.is_empty());
                     give_up(&elsewhere, sent_at, interval);
                 }
-                other => {
-                    let why = match other {
-                        Ok(Err(e)) => e.to_string(),
-                        _ => "renewal timed out".to_owned(),
-                    };
-                    tracing::warn!(error = %why, leases = leases.len(), in_transaction, "lease renewal (per slot) failed");
+                Outcome::Late => {}
+                Outcome::Failed(e) => {
+                    tracing::warn!(error = %e, leases = leases.len(), in_transaction, "lease renewal (per slot) failed");
                     give_up(&leases, sent_at, interval);
                 }
             }
@@ -702,10 +808,11 @@ pub(crate) fn gone_entries(
 
 /// Applies a renewal's verdict to its batch (`i`: gone, `-i`: not on that
 /// node) and returns the entries that must be sent again elsewhere.
-fn apply(batch: Vec<Sent>, verdict: Vec<i64>, sent_at: Instant, ttl: Duration) -> Vec<Sent> {
+fn apply(batch: &[Sent], verdict: Vec<i64>, sent_at: Instant, ttl: Duration) -> Vec<Sent> {
     let mut verdict = verdict.into_iter().peekable();
     let mut elsewhere = Vec::new();
-    for (i, sent) in batch.into_iter().enumerate() {
+    let mut renewed = 0;
+    for (i, sent) in batch.iter().enumerate() {
         let index = i as i64 + 1;
         match verdict.peek() {
             Some(&v) if v == index => {
@@ -714,12 +821,68 @@ fn apply(batch: Vec<Sent>, verdict: Vec<i64>, sent_at: Instant, ttl: Duration) -
             }
             Some(&v) if v == -index => {
                 verdict.next();
-                elsewhere.push(sent);
+                elsewhere.push(sent.clone());
             }
-            _ => sent.renewed(sent_at, ttl),
+            _ => {
+                renewed += 1;
+                sent.renewed(sent_at, ttl);
+            }
         }
     }
+    // One batch, one client: its counters are every lease's.
+    if let (Some(first), false) = (batch.first(), ttl.is_zero()) {
+        first.lease.stats.renewed(renewed);
+    }
     elsewhere
+}
+
+/// What became of a renewal call.
+enum Outcome {
+    /// Its reply came in time: the gone (`i`) and elsewhere (`-i`) entries.
+    Verdict(Vec<i64>),
+    /// It failed in time.
+    Failed(fred::error::Error),
+    /// No reply in time: given up, and a late reply applied if one came.
+    Late,
+}
+
+/// Waits for a renewal call's verdict until `until`. Without one by then,
+/// the batch is given up (see [`give_up`]) but the call goes on until the
+/// next cycle would start (half an interval more): a reply that comes by
+/// then still tells how long Redis keeps each lease it found, counted
+/// from `sent_at`, and is applied. (Entries a node said it does not serve
+/// stay given up.) A server slower than the bound but answering within
+/// the interval so keeps its leases.
+#[allow(clippy::too_many_arguments)]
+async fn verdict(
+    call: impl std::future::Future<Output = std::result::Result<Vec<i64>, fred::error::Error>>,
+    conn: &Conn,
+    nonce: i64,
+    batch: &[Sent],
+    sent_at: Instant,
+    until: Instant,
+    ttl: Duration,
+    interval: Duration,
+) -> Outcome {
+    let mut call = std::pin::pin!(call);
+    match tokio::time::timeout_at(until, call.as_mut()).await {
+        Ok(reply) => match reply.and_then(|r| gone_entries(conn, nonce, r)) {
+            Ok(verdict) => Outcome::Verdict(verdict),
+            Err(e) => Outcome::Failed(e),
+        },
+        Err(_) => {
+            tracing::warn!(leases = batch.len(), "lease renewal timed out");
+            give_up(batch, sent_at, interval);
+            let late = tokio::time::timeout_at(until + interval / 2, call).await;
+            if let Ok(Ok(reply)) = late {
+                if let Ok(verdict) = gone_entries(conn, nonce, reply) {
+                    tracing::debug!(leases = batch.len(), "late renewal reply applied");
+                    apply(batch, verdict, sent_at, ttl);
+                }
+            }
+            Outcome::Late
+        }
+    }
 }
 
 /// A renewal that got no answer: leases that would not outlive the next

@@ -9,8 +9,8 @@
 //! a name that has some). The hash is changed only by the scripts beside
 //! this file — `acquire.lua`, `release.lua` (latched: idempotent by request
 //! id, see `core/call.rs`), `force_unlock.lua` — and renewed by
-//! `renew.lua` / `renew_node.lua`; `holders.lua` reads it for operators
-//! (`holders.rs`). Each latched call also keeps a small
+//! `renew.lua` / `renew_node.lua` / `renew_packed.lua`; `holders.lua` reads
+//! it for operators (`holders.rs`). Each latched call also keeps a small
 //! latch key `leasehold_latch:{name}:<field>` for 30 s.
 //!
 //! The fenced lock is this lock with another acquire script (it also takes
@@ -45,7 +45,7 @@ use crate::core::call::Call;
 use crate::core::lease::{AcquireReply, Kind, Lease, LeaseInit, ReleaseReply};
 use crate::core::pubsub::wake_one;
 use crate::core::script::Script;
-use crate::core::watchdog::Renewal;
+use crate::core::watchdog::{Packed, Renewal};
 use crate::core::{latch_key, prefix_name};
 use crate::error::{Error, Result};
 use crate::guard::{LeaseSignal, LockGuard};
@@ -105,9 +105,11 @@ struct Scripts {
     release: Script,
     /// Delete whoever holds it. Not retried.
     force_unlock: Script,
-    /// The watchdog's batches: per slot, and per node (Redis 7 clusters).
+    /// The watchdog's batches: per slot, per node (Redis 7 clusters), and
+    /// packed in one argument (a single server).
     renew: Script,
     renew_node: Script,
+    renew_packed: Script,
     /// Read the hash and its TTL (`holders.rs`). Read-only.
     holders: Script,
 }
@@ -134,6 +136,10 @@ fn scripts() -> &'static Scripts {
         ),
         renew: Script::plain("lock.renew", include_str!("scripts/renew.lua")),
         renew_node: Script::plain("lock.renew_node", include_str!("scripts/renew_node.lua")),
+        renew_packed: Script::plain(
+            "lock.renew_packed",
+            include_str!("scripts/renew_packed.lua"),
+        ),
         holders: Script::plain("lock.holders", include_str!("scripts/holders.lua")),
     })
 }
@@ -152,6 +158,13 @@ pub(crate) fn hash_renewal() -> &'static Renewal {
             }
             args.push(Value::String(lease.field.clone()));
         },
+        packed: Some(Packed {
+            script: &scripts().renew_packed,
+            entry: |lease, pack| {
+                pack.push(&lease.key.inner()[..]);
+                pack.push(lease.field.as_bytes());
+            },
+        }),
     })
 }
 

@@ -309,6 +309,7 @@ fn read_renewal() -> &'static Renewal {
             }
             args.push(Value::String(lease.field.clone()));
         },
+        packed: None,
     })
 }
 

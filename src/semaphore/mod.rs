@@ -212,6 +212,7 @@ fn renewal() -> &'static Renewal {
             args.push(id_bytes(&lease.field));
             args.push(now_ms().into());
         },
+        packed: None,
     })
 }
 
