@@ -12,7 +12,8 @@
 //! * cycle wall time: from the cycle's first call being sent to the server
 //!   having run all of them (INFO polled every ~1 ms; an upper bound);
 //! * CPU of this process and of redis-server (sum of
-//!   `/proc/<pid>/task/*/schedstat`, ns), as a share of one core.
+//!   `/proc/<pid>/task/*/schedstat`, ns), as a share of one core;
+//! * leases declared lost by the end (renewals not confirmed in time).
 //!
 //! `cargo bench --bench watchdog`; `LEASEHOLD_BENCH_WATCHDOG_MAX=10000`
 //! skips the larger sizes. Not a criterion bench: one cycle is a
@@ -43,9 +44,9 @@ fn main() {
         .enable_all()
         .build()
         .expect("runtime");
-    println!("| held leases | batch | renew interval | acquire time | calls / cycle (watchdog) | EVALSHA / cycle (server) | ceil(N/batch) | cycle wall ms | server ms / cycle | process CPU ms / cycle | process CPU % of 1 core | redis-server CPU % of 1 core |");
+    println!("| held leases | batch | renew interval | acquire time | cycles run | calls / cycle (watchdog) | EVALSHA / cycle (server) | ceil(N/batch) | cycle wall ms | server ms / cycle | process CPU ms / cycle | process CPU % of 1 core | redis-server CPU % of 1 core | leases lost |");
     println!(
-        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
     );
     for n in [1_000usize, 10_000, 100_000] {
         if n > max {
@@ -86,7 +87,9 @@ async fn measure(n: usize, timeout: Duration, cycles: u32) {
     }
     while set.join_next().await.is_some() {}
     let acquire_time = start.elapsed();
-    assert_eq!(watchdog.lease_count(), n);
+    // Leases declared lost from here on (or while acquiring) are counted
+    // in the last column, not asserted: a size the machine cannot renew in
+    // time is a result.
 
     let expected = n.div_ceil(batch) as u64;
     let interval = watchdog.renew_interval();
@@ -97,6 +100,7 @@ async fn measure(n: usize, timeout: Duration, cycles: u32) {
     let _ = cycle_done(&server, &watchdog, started, before + expected).await;
     let t0 = Instant::now();
     let (calls0, (evalsha0, usec0)) = (watchdog.renewal_calls(), evalsha(&server));
+    let per_cycle = watchdog.lease_count().div_ceil(batch).max(1) as f64;
     let (cpu0, srv0) = (cpu_ns(None), cpu_ns(server.pid()));
     tokio::time::sleep(interval * cycles).await;
     let (cpu1, srv1) = (cpu_ns(None), cpu_ns(server.pid()));
@@ -110,16 +114,20 @@ async fn measure(n: usize, timeout: Duration, cycles: u32) {
         walls.push(cycle_done(&server, &watchdog, started, before + expected).await);
     }
 
-    let n_cycles = f64::from(cycles);
+    // The window is `cycles` intervals long but may hold one cycle fewer
+    // (phase jitter, or cycles that ran long): per-cycle figures divide
+    // by the cycles whose calls were sent.
+    let n_cycles = ((calls1 - calls0) as f64 / per_cycle).max(1.0);
     let wall_ms: Vec<String> = walls
         .iter()
         .map(|w| format!("{:.0}", w.as_secs_f64() * 1e3))
         .collect();
     let pct = |ns: u64| ns as f64 / wall.as_nanos() as f64 * 100.0;
     println!(
-        "| {n} | {batch} | {:?} | {:.2} s | {:.1} | {:.1} | {expected} | {} | {:.1} | {:.1} | {:.2} % | {:.2} % |",
+        "| {n} | {batch} | {:?} | {:.2} s | {:.1} | {:.1} | {:.1} | {expected} | {} | {:.1} | {:.1} | {:.2} % | {:.2} % | {} |",
         interval,
         acquire_time.as_secs_f64(),
+        n_cycles,
         (calls1 - calls0) as f64 / n_cycles,
         (evalsha1 - evalsha0) as f64 / n_cycles,
         wall_ms.join(" / "),
@@ -127,11 +135,9 @@ async fn measure(n: usize, timeout: Duration, cycles: u32) {
         (cpu1 - cpu0) as f64 / 1e6 / n_cycles,
         pct(cpu1 - cpu0),
         pct(srv1 - srv0),
-    );
-    assert_eq!(
-        watchdog.lease_count(),
-        n,
-        "leases lost during the measurement"
+        // Declared lost (renewals not confirmed in time): the machine could
+        // not keep up at this size and interval.
+        n - watchdog.lease_count(),
     );
 
     drop(guards);

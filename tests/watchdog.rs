@@ -369,3 +369,112 @@ async fn lease_is_renewed_until_its_release_lands() {
     assert!(!exists(&server, "slow-release"));
     c.shutdown().await.unwrap();
 }
+
+/// A server that answers renewals late — after half the renew interval,
+/// within the interval — keeps its leases: the late reply still says how
+/// long Redis keeps each key (from when the renewal was sent), so the
+/// guard is not lost. Before, a reply that missed the half-interval bound
+/// was dropped unread, and two such cycles declared a lock lost that Redis
+/// kept renewed all along.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn late_renewal_replies_still_keep_the_lease() {
+    let server = RedisServer::start();
+    let proxy = support::Proxy::start(&server.addr()).await;
+    let url = proxy.url();
+    // A cycle every 1 s, each renewal bounded by 0.5 s.
+    let c = client_with(&server, |b| {
+        b.url(&url).watchdog_timeout(Duration::from_secs(3))
+    })
+    .await;
+    let guard = c.lock("late").lock().await.unwrap();
+    // One renewal at full speed first, so the server has the script.
+    let calls = c.watchdog().renewal_calls();
+    eventually(Duration::from_secs(10), "a first renewal", || {
+        c.watchdog().renewal_calls() > calls
+    })
+    .await;
+    // 350 ms each way: every renewal is answered about 0.7 s after it
+    // was sent.
+    proxy.delay(Duration::from_millis(350));
+    let failures = c.watchdog().renewal_failures();
+    for second in 0..8 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(exists(&server, "late"), "{second} s: the key expired");
+        assert!(
+            !guard.is_lost(),
+            "{second} s: declared lost while Redis kept it"
+        );
+    }
+    assert!(
+        c.watchdog().renewal_failures() > failures,
+        "the renewals were answered late (the scenario happened)"
+    );
+    proxy.pass();
+    within(Duration::from_secs(30), "unlock", guard.unlock())
+        .await
+        .unwrap();
+    assert!(!exists(&server, "late"));
+    c.shutdown().await.unwrap();
+}
+
+/// One packed renewal batch carries every name as bytes, whatever its
+/// length (the three MessagePack string sizes) or content: all are
+/// renewed, and the one whose field was deleted (in the middle of the
+/// batch) is the only one reported lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_packed_batch_renews_any_name_and_finds_the_gone_one() {
+    let server = RedisServer::start();
+    let c = client_with(&server, |b| b.watchdog_timeout(Duration::from_secs(1))).await;
+    let big = "x".repeat(64 * 1024); // 65,536 bytes: the 32-bit length form
+    let mid = "m".repeat(40_000); // the 16-bit length form
+    let names: Vec<&str> = vec![
+        "a",
+        "thirty-one bytes long, exactly!",
+        "thirty-two bytes long, exactly!!",
+        "ünïcødé 🔒 名前",
+        "nul\0byte",
+        "cr\r\nlf\n",
+        "{a}b{",
+        &mid,
+        &big,
+    ];
+    // The last 5-bit length, and the first 16-bit one.
+    assert_eq!((names[1].len(), names[2].len()), (31, 32));
+    let mut guards = Vec::new();
+    for name in &names {
+        guards.push((name, c.lock(name).lock().await.unwrap()));
+    }
+    assert_eq!(c.watchdog().lease_count(), names.len());
+    // Delete one holder's field behind the client's back.
+    let victim = "ünïcødé 🔒 名前";
+    let (_, guard) = guards.iter().find(|(n, _)| **n == victim).unwrap();
+    let field = format!("{}:{}", c.id(), guard.owner().id());
+    assert_eq!(server.cmd(&["HDEL", victim, &field]), "1");
+    within(
+        Duration::from_secs(10),
+        "the victim is found gone",
+        guard.lost(),
+    )
+    .await;
+    // Three more cycles: everyone else is still held and renewed.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    for (name, guard) in &guards {
+        let shown: String = name.chars().take(20).collect();
+        if **name == victim {
+            assert!(guard.is_lost());
+            continue;
+        }
+        assert!(!guard.is_lost(), "{shown:?} lost");
+        let pttl: i64 = server.cmd(&["PTTL", name]).parse().unwrap();
+        assert!(pttl > 0, "{shown:?}: PTTL {pttl}");
+    }
+    for (_, guard) in guards {
+        let _ = guard.unlock().await;
+    }
+    assert_eq!(
+        lock_keys(&server),
+        Vec::<String>::new(),
+        "no lock state left"
+    );
+    c.shutdown().await.unwrap();
+}
