@@ -14,15 +14,15 @@
 //!   values per call instead of two per lease. A packed batch that fails
 //!   is sent again with its keys declared.
 //! * **A Redis 7+ cluster**: one batch per *node* (`renew_node.lua`, which
-//!   declares `allow-cross-slot-keys`), so 10,000 leases spread over every
-//!   slot still cost about `leases / batch_size` calls per node. It
-//!   declares no key and is sent to the node itself, so no redirection can
-//!   bounce it; the entries the node no longer serves (a slot moved away,
-//!   or moving) are sent again as one call per slot, all at once, and so
-//!   is a node batch that fails. Older servers get per-slot batches,
-//!   likewise sent concurrently. Per-slot calls follow redirections as
-//!   every script call does (`script.rs`): a slot on the move costs a
-//!   transaction, never a reply handed to the wrong request.
+//!   declares `allow-cross-slot-keys`, or its packed twin), so 10,000
+//!   leases spread over every slot still cost about `leases / batch_size`
+//!   calls per node. It declares no key and is sent to the node itself, so
+//!   no redirection can bounce it; the entries the node no longer serves (a
+//!   slot moved away, or moving) are sent again as one call per slot, all
+//!   at once. A node batch that fails is sent once more. Older servers get
+//!   per-slot batches, likewise sent concurrently. Per-slot calls follow
+//!   redirections as every script call does (`script.rs`): a slot on the
+//!   move costs a transaction, never a reply handed to the wrong request.
 //!
 //! For each lease the reply says renewed or gone:
 //!
@@ -133,12 +133,15 @@ pub(crate) struct Renewal {
     pub(crate) packed: Option<Packed>,
 }
 
-/// A renewal script for a single server that takes the batch's entries
-/// packed in one argument (`ARGV[3]`, see `pack.rs`) after the same nonce
-/// and TTL, and gives the same reply.
+/// Renewal scripts that take the batch's entries packed in one argument
+/// (`ARGV[3]`, see `pack.rs`) after the same nonce and TTL, and give the
+/// same replies as their unpacked twins.
 #[derive(Debug)]
 pub(crate) struct Packed {
+    /// For a single server.
     pub(crate) script: &'static Script,
+    /// For one cluster node, as [`Renewal::node`].
+    pub(crate) node: &'static Script,
     /// Appends one lease's entry.
     pub(crate) entry: fn(&Lease, &mut Pack),
 }
@@ -531,7 +534,10 @@ async fn renew(
         let chunk = match chunks.last_mut() {
             Some(chunk) if chunk.leases.len() < batch => chunk,
             _ => {
-                let packed = *target == Target::Server && renewal.packed.is_some();
+                let packed = match target {
+                    Target::Server | Target::Node(_) => renewal.packed.is_some(),
+                    Target::Slot(_) => false,
+                };
                 chunks.push(Chunk::new(batch, packed));
                 let Some(chunk) = chunks.last_mut() else {
                     continue;
@@ -594,8 +600,8 @@ fn target(conn: &Conn, key: &Key, renewal: &Renewal) -> Target {
 
 /// How a whole batch goes in one call.
 enum Whole {
-    /// To one cluster node, the entries as arguments.
-    Node(Server, &'static Script),
+    /// To one cluster node, the entries as arguments, or packed.
+    Node(Server, &'static Script, Option<Bytes>),
     /// To a single server, the entries packed in one argument.
     Packed(&'static Script, Bytes),
 }
@@ -611,7 +617,10 @@ async fn send_batch(chunk: Chunk, target: Target, ttl: Duration, interval: Durat
     } = chunk;
     let renewal = batch[0].lease.kind.renewal();
     let whole = match (target, renewal.node, &renewal.packed, pack) {
-        (Target::Node(node), Some(script), ..) => Whole::Node(node, script),
+        (Target::Node(node), _, Some(packed), Some(pack)) => {
+            Whole::Node(node, packed.node, Some(pack.finish()))
+        }
+        (Target::Node(node), Some(script), ..) => Whole::Node(node, script, None),
         (Target::Server, _, Some(packed), Some(pack)) => {
             Whole::Packed(packed.script, pack.finish())
         }
@@ -633,12 +642,14 @@ async fn send_batch(chunk: Chunk, target: Target, ttl: Duration, interval: Durat
         args.push(Value::Integer(nonce));
         args.push(Value::Integer(ttl_ms(ttl)));
         match &whole {
-            Whole::Node(..) => {
+            Whole::Node(_, _, Some(pack)) | Whole::Packed(_, pack) => {
+                args.push(Value::Bytes(pack.clone()));
+            }
+            Whole::Node(_, _, None) => {
                 for sent in &batch {
                     (renewal.entry)(&sent.lease, &mut Vec::new(), &mut args, true);
                 }
             }
-            Whole::Packed(_, pack) => args.push(Value::Bytes(pack.clone())),
         }
         let sent_at = Instant::now();
         let call = async {
@@ -646,7 +657,7 @@ async fn send_batch(chunk: Chunk, target: Target, ttl: Duration, interval: Durat
                 // No declared key: sent to the node itself, nothing can
                 // redirect it; the script answers `-i` for each entry the
                 // node does not serve.
-                Whole::Node(node, script) => {
+                Whole::Node(node, script, _) => {
                     script.run_on::<Vec<i64>>(&conn.redis, node, args).await
                 }
                 Whole::Packed(script, _) => {
@@ -657,7 +668,7 @@ async fn send_batch(chunk: Chunk, target: Target, ttl: Duration, interval: Durat
         match verdict(call, &conn, nonce, &batch, sent_at, until, ttl, interval).await {
             Outcome::Verdict(verdict) => {
                 let elsewhere = apply(&batch, verdict, sent_at, ttl);
-                if let (false, Whole::Node(node, _)) = (elsewhere.is_empty(), &whole) {
+                if let (false, Whole::Node(node, ..)) = (elsewhere.is_empty(), &whole) {
                     tracing::debug!(
                         leases = elsewhere.len(),
                         "keys not on the node: renewing them per slot"

@@ -9,9 +9,9 @@
 //! a name that has some). The hash is changed only by the scripts beside
 //! this file — `acquire.lua`, `release.lua` (latched: idempotent by request
 //! id, see `core/call.rs`), `force_unlock.lua` — and renewed by
-//! `renew.lua` / `renew_node.lua` / `renew_packed.lua`; `holders.lua` reads
-//! it for operators (`holders.rs`). Each latched call also keeps a small
-//! latch key `leasehold_latch:{name}:<field>` for 30 s.
+//! `renew.lua` / `renew_node.lua` and their `_packed` twins; `holders.lua`
+//! reads it for operators (`holders.rs`). Each latched call also keeps a
+//! small latch key `leasehold_latch:{name}:<field>` for 30 s.
 //!
 //! The fenced lock is this lock with another acquire script (it also takes
 //! a token): it acquires through [`Lock::acquire_with`], and its holds are
@@ -106,10 +106,11 @@ struct Scripts {
     /// Delete whoever holds it. Not retried.
     force_unlock: Script,
     /// The watchdog's batches: per slot, per node (Redis 7 clusters), and
-    /// packed in one argument (a single server).
+    /// packed in one argument (a single server, a node).
     renew: Script,
     renew_node: Script,
     renew_packed: Script,
+    renew_node_packed: Script,
     /// Read the hash and its TTL (`holders.rs`). Read-only.
     holders: Script,
 }
@@ -140,6 +141,10 @@ fn scripts() -> &'static Scripts {
             "lock.renew_packed",
             include_str!("scripts/renew_packed.lua"),
         ),
+        renew_node_packed: Script::plain(
+            "lock.renew_node_packed",
+            include_str!("scripts/renew_node_packed.lua"),
+        ),
         holders: Script::plain("lock.holders", include_str!("scripts/holders.lua")),
     })
 }
@@ -160,6 +165,7 @@ pub(crate) fn hash_renewal() -> &'static Renewal {
         },
         packed: Some(Packed {
             script: &scripts().renew_packed,
+            node: &scripts().renew_node_packed,
             entry: |lease, pack| {
                 pack.push(&lease.key.inner()[..]);
                 pack.push(lease.field.as_bytes());

@@ -1,0 +1,30 @@
+#!lua flags=allow-cross-slot-keys
+-- renew_node_packed: renew_node.lua with the batch in one argument, as
+-- renew_packed.lua (core/pack.rs). Redis 7.0+ clusters; sent to the node
+-- itself, no key declared.
+--
+-- ARGV[1]  the batch's nonce, echoed first in the reply
+-- ARGV[2]  TTL in milliseconds; 0 only checks the fields
+-- ARGV[3]  a MessagePack array: key 1, field 1, key 2, field 2, ...
+--
+-- Reply: {nonce, then i for each lease whose field is gone, and -i for
+-- each key this node does not serve (its slot moved away, or is moving:
+-- redis.pcall catches the node's refusal), which the client sends again
+-- per slot}. Every renewal applied is idempotent.
+local gone = {tonumber(ARGV[1])}
+local ttl = tonumber(ARGV[2])
+local entries = cmsgpack.unpack(ARGV[3])
+for i = 1, #entries / 2 do
+    local key = entries[2 * i - 1]
+    local held = redis.pcall('hexists', key, entries[2 * i])
+    if type(held) == 'table' then
+        gone[#gone + 1] = -i
+    elseif held == 1 then
+        if ttl > 0 and redis.call('pttl', key) < ttl then
+            redis.call('pexpire', key, ttl)
+        end
+    else
+        gone[#gone + 1] = i
+    end
+end
+return gone
