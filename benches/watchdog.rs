@@ -15,17 +15,19 @@
 //!   `/proc/<pid>/task/*/schedstat`, ns), as a share of one core;
 //! * leases declared lost by the end (renewals not confirmed in time).
 //!
+//! The same with 30,000 leases on a Redis cluster of 3 primaries (node
+//! batches), and 100,000 at the default 30 s timeout.
+//!
 //! `cargo bench --bench watchdog`; `LEASEHOLD_BENCH_WATCHDOG_MAX=10000`
 //! skips the larger sizes. Not a criterion bench: one cycle is a
 //! background event that cannot be driven by an iteration loop.
-
-use leasehold_testkit::server;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold::{Client, LockGuard, Watchdog};
-use server::RedisServer;
+use leasehold_testkit::cluster::RedisCluster;
+use leasehold_testkit::server::RedisServer;
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
@@ -44,24 +46,74 @@ fn main() {
         .enable_all()
         .build()
         .expect("runtime");
-    println!("| held leases | batch | renew interval | acquire time | cycles run | calls / cycle (watchdog) | EVALSHA / cycle (server) | ceil(N/batch) | cycle wall ms | server ms / cycle | process CPU ms / cycle | process CPU % of 1 core | redis-server CPU % of 1 core | leases lost |");
+    println!("| redis | held leases | batch | renew interval | acquire time | cycles run | calls / cycle (watchdog) | EVALSHA / cycle (server) | ceil(N/batch) | cycle wall ms | server ms / cycle | process CPU ms / cycle | process CPU % of 1 core | redis-server CPU % of 1 core | leases lost |");
     println!(
-        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
     );
     for n in [1_000usize, 10_000, 100_000] {
         if n > max {
             continue;
         }
-        rt.block_on(measure(n, TIMEOUT, CYCLES));
+        rt.block_on(measure(Redis::server(), n, TIMEOUT, CYCLES));
     }
     // the default watchdog timeout (30 s: a cycle every 10 s), 2 cycles
     if 100_000 <= max {
-        rt.block_on(measure(100_000, Duration::from_secs(30), 2));
+        rt.block_on(measure(
+            Redis::server(),
+            100_000,
+            Duration::from_secs(30),
+            2,
+        ));
+    }
+    // A Redis 7 cluster of 3 primaries: one batch per node per call.
+    if 30_000 <= max {
+        rt.block_on(measure(Redis::cluster(), 30_000, TIMEOUT, CYCLES));
     }
 }
 
-async fn measure(n: usize, timeout: Duration, cycles: u32) {
-    let server = RedisServer::start();
+/// Where the leases live: one server, or a cluster of 3 primaries.
+enum Redis {
+    Server(RedisServer),
+    Cluster(RedisCluster),
+}
+
+impl Redis {
+    fn server() -> Redis {
+        Redis::Server(RedisServer::start())
+    }
+
+    fn cluster() -> Redis {
+        Redis::Cluster(RedisCluster::start(3, 0))
+    }
+
+    fn name(&self) -> &'static str {
+        match self {
+            Redis::Server(_) => "server",
+            Redis::Cluster(_) => "cluster ×3",
+        }
+    }
+
+    fn url(&self) -> String {
+        match self {
+            Redis::Server(s) => s.url(),
+            Redis::Cluster(c) => c.url(),
+        }
+    }
+
+    fn nodes(&self) -> &[RedisServer] {
+        match self {
+            Redis::Server(s) => std::slice::from_ref(s),
+            Redis::Cluster(c) => c.nodes(),
+        }
+    }
+
+    /// CPU time (ns) of every redis-server process.
+    fn cpu_ns(&self) -> u64 {
+        self.nodes().iter().map(|n| cpu_ns(n.pid())).sum()
+    }
+}
+
+async fn measure(server: Redis, n: usize, timeout: Duration, cycles: u32) {
     let watchdog = Watchdog::new(timeout).expect("watchdog");
     let batch = watchdog.batch_size();
     let client = Client::builder()
@@ -98,12 +150,16 @@ async fn measure(n: usize, timeout: Duration, cycles: u32) {
     //    exactly CYCLES intervals with nothing else running in the process.
     let (started, before) = cycle(&server, &watchdog).await;
     let _ = cycle_done(&server, &watchdog, started, before + expected).await;
+    // Calls per cycle, as the last one sent (a cluster sends one batch or
+    // more per node).
+    let calls_before = watchdog.renewal_calls();
+    next_cycle(&watchdog).await;
+    let per_cycle = (watchdog.renewal_calls() - calls_before).max(1) as f64;
     let t0 = Instant::now();
     let (calls0, (evalsha0, usec0)) = (watchdog.renewal_calls(), evalsha(&server));
-    let per_cycle = watchdog.lease_count().div_ceil(batch).max(1) as f64;
-    let (cpu0, srv0) = (cpu_ns(None), cpu_ns(server.pid()));
+    let (cpu0, srv0) = (cpu_ns(None), server.cpu_ns());
     tokio::time::sleep(interval * cycles).await;
-    let (cpu1, srv1) = (cpu_ns(None), cpu_ns(server.pid()));
+    let (cpu1, srv1) = (cpu_ns(None), server.cpu_ns());
     let wall = t0.elapsed();
     let (calls1, (evalsha1, usec1)) = (watchdog.renewal_calls(), evalsha(&server));
 
@@ -116,15 +172,17 @@ async fn measure(n: usize, timeout: Duration, cycles: u32) {
 
     // The window is `cycles` intervals long but may hold one cycle fewer
     // (phase jitter, or cycles that ran long): per-cycle figures divide
-    // by the cycles whose calls were sent.
-    let n_cycles = ((calls1 - calls0) as f64 / per_cycle).max(1.0);
+    // by the cycles the server ran. (The watchdog counts a cycle's calls
+    // when it ends, so its counter misses one still in flight.)
+    let n_cycles = ((evalsha1 - evalsha0) as f64 / per_cycle).max(1.0);
     let wall_ms: Vec<String> = walls
         .iter()
         .map(|w| format!("{:.0}", w.as_secs_f64() * 1e3))
         .collect();
     let pct = |ns: u64| ns as f64 / wall.as_nanos() as f64 * 100.0;
     println!(
-        "| {n} | {batch} | {:?} | {:.2} s | {:.1} | {:.1} | {:.1} | {expected} | {} | {:.1} | {:.1} | {:.2} % | {:.2} % | {} |",
+        "| {} | {n} | {batch} | {:?} | {:.2} s | {:.1} | {:.1} | {:.1} | {expected} | {} | {:.1} | {:.1} | {:.2} % | {:.2} % | {} |",
+        server.name(),
         interval,
         acquire_time.as_secs_f64(),
         n_cycles,
@@ -147,7 +205,7 @@ async fn measure(n: usize, timeout: Duration, cycles: u32) {
 /// Polls the server (~1 ms) until its EVALSHA count reaches `target`,
 /// bounded by one interval; returns the time since `started`.
 async fn cycle_done(
-    server: &RedisServer,
+    server: &Redis,
     watchdog: &Watchdog,
     started: Instant,
     target: u64,
@@ -165,7 +223,7 @@ async fn cycle_done(
 /// Waits for the next cycle with the server's EVALSHA count read just
 /// before (between cycles, so none is in flight); returns when the cycle
 /// was seen to start and the count the cycle's calls add up from.
-async fn cycle(server: &RedisServer, watchdog: &Watchdog) -> (Instant, u64) {
+async fn cycle(server: &Redis, watchdog: &Watchdog) -> (Instant, u64) {
     let before = evalsha(server).0;
     (next_cycle(watchdog).await, before)
 }
@@ -181,8 +239,17 @@ async fn next_cycle(watchdog: &Watchdog) -> Instant {
     Instant::now()
 }
 
-/// (calls, usec) of EVALSHA on the server.
-fn evalsha(server: &RedisServer) -> (u64, u64) {
+/// (calls, usec) of EVALSHA, summed over the nodes.
+fn evalsha(server: &Redis) -> (u64, u64) {
+    server
+        .nodes()
+        .iter()
+        .map(evalsha_on)
+        .fold((0, 0), |(c, u), (c1, u1)| (c + c1, u + u1))
+}
+
+/// (calls, usec) of EVALSHA on one server.
+fn evalsha_on(server: &RedisServer) -> (u64, u64) {
     let stats = server.cmd(&["INFO", "commandstats"]);
     let Some(line) = stats.lines().find(|l| l.starts_with("cmdstat_evalsha:")) else {
         return (0, 0);
