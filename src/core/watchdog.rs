@@ -128,8 +128,9 @@ pub(crate) struct Renewal {
     /// Adds one lease's entry: to the keys and arguments of a slot call
     /// (`node == false`), or to the arguments of a node call.
     pub(crate) entry: fn(&Lease, &mut Vec<Key>, &mut Vec<Value>, bool),
-    /// A single server's batches in one packed argument, if the kind has
-    /// such a script (else they go as one slot call each).
+    /// Batches for a single server or a node in one packed argument, if
+    /// the kind has such scripts (else a single server's batches go as
+    /// slot calls, a node's with `node`).
     pub(crate) packed: Option<Packed>,
 }
 
