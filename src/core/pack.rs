@@ -50,6 +50,11 @@ impl Pack {
         self.len += 1;
     }
 
+    /// Bytes written so far.
+    pub(crate) fn len(&self) -> usize {
+        self.buf.len()
+    }
+
     /// The encoded array.
     pub(crate) fn finish(mut self) -> Bytes {
         self.buf[1..HEADER].copy_from_slice(&self.len.to_be_bytes());

@@ -11,8 +11,10 @@
 //! * **A single server**: batches of up to `batch_size` leases. A kind
 //!   with a packed script (the hash locks) sends each batch's keys and
 //!   fields in one argument (`pack.rs`): the driver then handles three
-//!   values per call instead of two per lease. A packed batch that fails
-//!   is sent again with its keys declared.
+//!   values per call instead of two per lease; a batch is cut early once
+//!   its argument reaches 512 KiB, to stay under any server's
+//!   `proto-max-bulk-len`. A packed batch that fails is sent again with
+//!   its keys declared.
 //! * **A Redis 7+ cluster**: one batch per *node* (`renew_node.lua`, which
 //!   declares `allow-cross-slot-keys`, or its packed twin), so 10,000
 //!   leases spread over every slot still cost about `leases / batch_size`
@@ -533,7 +535,7 @@ async fn renew(
         }
         let ((_, _, target), renewal, chunks) = &mut groups[last];
         let chunk = match chunks.last_mut() {
-            Some(chunk) if chunk.leases.len() < batch => chunk,
+            Some(chunk) if chunk.leases.len() < batch && !chunk.pack_full() => chunk,
             _ => {
                 let packed = match target {
                     Target::Server | Target::Node(_) => renewal.packed.is_some(),
@@ -577,7 +579,16 @@ struct Chunk {
     pack: Option<Pack>,
 }
 
+/// A packed chunk takes no more entries once its argument is this long, so
+/// the argument stays under 1 MB (the smallest `proto-max-bulk-len` a
+/// server accepts) unless one entry is itself near that size.
+const PACK_BUDGET: usize = 512 * 1024;
+
 impl Chunk {
+    fn pack_full(&self) -> bool {
+        self.pack.as_ref().is_some_and(|p| p.len() >= PACK_BUDGET)
+    }
+
     fn new(batch: usize, packed: bool) -> Chunk {
         // Room for a full batch, bounded: a huge batch size grows as needed.
         let room = batch.min(4096);
