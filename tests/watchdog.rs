@@ -478,3 +478,38 @@ async fn a_packed_batch_renews_any_name_and_finds_the_gone_one() {
     );
     c.shutdown().await.unwrap();
 }
+
+/// A packed batch stays under the smallest `proto-max-bulk-len` a server
+/// accepts (1 MB): 40 leases with 60 KB names (2.4 MB of entries) on such a
+/// server are renewed, and none is lost. Before, the whole batch went as
+/// one argument, which the server refused as a protocol error (closing
+/// the connection), and the leases could not be renewed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn packed_batches_fit_the_smallest_bulk_limit() {
+    let server = RedisServer::start_with(&["--proto-max-bulk-len", "1mb"]);
+    let c = client_with(&server, |b| b.watchdog_timeout(Duration::from_secs(1))).await;
+    let names: Vec<String> = (0..40)
+        .map(|i| format!("{i:02}{}", "n".repeat(60_000)))
+        .collect();
+    let mut guards = Vec::new();
+    for name in &names {
+        guards.push(c.lock(name).lock().await.unwrap());
+    }
+    let calls = c.watchdog().renewal_calls();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(c.watchdog().renewal_calls() > calls, "renewals were sent");
+    for (name, guard) in names.iter().zip(&guards) {
+        assert!(!guard.is_lost(), "{}: lost", &name[..2]);
+        assert!(exists(&server, name), "{}: expired", &name[..2]);
+    }
+    assert_eq!(c.watchdog().renewal_failures(), 0, "no renewal failed");
+    for guard in guards {
+        guard.unlock().await.unwrap();
+    }
+    assert_eq!(
+        lock_keys(&server),
+        Vec::<String>::new(),
+        "no lock state left"
+    );
+    c.shutdown().await.unwrap();
+}
