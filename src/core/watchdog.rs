@@ -15,13 +15,13 @@
 //!   its argument reaches 512 KiB, to stay under any server's
 //!   `proto-max-bulk-len`. A packed batch that fails is sent again with
 //!   its keys declared.
-//! * **A Redis 7+ cluster**: one batch per *node* (`renew_node.lua`, which
-//!   declares `allow-cross-slot-keys`, or its packed twin), so 10,000
-//!   leases spread over every slot still cost about `leases / batch_size`
-//!   calls per node. It declares no key and is sent to the node itself, so
-//!   no redirection can bounce it; the entries the node no longer serves (a
-//!   slot moved away, or moving) are sent again as one call per slot, all
-//!   at once. A node batch that fails is sent once more. Older servers get
+//! * **A Redis 7+ cluster**: one batch per *node* (`renew_node_packed.lua`
+//!   for the hash locks, `renew_read_node.lua` for read locks, which
+//!   declare `allow-cross-slot-keys`), so 10,000 leases spread over every
+//!   slot still cost about `leases / batch_size` calls per node. It
+//!   declares no key and is sent to the node itself, so no redirection can
+//!   bounce it; the entries the node no longer serves (a slot moved away,
+//!   or moving) are sent again as one call per slot, all at once. A node batch that fails is sent once more. Older servers get
 //!   per-slot batches, likewise sent concurrently. Per-slot calls follow
 //!   redirections as every script call does (`script.rs`): a slot on the
 //!   move costs a transaction, never a reply handed to the wrong request.
@@ -125,7 +125,7 @@ pub(crate) struct Renewal {
     pub(crate) slot: &'static Script,
     /// Every slot of one node per call (Redis 7+ clusters): no declared
     /// key (the call is sent to the node itself), the entries are
-    /// arguments; same reply.
+    /// arguments; same reply. For a kind without packed scripts.
     pub(crate) node: Option<&'static Script>,
     /// Adds one lease's entry: to the keys and arguments of a slot call
     /// (`node == false`), or to the arguments of a node call.
@@ -134,6 +134,13 @@ pub(crate) struct Renewal {
     /// the kind has such scripts (else a single server's batches go as
     /// slot calls, a node's with `node`).
     pub(crate) packed: Option<Packed>,
+}
+
+impl Renewal {
+    /// Whether the kind has a script for whole-node batches.
+    fn per_node(&self) -> bool {
+        self.packed.is_some() || self.node.is_some()
+    }
 }
 
 /// Renewal scripts that take the batch's entries packed in one argument
@@ -604,9 +611,10 @@ fn target(conn: &Conn, key: &Key, renewal: &Renewal) -> Target {
         return Target::Server;
     }
     let slot = key.cluster_hash();
-    match (conn.script_flags, renewal.node) {
-        (true, Some(_)) => conn.node_of(slot).map_or(Target::Slot(slot), Target::Node),
-        _ => Target::Slot(slot),
+    if conn.script_flags && renewal.per_node() {
+        conn.node_of(slot).map_or(Target::Slot(slot), Target::Node)
+    } else {
+        Target::Slot(slot)
     }
 }
 

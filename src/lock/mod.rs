@@ -9,9 +9,11 @@
 //! a name that has some). The hash is changed only by the scripts beside
 //! this file — `acquire.lua`, `release.lua` (latched: idempotent by request
 //! id, see `core/call.rs`), `force_unlock.lua` — and renewed by
-//! `renew.lua` / `renew_node.lua` and their `_packed` twins; `holders.lua`
-//! reads it for operators (`holders.rs`). Each latched call also keeps a
-//! small latch key `leasehold_latch:{name}:<field>` for 30 s.
+//! `renew.lua` (declared keys), `renew_packed.lua` and
+//! `renew_node_packed.lua` (a single server's and a cluster node's batches
+//! in one argument); `holders.lua` reads it for operators (`holders.rs`).
+//! Each latched call also keeps a small latch key
+//! `leasehold_latch:{name}:<field>` for 30 s.
 //!
 //! The fenced lock is this lock with another acquire script (it also takes
 //! a token): it acquires through [`Lock::acquire_with`], and its holds are
@@ -105,10 +107,9 @@ struct Scripts {
     release: Script,
     /// Delete whoever holds it. Not retried.
     force_unlock: Script,
-    /// The watchdog's batches: per slot, per node (Redis 7 clusters), and
-    /// packed in one argument (a single server, a node).
+    /// The watchdog's batches: per slot (also one hold's renewal), and
+    /// packed in one argument (a single server, a Redis 7 cluster node).
     renew: Script,
-    renew_node: Script,
     renew_packed: Script,
     renew_node_packed: Script,
     /// Read the hash and its TTL (`holders.rs`). Read-only.
@@ -136,7 +137,6 @@ fn scripts() -> &'static Scripts {
             include_str!("scripts/force_unlock.lua"),
         ),
         renew: Script::plain("lock.renew", include_str!("scripts/renew.lua")),
-        renew_node: Script::plain("lock.renew_node", include_str!("scripts/renew_node.lua")),
         renew_packed: Script::plain(
             "lock.renew_packed",
             include_str!("scripts/renew_packed.lua"),
@@ -154,13 +154,10 @@ pub(crate) fn hash_renewal() -> &'static Renewal {
     static RENEWAL: OnceLock<Renewal> = OnceLock::new();
     RENEWAL.get_or_init(|| Renewal {
         slot: &scripts().renew,
-        node: Some(&scripts().renew_node),
-        entry: |lease, keys, args, node| {
-            if node {
-                args.push(Value::Bytes(lease.key.inner().clone()));
-            } else {
-                keys.push(lease.key.clone());
-            }
+        // Node batches are packed (`Packed::node`).
+        node: None,
+        entry: |lease, keys, args, _node| {
+            keys.push(lease.key.clone());
             args.push(Value::String(lease.field.clone()));
         },
         packed: Some(Packed {

@@ -1,7 +1,9 @@
 #!lua flags=allow-cross-slot-keys
--- renew_node_packed: renew_node.lua with the batch in one argument, as
--- renew_packed.lua (core/pack.rs). Redis 7.0+ clusters; sent to the node
--- itself, no key declared.
+-- renew_node_packed: renew_packed.lua for every lease one Redis Cluster
+-- node serves, in one call, whatever their hash slots (Redis 7.0+: the
+-- flag lets a script touch keys of several slots of the node it runs on).
+-- No key is declared: the call is sent to the node itself, so no
+-- redirection can bounce it (core/script.rs).
 --
 -- ARGV[1]  the batch's nonce, echoed first in the reply
 -- ARGV[2]  TTL in milliseconds; 0 only checks the fields
