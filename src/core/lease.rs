@@ -783,6 +783,16 @@ mod tests {
         assert!(signal.lost_since().is_some());
     }
 
+    /// A lease the watchdog declared lost at its bound stays lost when
+    /// the renewal's reply comes late and is applied (`watchdog::verdict`).
+    #[tokio::test]
+    async fn a_declared_lost_signal_stays_lost() {
+        let signal = Signal::new(Instant::now() + Duration::from_secs(10));
+        signal.mark_lost();
+        signal.extend(Instant::now() + Duration::from_secs(30));
+        assert!(signal.is_lost(), "a late reply revived a declared loss");
+    }
+
     /// Before its deadline, an extension raises it and never lowers it.
     #[tokio::test]
     async fn an_extension_only_raises_a_live_deadline() {
