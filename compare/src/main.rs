@@ -114,6 +114,14 @@ fn only_handoff() -> bool {
     std::env::var_os("LEASEHOLD_COMPARE_ONLY").is_some_and(|v| v == "handoff")
 }
 
+/// `LEASEHOLD_COMPARE_ONLY=throughput`: only the 64-task uncontended
+/// throughput of leasehold and raw fred, on 1 and on 4 clients, in
+/// `LEASEHOLD_COMPARE_ROUNDS` (default 7) interleaved rounds of 1 s each:
+/// the A/B run for a change to the lock path.
+fn only_throughput() -> bool {
+    std::env::var_os("LEASEHOLD_COMPARE_ONLY").is_some_and(|v| v == "throughput")
+}
+
 fn main() {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -184,6 +192,11 @@ async fn run() {
         )
         .await;
         hot::report(&hot32, plan.hot_rounds, plan.hot_window, &python);
+        return;
+    }
+
+    if only_throughput() {
+        throughput_ab(&url).await;
         return;
     }
 
@@ -436,6 +449,74 @@ fn index(rows: &[(Kind, Row)], kind: Kind) -> usize {
     rows.iter()
         .position(|(k, _)| *k == kind)
         .expect("contender")
+}
+
+/// See [`only_throughput`]. Each round runs leasehold and raw fred back to
+/// back (the order alternates), on 1 client and then on `CLIENTS`, and
+/// prints every round's ratio and the medians.
+async fn throughput_ab(url: &str) {
+    let rounds: usize = std::env::var("LEASEHOLD_COMPARE_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(7);
+    let phase = Duration::from_secs(1);
+    let mut ratios = [Vec::new(), Vec::new()];
+    for round in 0..rounds {
+        for (slot, clients) in [1, CLIENTS].into_iter().enumerate() {
+            let mut pair = vec![Kind::Leasehold, Kind::RawFred];
+            if round % 2 == 1 {
+                pair.reverse();
+            }
+            // `LEASEHOLD_COMPARE_CONTENDER=leasehold|raw`: one side only
+            // (to profile it alone); its ratios are then meaningless.
+            match std::env::var("LEASEHOLD_COMPARE_CONTENDER").as_deref() {
+                Ok("leasehold") => pair.retain(|k| *k == Kind::Leasehold),
+                Ok("raw") => pair.retain(|k| *k == Kind::RawFred),
+                _ => {}
+            }
+            let (mut ours, mut raw) = (0.0, 0.0);
+            let (mut ours_cpu, mut raw_cpu) = (0.0, 0.0);
+            for kind in pair {
+                let cpu = cpu_ns();
+                let rate = throughput(kind, url, phase, round, clients).await;
+                // client CPU per pair, µs (the whole process: connect and
+                // close are in it, the same for both)
+                let per_pair = (cpu_ns() - cpu) as f64 / 1e3 / (rate * phase.as_secs_f64());
+                match kind {
+                    Kind::Leasehold => (ours, ours_cpu) = (rate, per_pair),
+                    _ => (raw, raw_cpu) = (rate, per_pair),
+                }
+            }
+            eprintln!(
+                "round {} on {clients} client(s): leasehold {ours:.0}/s ({ours_cpu:.1} µs CPU/pair), raw fred {raw:.0}/s ({raw_cpu:.1} µs), {:.2}x",
+                round + 1,
+                ours / raw
+            );
+            ratios[slot].push(ours / raw);
+        }
+    }
+    for (slot, clients) in [1, CLIENTS].into_iter().enumerate() {
+        let mut r = ratios[slot].clone();
+        r.sort_by(f64::total_cmp);
+        println!(
+            "64 tasks on {clients} client(s): leasehold / raw fred, median of {rounds} rounds {:.2} (range {:.2}-{:.2})",
+            r[r.len() / 2],
+            r[0],
+            r[r.len() - 1]
+        );
+    }
+}
+
+/// CPU time (ns) of every thread of this process.
+fn cpu_ns() -> u64 {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return 0;
+    };
+    tasks
+        .filter_map(|t| t.ok())
+        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
 }
 
 /// Uncontended lock + unlock from 64 tasks (one name each) on `clients`
