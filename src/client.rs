@@ -71,6 +71,8 @@ pub struct ClientBuilder {
 #[derive(Debug)]
 pub(crate) struct ClientInner {
     pub(crate) id: uuid::Uuid,
+    /// `id` as text, with the `:` every owner field puts after it.
+    field_prefix: Box<str>,
     pub(crate) key_prefix: String,
     pub(crate) engine: Arc<Engine>,
 }
@@ -277,12 +279,19 @@ impl Client {
     /// The owner field `<client-uuid>:<owner-id>` for `owner`, with
     /// `suffix` appended.
     pub(crate) fn field(&self, owner: u64, suffix: &str) -> String {
-        format!("{}:{owner}{suffix}", self.inner.id)
+        use std::fmt::Write as _;
+        let prefix = &self.inner.field_prefix;
+        // One allocation: the prefix, at most 20 digits, the suffix.
+        let mut field = String::with_capacity(prefix.len() + 20 + suffix.len());
+        field.push_str(prefix);
+        let _ = write!(field, "{owner}");
+        field.push_str(suffix);
+        field
     }
 
     /// `name` with the client's key prefix.
     pub(crate) fn key(&self, name: &str) -> String {
-        format!("{}{}", self.inner.key_prefix, name)
+        crate::core::concat(&[&self.inner.key_prefix, name])
     }
 }
 
@@ -599,8 +608,10 @@ impl ClientBuilder {
             replicas,
         };
         let engine = start_engine(options, self.connect_retry).await?;
+        let id = uuid::Uuid::new_v4();
         let inner = ClientInner {
-            id: uuid::Uuid::new_v4(),
+            id,
+            field_prefix: format!("{id}:").into(),
             key_prefix: self.key_prefix,
             engine,
         };

@@ -29,6 +29,7 @@
 use std::time::Duration;
 
 use fred::types::{Key, Value};
+use smallvec::SmallVec;
 use tokio::time::Instant;
 
 use super::conn::Conn;
@@ -46,11 +47,16 @@ pub(crate) struct Call {
     rid: u64,
 }
 
+/// A script's reply without the rid: a few integers, kept inline (the
+/// lock scripts reply with two or three), so reading one allocates nothing;
+/// a longer reply spills to the heap.
+pub(crate) type Reply = SmallVec<[i64; 4]>;
+
 /// How a call ended.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Outcome {
     /// It ran (now, or when first sent); its reply without the rid.
-    Ran(Vec<i64>),
+    Ran(Reply),
     /// A newer request of the same owner and lock ran first: this one did
     /// not and never will.
     Stale,
@@ -63,18 +69,26 @@ const RESEND_MAX: Duration = Duration::from_millis(500);
 
 impl Call {
     /// A call of `script` with its own `keys` and `args`; the latch key,
-    /// latch TTL and `rid` are appended as the script expects.
+    /// latch TTL and `rid` are appended as the script expects. Each list is
+    /// one allocation of the size it needs (an array or an iterator with an
+    /// exact size hint is best).
     pub(crate) fn new(
         conn: &Conn,
         script: &'static Script,
-        mut keys: Vec<Key>,
-        mut args: Vec<Value>,
+        keys: impl IntoIterator<Item = Key>,
+        args: impl IntoIterator<Item = Value>,
         latch: &Key,
         rid: u64,
     ) -> Call {
-        keys.push(latch.clone());
-        args.push(conn.latch_ttl_ms().into());
-        args.push(Value::Integer(rid as i64));
+        let (keys, args) = (keys.into_iter(), args.into_iter());
+        let mut all_keys = Vec::with_capacity(keys.size_hint().0 + 1);
+        all_keys.extend(keys);
+        all_keys.push(latch.clone());
+        let mut all_args = Vec::with_capacity(args.size_hint().0 + 2);
+        all_args.extend(args);
+        all_args.push(conn.latch_ttl_ms().into());
+        all_args.push(Value::Integer(rid as i64));
+        let (keys, args) = (all_keys, all_args);
         Call {
             script,
             keys,
@@ -97,7 +111,7 @@ impl Call {
         client: &str,
         keys: Vec<Key>,
         args: Vec<Value>,
-    ) -> crate::Result<Vec<i64>> {
+    ) -> crate::Result<Reply> {
         let rid = conn.rid();
         let latch = super::latch_key(key, &format!("{client}:call:{rid}"));
         match Call::new(conn, script, keys, args, &latch, rid)
@@ -131,7 +145,7 @@ impl Call {
         loop {
             let sent = self
                 .script
-                .run::<Value>(&conn.redis, self.keys.clone(), self.args.clone())
+                .run::<Value>(&conn.redis, &self.keys, &self.args)
                 .await;
             let error = match sent {
                 Ok(reply) => match self.read(reply) {
@@ -173,23 +187,22 @@ impl Call {
         let Value::Array(items) = reply else {
             return Err(out_of_step(format!("reply is not an array: {reply:?}")));
         };
-        let mut ints = Vec::with_capacity(items.len());
-        for item in items {
-            match item.as_i64() {
-                Some(n) => ints.push(n),
-                None => return Err(out_of_step(format!("reply item {item:?}"))),
-            }
-        }
-        match ints.split_first() {
-            Some((&rid, rest)) if rid == self.rid as i64 => {
+        let mut ints = items.iter().map(|item| {
+            item.as_i64()
+                .ok_or_else(|| out_of_step(format!("reply item {item:?}")))
+        });
+        let rid = ints.next().transpose()?;
+        let rest = ints.collect::<FredResult<Reply>>()?;
+        match rid {
+            Some(rid) if rid == self.rid as i64 => {
                 if rest.first() == Some(&-1) {
                     Ok(Outcome::Stale)
                 } else {
-                    Ok(Outcome::Ran(rest.to_vec()))
+                    Ok(Outcome::Ran(rest))
                 }
             }
             _ => Err(out_of_step(format!(
-                "reply {ints:?} is not for this request"
+                "reply {rid:?}, {rest:?} is not for this request"
             ))),
         }
     }

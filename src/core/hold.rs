@@ -234,7 +234,7 @@ fn raise(lease: LeaseRef, ttl: Duration) {
         (renewal.entry)(&lease, &mut keys, &mut args, false);
         let snapshot = lease.lease().snapshot();
         let sent = Instant::now();
-        let reply = renewal.slot.run::<Vec<i64>>(&conn.redis, keys, args).await;
+        let reply = renewal.slot.run::<Vec<i64>>(&conn.redis, &keys, &args).await;
         match reply.map_err(Error::Redis).and_then(|reply| {
             super::watchdog::gone_entries(&conn, nonce, reply).map_err(Error::Redis)
         }) {
@@ -372,7 +372,7 @@ impl Hold {
         let sent = Instant::now();
         let reply = renewal
             .slot
-            .run::<Vec<i64>>(&conn.redis, keys, args)
+            .run::<Vec<i64>>(&conn.redis, &keys, &args)
             .await?;
         let gone = super::watchdog::gone_entries(conn, nonce, reply)?;
         if gone.is_empty() {
@@ -396,8 +396,12 @@ impl Hold {
         };
         // Boxed: the release (turn, call, settle guard) is several KiB,
         // and every caller's future (a task that waits, then unlocks)
-        // would otherwise carry it inline while it waits.
-        Box::pin(self.release_in(&span).instrument(span.clone())).await
+        // would otherwise carry it inline while it waits. Boxed before it
+        // is instrumented: wrapping moves the future, and a box moves as
+        // one pointer.
+        Box::pin(self.release_in(&span))
+            .instrument(span.clone())
+            .await
     }
 
     /// [`release`](Self::release), recording its outcome in `span`.

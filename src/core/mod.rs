@@ -137,9 +137,9 @@ pub(crate) fn lease_millis(lease: Duration) -> Result<i64> {
 /// name already has braces, so the result shares the name's hash slot.
 pub(crate) fn prefix_name(prefix: &str, name: &str) -> String {
     if name.contains('{') {
-        format!("{prefix}:{name}")
+        concat(&[prefix, ":", name])
     } else {
-        format!("{prefix}:{{{name}}}")
+        concat(&[prefix, ":{", name, "}"])
     }
 }
 
@@ -147,15 +147,31 @@ pub(crate) fn prefix_name(prefix: &str, name: &str) -> String {
 /// name already has braces, so the result shares the name's hash slot.
 pub(crate) fn suffix_name(name: &str, suffix: &str) -> String {
     if name.contains('{') {
-        format!("{name}:{suffix}")
+        concat(&[name, ":", suffix])
     } else {
-        format!("{{{name}}}:{suffix}")
+        concat(&["{", name, "}:", suffix])
     }
 }
 
 /// The latch key of `field` on `key` (see `call.rs`): in `key`'s slot.
 pub(crate) fn latch_key(key: &str, field: &str) -> fred::types::Key {
-    fred::types::Key::from(format!("{}:{field}", prefix_name("leasehold_latch", key)))
+    let key = if key.contains('{') {
+        concat(&["leasehold_latch:", key, ":", field])
+    } else {
+        concat(&["leasehold_latch:{", key, "}:", field])
+    };
+    fred::types::Key::from(key)
+}
+
+/// `parts` joined, in one allocation of exactly their length (names are
+/// built on every acquire: no `format!` growth, and a `Bytes` made from
+/// the result needs no second header allocation).
+pub(crate) fn concat(parts: &[&str]) -> String {
+    let mut out = String::with_capacity(parts.iter().map(|p| p.len()).sum());
+    for part in parts {
+        out.push_str(part);
+    }
+    out
 }
 
 // === impl Engine ===

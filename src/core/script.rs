@@ -38,6 +38,7 @@
 //! is never taken) at the cost of re-sending.
 
 use dashmap::DashMap;
+use fred::bytes_utils::Str;
 use fred::clients::Client as FredClient;
 use fred::interfaces::{ClientLike, LuaInterface, TransactionInterface};
 use fred::types::config::{Options, Server};
@@ -50,7 +51,8 @@ type FredResult<T> = Result<T, fred::error::Error>;
 pub(crate) struct Script {
     name: &'static str,
     source: String,
-    sha1: String,
+    /// Reference-counted: every call sends it without copying it.
+    sha1: Str,
     /// `SCRIPT LOAD`s done, per fred client (by its id): calls of one
     /// client that meet `NOSCRIPT` together (a restarted node, many
     /// per-slot renewals at once) load the script once.
@@ -80,7 +82,7 @@ impl Script {
         Script {
             name,
             source,
-            sha1,
+            sha1: sha1.into(),
             loads: DashMap::new(),
             loading: tokio::sync::Mutex::const_new(()),
         }
@@ -130,20 +132,24 @@ impl Script {
     pub(crate) async fn run<R: FromValue>(
         &self,
         client: &FredClient,
-        keys: Vec<Key>,
-        args: Vec<Value>,
+        keys: &[Key],
+        args: &[Value],
     ) -> FredResult<R> {
-        // Keys and arguments are reference-counted: the clones kept for a
-        // NOSCRIPT retry copy no bytes.
-        let args = Value::Array(args);
+        // Borrowed, and copied into each send: keys and arguments are
+        // reference-counted, so a copy is one vector, not their bytes.
+        // (`Value::Array` hands fred the vector as it is.)
         let seen = self.loads_of(client);
-        match client
-            .evalsha::<R, _, _, _>(self.sha1.as_str(), keys.clone(), args.clone())
-            .await
-        {
+        let send = || {
+            client.evalsha::<R, _, _, _>(
+                self.sha1.clone(),
+                keys.to_vec(),
+                Value::Array(args.to_vec()),
+            )
+        };
+        match send().await {
             Err(error) if is_noscript(&error) => {
                 self.reload(client, seen).await?;
-                client.evalsha(self.sha1.as_str(), keys, args).await
+                send().await
             }
             result => result,
         }
@@ -221,7 +227,7 @@ impl Script {
     /// command takes them.
     fn argv(&self, keys: Vec<Key>, args: Vec<Value>) -> Vec<Value> {
         let mut argv = Vec::with_capacity(2 + keys.len() + args.len());
-        argv.push(Value::from(self.sha1.as_str()));
+        argv.push(Value::String(self.sha1.clone()));
         argv.push(Value::Integer(keys.len() as i64));
         argv.extend(keys.into_iter().map(Value::from));
         argv.extend(args);

@@ -19,6 +19,7 @@
 //! other errors end the wait at once.
 
 use std::future::Future;
+use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -98,19 +99,29 @@ where
         let mut backoff = RETRY_FIRST;
         loop {
             engine.check()?;
-            let held = subscription.as_ref().is_some_and(|s| s.holds_wake_up());
-            let handed = subscription
-                .as_ref()
-                .filter(|_| held)
-                .and_then(|s| s.take_handed());
-            let outcome = attempt(handed).await;
-            if let Some(s) = subscription.as_ref().filter(|_| held) {
-                s.consumed_by(&outcome);
-            }
+            // The attempt and its outcome are scoped to this block, read
+            // in a plain function: nothing of them stays in this future
+            // while it waits (a parked waiter carries only the wait's own
+            // state).
+            let then = {
+                let held = subscription.as_ref().is_some_and(|s| s.holds_wake_up());
+                let handed = subscription
+                    .as_ref()
+                    .filter(|_| held)
+                    .and_then(|s| s.take_handed());
+                let outcome = attempt(handed).await;
+                if let Some(s) = subscription.as_ref().filter(|_| held) {
+                    s.consumed_by(&outcome);
+                }
+                match next(engine, outcome, subscription.is_none() && !once, once) {
+                    Ok(ControlFlow::Break(value)) => return Ok(Some(value)),
+                    Ok(ControlFlow::Continue(then)) => then,
+                    Err(e) => return Err(e),
+                }
+            };
             let mut bound = engine.recheck_interval;
-            let last_error = match outcome {
-                Ok(Step::Done(value)) => return Ok(Some(value)),
-                Ok(Step::Busy(_)) if subscription.is_none() && !once => {
+            let last_error = match then {
+                Then::Subscribe => {
                     // Subscribe, then try again at once. A subscription that
                     // cannot be confirmed before the deadline (the subscriber
                     // is reconnecting) ends the wait.
@@ -131,30 +142,29 @@ where
                         Err(e) if e.is_transient() => {
                             bound = bound.min(backoff);
                             backoff = (backoff * 2).min(RETRY_MAX);
-                            Some(e)
+                            Some(Box::new(e))
                         }
                         Err(e) => return Err(e),
                     }
                 }
-                Ok(Step::Busy(retry)) => {
+                Then::Busy(retry) => {
                     backoff = RETRY_FIRST;
                     if let Some(retry) = retry {
                         bound = bound.min(retry);
                     }
                     None
                 }
-                Err(e) if retries(engine, &e) && !once => {
+                Then::Retry(e) => {
                     tracing::debug!(channel = %channel, error = %e, "retrying after a connection error");
                     bound = bound.min(backoff);
                     backoff = (backoff * 2).min(RETRY_MAX);
                     Some(e)
                 }
-                Err(e) => return Err(e),
             };
             if let Some(deadline) = deadline {
                 let left = deadline.saturating_duration_since(Instant::now());
                 if left.is_zero() {
-                    return last_error.map_or(Ok(None), Err);
+                    return last_error.map_or(Ok(None), |e| Err(*e));
                 }
                 bound = bound.min(left);
             }
@@ -167,6 +177,37 @@ where
                 None => tokio::time::sleep(bound).await,
             }
         }
+    }
+}
+
+/// What the wait loop does after an attempt that did not conclude it.
+enum Then {
+    /// Busy, and not subscribed yet: subscribe, then try again.
+    Subscribe,
+    /// Busy: wait for a wake-up, at most about this long.
+    Busy(Option<Duration>),
+    /// A connection error: wait with back-off, then try again (boxed: it is
+    /// kept through the wait, for a deadline that runs out).
+    Retry(Box<Error>),
+}
+
+/// Reads an attempt's `outcome`: `Break` with the value it got, `Continue`
+/// with what to do next, or the error that ends the wait. `subscribe`:
+/// busy means subscribe next; `once`: a single try, no retry.
+fn next<T>(
+    engine: &Engine,
+    outcome: Result<Step<T>>,
+    subscribe: bool,
+    once: bool,
+) -> Result<ControlFlow<T, Then>> {
+    match outcome {
+        Ok(Step::Done(value)) => Ok(ControlFlow::Break(value)),
+        Ok(Step::Busy(_)) if subscribe => Ok(ControlFlow::Continue(Then::Subscribe)),
+        Ok(Step::Busy(retry)) => Ok(ControlFlow::Continue(Then::Busy(retry))),
+        Err(e) if retries(engine, &e) && !once => {
+            Ok(ControlFlow::Continue(Then::Retry(Box::new(e))))
+        }
+        Err(e) => Err(e),
     }
 }
 

@@ -680,9 +680,7 @@ async fn send_batch(chunk: Chunk, target: Target, ttl: Duration, interval: Durat
                 Whole::Node(node, script, _) => {
                     script.run_on::<Vec<i64>>(&conn.redis, node, args).await
                 }
-                Whole::Packed(script, _) => {
-                    script.run::<Vec<i64>>(&conn.redis, Vec::new(), args).await
-                }
+                Whole::Packed(script, _) => script.run::<Vec<i64>>(&conn.redis, &[], &args).await,
             }
         };
         match verdict(call, &conn, nonce, &batch, sent_at, until, ttl, interval).await {
@@ -790,7 +788,7 @@ async fn per_slot(
                 if in_transaction {
                     renewal.slot.run_in_transaction::<Vec<i64>>(&conn.redis, keys, args).await
                 } else {
-                    renewal.slot.run::<Vec<i64>>(&conn.redis, keys, args).await
+                    renewal.slot.run::<Vec<i64>>(&conn.redis, &keys, &args).await
                 }
             };
             match verdict(call, &conn, nonce, &leases, sent_at, until, ttl, interval).await {

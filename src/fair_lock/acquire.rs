@@ -90,13 +90,13 @@ impl FairLock {
             Call::new(
                 &lease.conn,
                 &scripts().acquire,
-                vec![
+                [
                     self.names.key.clone(),
                     self.names.queue.clone(),
                     self.names.timeouts.clone(),
                     self.names.grants.clone(),
                 ],
-                vec![
+                [
                     lease_ms.into(),
                     Value::String(lease.field.clone()),
                     now_ms().into(),

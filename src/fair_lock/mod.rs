@@ -623,7 +623,7 @@ impl FairLock {
         args.extend(Names::hand_over_args());
         let reply: Vec<i64> = scripts()
             .force_unlock
-            .run(&engine.conn.redis, self.names.script_keys(), args)
+            .run(&engine.conn.redis, &self.names.script_keys(), &args)
             .await?;
         kick_if_unheard(&engine.conn, &self.names, &reply);
         let deleted = reply.first() == Some(&1);

@@ -152,7 +152,7 @@ impl Leave {
         args.extend([(first as i64).into(), (last as i64).into()]);
         match scripts()
             .leave
-            .run::<Vec<i64>>(&conn.redis, keys, args)
+            .run::<Vec<i64>>(&conn.redis, &keys, &args)
             .await
         {
             Ok(reply) => kick_if_unheard(conn, &self.names, &reply),
@@ -242,7 +242,7 @@ fn kick_later(conn: &Arc<Conn>, names: Names, timeout: i64) {
             args.extend(Names::hand_over_args());
             let reply = scripts()
                 .kick
-                .run::<Vec<i64>>(&conn.redis, names.script_keys(), args)
+                .run::<Vec<i64>>(&conn.redis, &names.script_keys(), &args)
                 .await;
             match reply.as_deref() {
                 Ok([1, 0, next, ..]) => timeout = *next,

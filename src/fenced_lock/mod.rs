@@ -530,8 +530,8 @@ impl FencedLock {
             .delete_token
             .run(
                 self.lock.redis(),
-                vec![Key::from(self.key()), self.token_key.clone()],
-                Vec::<fred::types::Value>::new(),
+                &[Key::from(self.key()), self.token_key.clone()],
+                &Vec::<fred::types::Value>::new(),
             )
             .await?;
         Ok(deleted == 1)

@@ -340,7 +340,11 @@ impl CountDownLatch {
 
     /// Runs a latched script on the count (and the channel), with a latch
     /// key of its own (see `Call::run_once`).
-    async fn mutate(&self, script: &'static Script, arg: Option<Value>) -> Result<Vec<i64>> {
+    async fn mutate(
+        &self,
+        script: &'static Script,
+        arg: Option<Value>,
+    ) -> Result<crate::core::call::Reply> {
         self.check()?;
         let conn = &self.client.engine().conn;
         let mut keys = vec![self.key.clone()];

@@ -84,7 +84,7 @@ impl Lock {
 pub(crate) async fn holders_of(redis: &fred::clients::Client, key: &Key) -> Result<Vec<Holder>> {
     let reply: Value = scripts()
         .holders
-        .run(redis, vec![key.clone()], vec![])
+        .run(redis, std::slice::from_ref(key), &[])
         .await?;
     parse(reply).ok_or_else(|| {
         Error::Redis(fred::error::Error::new(

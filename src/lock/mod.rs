@@ -556,8 +556,8 @@ impl Lock {
             .force_unlock
             .run(
                 &engine.conn.redis,
-                vec![self.key.clone(), self.channel_key.clone()],
-                vec!["0".into(), engine.conn.publish_command().into()],
+                &[self.key.clone(), self.channel_key.clone()],
+                &["0".into(), engine.conn.publish_command().into()],
             )
             .await?;
         if deleted == 1 {
@@ -633,14 +633,11 @@ impl Lock {
                 wait,
             };
             let hold = acquire(self.client.engine(), spec, &|lease, lease_ms, rid| {
-                let mut keys = Vec::with_capacity(1 + extra_keys.len());
-                keys.push(lease.key.clone());
-                keys.extend(extra_keys.iter().cloned());
                 Call::new(
                     &lease.conn,
                     script,
-                    keys,
-                    vec![lease_ms.into(), Value::String(lease.field.clone())],
+                    std::iter::once(lease.key.clone()).chain(extra_keys.iter().cloned()),
+                    [lease_ms.into(), Value::String(lease.field.clone())],
                     &lease.latch,
                     rid,
                 )
@@ -664,8 +661,8 @@ impl Kind for LockKind {
         Call::new(
             &lease.conn,
             &scripts().release,
-            vec![lease.key.clone(), lease.channel.clone()],
-            vec![
+            [lease.key.clone(), lease.channel.clone()],
+            [
                 ttl_ms.into(),
                 Value::String(lease.field.clone()),
                 i64::from(count).into(),

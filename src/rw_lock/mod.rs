@@ -515,8 +515,8 @@ impl Names {
             .is_locked
             .run(
                 self.redis(),
-                vec![self.key.clone()],
-                vec![mode.as_str().into()],
+                std::slice::from_ref(&self.key),
+                &[mode.as_str().into()],
             )
             .await?;
         Ok(locked == 1)
@@ -542,12 +542,12 @@ impl Names {
             .force_unlock
             .run(
                 &engine.conn.redis,
-                vec![
+                &[
                     self.key.clone(),
                     self.channel_key.clone(),
                     self.key_prefix.clone(),
                 ],
-                vec![
+                &[
                     mode.as_str().into(),
                     mode.message().into(),
                     engine.conn.publish_command().into(),
@@ -613,11 +613,11 @@ impl Mode {
             Mode::Read => Call::new(
                 &lease.conn,
                 &scripts().read_acquire,
-                vec![
+                [
                     lease.key.clone(),
                     Key::from(timeout_prefix(&lease.key, &lease.field)),
                 ],
-                vec![
+                [
                     lease_ms.into(),
                     Value::String(lease.field.clone()),
                     Value::from(format!("{}{}", &*lease.field, Mode::Write.suffix())),
@@ -628,8 +628,8 @@ impl Mode {
             Mode::Write => Call::new(
                 &lease.conn,
                 &scripts().write_acquire,
-                vec![lease.key.clone()],
-                vec![lease_ms.into(), Value::String(lease.field.clone())],
+                [lease.key.clone()],
+                [lease_ms.into(), Value::String(lease.field.clone())],
                 &lease.latch,
                 rid,
             ),
@@ -671,13 +671,13 @@ impl Kind for ReadKind {
         Call::new(
             &lease.conn,
             &scripts().read_release,
-            vec![
+            [
                 lease.key.clone(),
                 lease.channel.clone(),
                 Key::from(timeout_prefix(&lease.key, &lease.field)),
                 holders_prefix(lease),
             ],
-            vec![
+            [
                 ttl_ms.into(),
                 Value::String(lease.field.clone()),
                 i64::from(count).into(),
@@ -712,12 +712,12 @@ impl Kind for WriteKind {
         Call::new(
             &lease.conn,
             &scripts().write_release,
-            vec![
+            [
                 lease.key.clone(),
                 lease.channel.clone(),
                 holders_prefix(lease),
             ],
-            vec![
+            [
                 ttl_ms.into(),
                 Value::String(lease.field.clone()),
                 i64::from(count).into(),

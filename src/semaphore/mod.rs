@@ -402,12 +402,12 @@ impl Semaphore {
             .available
             .run(
                 &conn.redis,
-                vec![
+                &[
                     self.key.clone(),
                     self.timeout_key.clone(),
                     self.channel_key.clone(),
                 ],
-                vec![now_ms().into(), conn.publish_command().into()],
+                &[now_ms().into(), conn.publish_command().into()],
             )
             .await?;
         Ok(free.max(0) as u64)
@@ -535,7 +535,11 @@ impl Semaphore {
 
     /// Runs a latched script on the count and channel (one latch key per
     /// call: see `Call::run_once`).
-    async fn mutate(&self, script: &'static Script, arg: Value) -> Result<Vec<i64>> {
+    async fn mutate(
+        &self,
+        script: &'static Script,
+        arg: Value,
+    ) -> Result<crate::core::call::Reply> {
         self.check()?;
         let conn = &self.client.engine().conn;
         Call::run_once(
@@ -583,12 +587,12 @@ impl Semaphore {
             Call::new(
                 &lease.conn,
                 &scripts().acquire,
-                vec![
+                [
                     lease.key.clone(),
                     self.timeout_key.clone(),
                     lease.channel.clone(),
                 ],
-                vec![
+                [
                     expiry.into(),
                     now.into(),
                     lease.conn.publish_command().into(),
@@ -616,12 +620,12 @@ impl Kind for PermitKind {
         Call::new(
             &lease.conn,
             &scripts().release,
-            vec![
+            [
                 lease.key.clone(),
                 timeout_key_of(lease),
                 lease.channel.clone(),
             ],
-            vec![
+            [
                 id_bytes(&lease.field),
                 now_ms().into(),
                 lease.conn.publish_command().into(),
