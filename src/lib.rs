@@ -172,6 +172,14 @@ pub mod __bench {
     pub fn lock_scripts() -> (&'static str, &'static str) {
         crate::lock::script_sources()
     }
+
+    /// The lease records `client` keeps (one per lock key and owner that
+    /// holds, waits or has a call or release under way): 0 once nothing
+    /// is held, waited for or being settled. For tests that nothing is
+    /// left behind.
+    pub fn lease_records(client: &crate::Client) -> usize {
+        client.engine().leases.records()
+    }
 }
 
 /// The Redis client crate leasehold is built on, for configuration

@@ -32,14 +32,13 @@
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use tokio::sync::OwnedMutexGuard;
 use tokio::time::Instant;
 use tracing::{Instrument, Span};
 
 use super::background::{BoxFuture, Job};
 use super::call::{Call, Outcome};
 use super::conn::Conn;
-use super::lease::{AcquireReply, Lease, LeaseRef, ReleaseReply, Signal, Term};
+use super::lease::{AcquireReply, Lease, LeaseRef, ReleaseReply, Signal, Term, Turn};
 use super::stats::KeyName;
 use super::Engine;
 use crate::error::{Error, Result};
@@ -85,7 +84,7 @@ struct Settle {
     lease: LeaseRef,
     call: Call,
     kind: SettleKind,
-    turn: parking_lot::Mutex<Option<OwnedMutexGuard<()>>>,
+    turn: parking_lot::Mutex<Option<Turn>>,
     /// The give-back of an acquire that ran; its rid, once chosen.
     give_back: OnceLock<u64>,
 }
@@ -577,7 +576,7 @@ impl InFlight {
         lease: &LeaseRef,
         call: Call,
         kind: SettleKind,
-        turn: OwnedMutexGuard<()>,
+        turn: Turn,
     ) -> InFlight {
         InFlight {
             engine: engine.clone(),
@@ -600,7 +599,7 @@ impl InFlight {
     }
 
     /// The call has a definite outcome: nothing to settle. Returns its turn.
-    fn finish(&mut self) -> OwnedMutexGuard<()> {
+    fn finish(&mut self) -> Turn {
         let job = self
             .job
             .take()

@@ -134,7 +134,9 @@ pub(crate) struct Lease {
     pub(crate) watchdog: Watchdog,
     /// The client's counters (renewals and losses are counted per lease).
     pub(crate) stats: Arc<Counters>,
-    turn: Arc<tokio::sync::Mutex<()>>,
+    /// One permit: the turn (see [`LeaseRef::turn`]). Inline, not a
+    /// separately allocated mutex: a held lock costs one allocation less.
+    turn: tokio::sync::Semaphore,
     /// Changed only under the turn, except the requirement counts (by
     /// guards, any time) and the watchdog's gen-checked updates.
     state: Mutex<State>,
@@ -190,6 +192,23 @@ pub(crate) struct LeaseRef {
     table: Weak<Leases>,
 }
 
+/// A lease's turn, taken (see [`LeaseRef::turn`]); dropping it lets the
+/// next acquire or release of the lease go.
+///
+/// It refers to the lease as any user of it does (a [`LeaseRef`]): a turn
+/// that outlives the other references still lets the table drop the idle
+/// record.
+#[derive(Debug)]
+pub(crate) struct Turn {
+    lease: LeaseRef,
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        self.lease.turn.add_permits(1);
+    }
+}
+
 /// A snapshot for a renewal batch: the lease and its `gen` when sent.
 #[derive(Clone, Debug)]
 pub(crate) struct Sent {
@@ -232,7 +251,7 @@ impl Leases {
                     tag,
                     watchdog: watchdog.clone(),
                     stats: self.stats.clone(),
-                    turn: Arc::default(),
+                    turn: tokio::sync::Semaphore::const_new(1),
                     state: Mutex::new(State {
                         signal: Signal::new(Instant::now()),
                         incarnation: 0,
@@ -265,6 +284,11 @@ impl Leases {
             }
         }
         out
+    }
+
+    /// How many records the table keeps.
+    pub(crate) fn records(&self) -> usize {
+        self.map.iter().map(|entry| entry.len()).sum()
     }
 
     /// Every lease with holds counted (shutdown, reconnect checks).
@@ -311,6 +335,11 @@ impl Leases {
     fn remove_idle(&self, key: &Key) {
         self.map.remove_if_mut(key, |_, leases| {
             leases.retain(|l| Arc::strong_count(l) > 1 || l.state.lock().holds > 0);
+            // A burst of owners on one key (many tasks trying it at once)
+            // leaves no large buffer behind while the key stays held.
+            if leases.capacity() > 4 * leases.len().max(1) {
+                leases.shrink_to_fit();
+            }
             leases.is_empty()
         });
     }
@@ -341,6 +370,32 @@ impl LeaseRef {
             table.exclude_others(lease);
         }
         out
+    }
+
+    /// Waits for this lease's turn (one acquire or release at a time).
+    ///
+    /// Cancel safe: a dropped wait takes no turn.
+    pub(crate) async fn turn(&self) -> Turn {
+        let lease = self.lease();
+        match lease.turn.acquire().await {
+            // Kept by the `Turn` (which gives it back), not by a borrow of
+            // the lease.
+            Ok(permit) => permit.forget(),
+            Err(_) => unreachable!("a lease's turn semaphore is never closed"),
+        }
+        Turn {
+            lease: self.clone_ref(),
+        }
+    }
+
+    /// The turn if it is free now (the teardown fallback never waits).
+    pub(crate) fn try_turn(&self) -> Option<Turn> {
+        let lease = self.lease();
+        let permit = lease.turn.try_acquire().ok()?;
+        permit.forget();
+        Some(Turn {
+            lease: self.clone_ref(),
+        })
     }
 
     pub(crate) fn clone_ref(&self) -> LeaseRef {
@@ -374,18 +429,6 @@ impl Drop for LeaseRef {
 // === impl Lease ===
 
 impl Lease {
-    /// Waits for this lease's turn (one acquire or release at a time).
-    ///
-    /// Cancel safe: a dropped wait takes no turn.
-    pub(crate) async fn turn(&self) -> tokio::sync::OwnedMutexGuard<()> {
-        self.turn.clone().lock_owned().await
-    }
-
-    /// The turn if it is free now (the teardown fallback never waits).
-    pub(crate) fn try_turn(&self) -> Option<tokio::sync::OwnedMutexGuard<()>> {
-        self.turn.clone().try_lock_owned().ok()
-    }
-
     /// Marks an acquire or release as sent: renewal replies in flight are
     /// now out of date. Returns the incarnation it belongs to.
     pub(crate) fn begin_call(&self) -> u64 {
