@@ -58,9 +58,10 @@ use crate::owner::Owner;
 pub struct LockGuard {
     /// Gives the hold back when dropped (see `core::hold`).
     hold: Hold,
-    /// The lock's name (without the key prefix) and key.
-    name: Arc<str>,
+    /// The lock's key; its name (without the key prefix) is the tail
+    /// from `name_at` (one string kept, not two).
     key: Arc<str>,
+    name_at: usize,
     owner: Owner,
     /// A channel subscription kept while the guard lives, and a moment
     /// after (the fair lock's waiter channel).
@@ -150,11 +151,19 @@ impl LeaseSignal {
 // === impl LockGuard ===
 
 impl LockGuard {
-    pub(crate) fn new(hold: Hold, name: Arc<str>, key: Arc<str>, owner: Owner) -> LockGuard {
+    /// A guard of `hold` on the lock named `name`, whose key is `key` (the
+    /// client's key prefix, then `name`).
+    pub(crate) fn new(hold: Hold, name: &str, key: Arc<str>, owner: Owner) -> LockGuard {
+        debug_assert!(key.ends_with(name), "a lock's key ends with its name");
+        let name_at = if key.ends_with(name) {
+            key.len() - name.len()
+        } else {
+            0
+        };
         LockGuard {
             hold,
-            name,
             key,
+            name_at,
             owner,
             _keep: None,
         }
@@ -189,10 +198,12 @@ impl LockGuard {
     /// # Ok(()) }
     /// ```
     pub async fn unlock(self) -> Result<()> {
-        let name = self.key.to_string();
+        let key = self.key.clone();
         match self.hold.release().await {
             Ok(true) => Ok(()),
-            Ok(false) => Err(Error::NotHeld { name }),
+            Ok(false) => Err(Error::NotHeld {
+                name: key.to_string(),
+            }),
             Err(e) => Err(e),
         }
     }
@@ -308,7 +319,7 @@ impl LockGuard {
     /// # Ok(()) }
     /// ```
     pub fn name(&self) -> &str {
-        &self.name
+        &self.key[self.name_at..]
     }
 
     /// The Redis key of the lock this guard holds (prefix included).
@@ -380,7 +391,7 @@ impl LockGuard {
     /// [`run`](Self::run)).
     pub(crate) async fn finish<T>(self, output: Option<T>) -> Result<T> {
         let lost = output.is_none() || self.is_lost();
-        let name = self.key.to_string();
+        let name = self.key.clone();
         let released = self.unlock().await;
         match (output, released) {
             (Some(output), Ok(())) if !lost => Ok(output),
@@ -388,7 +399,9 @@ impl LockGuard {
                 tracing::debug!(lock = %name, error = %e, "unlock after the work failed; the hold is given back in the background");
                 Ok(output)
             }
-            _ => Err(Error::Lost { name }),
+            _ => Err(Error::Lost {
+                name: name.to_string(),
+            }),
         }
     }
 

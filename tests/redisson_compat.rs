@@ -112,6 +112,16 @@ async fn channel_names_follow_redissons_brace_rule() {
         prefixed.lock("x").channel(),
         "redisson_lock__channel:{app:x}"
     );
+    // A guard reports the name it was asked for and the prefixed key.
+    for (client, name, key) in [
+        (&prefixed, "x", "app:x"),
+        (&prefixed, "app:x", "app:app:x"),
+        (&c, "user:{42}:cart", "user:{42}:cart"),
+    ] {
+        let guard = client.lock(name).lock().await.unwrap();
+        assert_eq!((guard.name(), guard.key()), (name, key));
+        guard.unlock().await.unwrap();
+    }
     c.shutdown().await.unwrap();
     prefixed.shutdown().await.unwrap();
 }

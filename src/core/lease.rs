@@ -176,6 +176,20 @@ pub(crate) struct LeaseInit {
     pub(crate) channel: Key,
 }
 
+impl LeaseInit {
+    /// The lease of `field` on the key named `key`, released on `channel`:
+    /// its latch key is derived (see `call.rs`), sharing the field's bytes.
+    pub(crate) fn new(kind: &'static dyn Kind, key: &str, field: &str, channel: Key) -> LeaseInit {
+        let (latch, field) = super::latch_and_field(key, field);
+        LeaseInit {
+            kind,
+            field,
+            latch,
+            channel,
+        }
+    }
+}
+
 /// The client's leases, by lock key.
 #[derive(Debug, Default)]
 pub(crate) struct Leases {

@@ -65,6 +65,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use fred::bytes_utils::Str;
 use fred::interfaces::EventInterface;
 use tokio::sync::broadcast::error::RecvError;
 
@@ -161,6 +162,17 @@ pub(crate) fn latch_key(key: &str, field: &str) -> fred::types::Key {
         concat(&["leasehold_latch:{", key, "}:", field])
     };
     fred::types::Key::from(key)
+}
+
+/// The latch key of `field` on `key` (as [`latch_key`]) and `field`
+/// itself, sharing one buffer: the field is the latch key's tail, so a
+/// lease record keeps one name allocation for both.
+pub(crate) fn latch_and_field(key: &str, field: &str) -> (fred::types::Key, Str) {
+    let latch = latch_key(key, field);
+    let bytes = latch.inner().clone();
+    let field = Str::from_inner(bytes.slice(bytes.len() - field.len()..))
+        .unwrap_or_else(|_| unreachable!("a tail of a string built from `field` is `field`"));
+    (latch, field)
 }
 
 /// `parts` joined, in one allocation of exactly their length (names are
@@ -303,5 +315,34 @@ async fn check_on_reconnect(
             );
             watchdog::check(held).await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_latch_and_its_field_share_one_buffer() {
+        for (key, field) in [
+            ("orders:42", "0b6e…-uuid:7"),
+            ("{tenant}:x", "c:1"),
+            ("", ""),
+            ("k", "ünï{c}ode:9"),
+        ] {
+            let (latch, tail) = latch_and_field(key, field);
+            assert_eq!(latch, latch_key(key, field));
+            assert_eq!(&*tail, field);
+            let (whole, part) = (latch.as_bytes().as_ptr_range(), tail.as_bytes().as_ptr());
+            assert!(whole.contains(&part) || field.is_empty());
+        }
+        assert_eq!(
+            latch_key("orders:42", "id:7"),
+            fred::types::Key::from("leasehold_latch:{orders:42}:id:7")
+        );
+        assert_eq!(
+            latch_key("{t}:a", "id:7"),
+            fred::types::Key::from("leasehold_latch:{t}:a:id:7")
+        );
     }
 }

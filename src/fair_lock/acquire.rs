@@ -16,7 +16,6 @@ use super::FairLock;
 use crate::core::acquire::{acquire, acquire_handed, Granted, Spec};
 use crate::core::call::Call;
 use crate::core::hold::Hold;
-use crate::core::latch_key;
 use crate::core::lease::{Lease, LeaseInit};
 use crate::core::pubsub::Wake;
 use crate::error::{Error, Result};
@@ -63,12 +62,7 @@ impl FairLock {
         let field = self.client.field(owner.id(), "");
         let waits = wait != Some(Duration::ZERO);
         let own_channel: Arc<str> = format!("{}:{field}", self.channel).into();
-        let init = || LeaseInit {
-            kind: &FairKind,
-            latch: latch_key(&self.key_str, &field),
-            field: field.as_str().into(),
-            channel: self.names.channel.clone(),
-        };
+        let init = || LeaseInit::new(&FairKind, &self.key_str, &field, self.names.channel.clone());
         let spec = Spec {
             key: &self.names.key,
             tag: TAG,
@@ -164,7 +158,7 @@ impl FairLock {
     }
 
     fn guard(&self, hold: Hold, owner: Owner) -> LockGuard {
-        LockGuard::new(hold, self.name.clone(), self.key_str.clone(), owner)
+        LockGuard::new(hold, &self.name, self.key_str.clone(), owner)
     }
 }
 

@@ -45,10 +45,10 @@ use crate::client::Client;
 use crate::core::acquire::{acquire, Spec};
 use crate::core::call::Call;
 use crate::core::lease::{AcquireReply, Kind, Lease, LeaseInit, ReleaseReply};
+use crate::core::prefix_name;
 use crate::core::pubsub::wake_one;
 use crate::core::script::Script;
 use crate::core::watchdog::{Packed, Renewal};
-use crate::core::{latch_key, prefix_name};
 use crate::error::{Error, Result};
 use crate::guard::{LeaseSignal, LockGuard};
 use crate::owner::Owner;
@@ -615,12 +615,7 @@ impl Lock {
             let owner = Owner::current();
             let init = || {
                 let field = self.client.field(owner.id(), "");
-                LeaseInit {
-                    kind: &LockKind,
-                    latch: latch_key(&self.key_str, &field),
-                    field: field.into(),
-                    channel: self.channel_key.clone(),
-                }
+                LeaseInit::new(&LockKind, &self.key_str, &field, self.channel_key.clone())
             };
             let spec = Spec {
                 key: &self.key,
@@ -643,8 +638,7 @@ impl Lock {
                 )
             })
             .await?;
-            Ok(hold
-                .map(|hold| LockGuard::new(hold, self.name.clone(), self.key_str.clone(), owner)))
+            Ok(hold.map(|hold| LockGuard::new(hold, &self.name, self.key_str.clone(), owner)))
         }
     }
 }

@@ -123,10 +123,10 @@ use crate::client::Client;
 use crate::core::acquire::{acquire, Spec};
 use crate::core::call::Call;
 use crate::core::lease::{AcquireReply, Kind, Lease, LeaseInit, ReleaseReply};
+use crate::core::prefix_name;
 use crate::core::pubsub::wake_all_on_one;
 use crate::core::script::Script;
 use crate::core::watchdog::Renewal;
-use crate::core::{latch_key, prefix_name};
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::owner::Owner;
@@ -449,12 +449,7 @@ impl Names {
     }
 
     fn lease_init(&self, mode: Mode, field: &str) -> LeaseInit {
-        LeaseInit {
-            kind: mode.kind(),
-            latch: latch_key(&self.key_str, field),
-            field: field.into(),
-            channel: self.channel_key.clone(),
-        }
+        LeaseInit::new(mode.kind(), &self.key_str, field, self.channel_key.clone())
     }
 
     /// Takes `mode` for the current owner (see the module docs). `wait:
@@ -491,7 +486,7 @@ impl Names {
             mode.acquire_call(lease, lease_ms, rid)
         })
         .await?;
-        Ok(hold.map(|hold| LockGuard::new(hold, self.name.clone(), self.key_str.clone(), owner)))
+        Ok(hold.map(|hold| LockGuard::new(hold, &self.name, self.key_str.clone(), owner)))
     }
 
     /// Whether `owner` has a live read guard on this lock in this client.

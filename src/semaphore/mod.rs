@@ -86,7 +86,7 @@ use crate::core::lease::{AcquireReply, Kind, Lease, LeaseInit, ReleaseReply};
 use crate::core::pubsub::wake_count;
 use crate::core::script::Script;
 use crate::core::watchdog::Renewal;
-use crate::core::{latch_key, prefix_name, suffix_name};
+use crate::core::{prefix_name, suffix_name};
 use crate::error::{Error, Result};
 
 pub use permit::Permit;
@@ -563,12 +563,7 @@ impl Semaphore {
         self.check()?;
         let id: Arc<str> = new_id().into();
         let member = id_bytes(&id);
-        let init = || LeaseInit {
-            kind: &PermitKind,
-            latch: latch_key(&self.key_str, &id),
-            field: id.as_ref().into(),
-            channel: self.channel_key.clone(),
-        };
+        let init = || LeaseInit::new(&PermitKind, &self.key_str, &id, self.channel_key.clone());
         let spec = Spec {
             key: &self.key,
             tag: TAG,
