@@ -633,3 +633,56 @@ async fn unlock_dropped_while_waiting_for_its_turn_still_releases() {
     }
     c.shutdown().await.unwrap();
 }
+
+// --- (3b) a connection that stops answering is reset --------------------------
+
+/// A holder whose connection stops answering while only the watchdog talks
+/// on it (no lock or unlock to time out) gets its command connection reset
+/// once renewals have gone unanswered for a command timeout, and works
+/// again when the network does. (fred's own unresponsive check is off on
+/// the command connection: it costs a timer per turn of fred's loop.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_connection_is_reset_by_unanswered_renewals() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(&server.addr()).await;
+    let holder = Client::builder()
+        .url(&proxy.url())
+        .watchdog_timeout(Duration::from_secs(3))
+        .command_timeout(Duration::from_secs(2))
+        .build()
+        .await
+        .unwrap();
+    let guard = holder.lock("silent").lock().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(!guard.is_lost());
+    let accepted = proxy.accepted_count();
+
+    proxy.blackhole();
+    within(HANG, "lost() under a black hole", guard.lost()).await;
+    // Renewals every 1 s go unanswered; after 2 s of that the connection
+    // is reset: fred opens a new one (held by the proxy while it is dark).
+    let reset = within(HANG, "a new connection", async {
+        while proxy.accepted_count() == accepted {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    });
+    reset.await;
+
+    proxy.pass();
+    drop(guard); // lost: sends nothing
+    let g = within(HANG, "a lock after the network is back", async {
+        loop {
+            match holder
+                .lock("after")
+                .try_lock_for(Duration::from_secs(5))
+                .await
+            {
+                Ok(Some(g)) => return g,
+                _ => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        }
+    })
+    .await;
+    g.unlock().await.unwrap();
+    let _ = within(HANG, "holder shutdown", holder.shutdown()).await;
+}

@@ -48,6 +48,8 @@ struct Shared {
     /// Set to `true` when the `Proxy` is dropped; every task then exits.
     shutdown: watch::Sender<bool>,
     live: AtomicUsize,
+    /// Client connections accepted so far.
+    accepted: AtomicUsize,
     drop_reply: AtomicBool,
 }
 
@@ -89,6 +91,7 @@ impl Proxy {
             cuts: watch::channel(0).0,
             shutdown: watch::channel(false).0,
             live: AtomicUsize::new(0),
+            accepted: AtomicUsize::new(0),
             drop_reply: AtomicBool::new(false),
         });
         tokio::spawn(accept_loop(listener, Arc::clone(&shared)));
@@ -151,6 +154,12 @@ impl Proxy {
         self.shared.live.load(Ordering::SeqCst)
     }
 
+    /// Client connections accepted so far (closed ones included): a
+    /// client that reconnects makes it grow.
+    pub fn accepted_count(&self) -> usize {
+        self.shared.accepted.load(Ordering::SeqCst)
+    }
+
     /// Polls until `connection_count() == n` or `timeout` elapses; returns
     /// whether the count was reached.
     pub async fn wait_connection_count(&self, n: usize, timeout: Duration) -> bool {
@@ -179,6 +188,7 @@ struct LiveGuard(Arc<Shared>);
 impl LiveGuard {
     fn new(shared: &Arc<Shared>) -> Self {
         shared.live.fetch_add(1, Ordering::SeqCst);
+        shared.accepted.fetch_add(1, Ordering::SeqCst);
         LiveGuard(Arc::clone(shared))
     }
 }
