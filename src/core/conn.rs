@@ -47,6 +47,10 @@ pub(crate) struct Conn {
     last_reset: AtomicU64,
     /// When fred's slot map was last refreshed on request (ms since `BASE`).
     last_refresh: AtomicU64,
+    /// Since when renewals on this connection have gone unanswered (ms
+    /// since `BASE`, the send time of the first unanswered one); 0 while
+    /// they are answered. See [`Conn::renewal_unanswered`].
+    unanswered_since: AtomicU64,
 }
 
 /// Connection settings kept to build a fresh connection later (the
@@ -108,10 +112,13 @@ impl Conn {
                 // A write, an ASKING and the write after it (see the module
                 // docs): latched scripts make the re-sends harmless.
                 c.max_command_attempts = 3;
-                // A connection that stops answering is closed and
-                // reconnected, failing what was in flight on it.
-                c.unresponsive.max_timeout = Some(timeout);
-                c.unresponsive.interval = (timeout / 4).max(Duration::from_millis(10));
+                // No fred unresponsive-connection check: fred arms a timer
+                // on every turn of its connection loop for it (about 14 %
+                // of one connection's lock throughput). A connection that
+                // stops answering is reset by `suspect` instead: a latched
+                // call that times out (`call.rs`), or renewals unanswered
+                // for a command timeout (`renewal_unanswered`).
+                c.unresponsive.max_timeout = None;
             })
             .with_performance_config(|p| {
                 p.default_command_timeout = timeout;
@@ -167,6 +174,7 @@ impl Conn {
                 closed: AtomicBool::new(false),
                 last_reset: AtomicU64::new(0),
                 last_refresh: AtomicU64::new(0),
+                unanswered_since: AtomicU64::new(0),
             },
             subscriber,
             task,
@@ -208,6 +216,7 @@ impl Conn {
             closed: AtomicBool::new(false),
             last_reset: AtomicU64::new(0),
             last_refresh: AtomicU64::new(0),
+            unanswered_since: AtomicU64::new(0),
             redis,
         })
     }
@@ -246,6 +255,54 @@ impl Conn {
                 let _ = redis.force_reconnection().await;
             });
         }
+    }
+
+    /// A renewal call on this connection was answered (in time or late).
+    pub(crate) fn renewal_answered(&self) {
+        if self.unanswered_since.load(Ordering::Relaxed) != 0 {
+            self.unanswered_since.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// A renewal call sent at `sent_at` got no answer. If none is answered
+    /// for a command timeout from then, the connection is reset as
+    /// suspect, as fred's unresponsive check would (the watchdog gives its
+    /// calls up after an interval, before fred's own command timeout could
+    /// tell, and stops sending once the leases are lost): one check is
+    /// armed when renewals start going unanswered.
+    pub(crate) fn renewal_unanswered(self: &Arc<Self>, sent_at: tokio::time::Instant) {
+        let since = sent_at
+            .into_std()
+            .saturating_duration_since(*BASE)
+            .as_millis() as u64
+            + 1;
+        if self
+            .unanswered_since
+            .compare_exchange(0, since, Ordering::Relaxed, Ordering::Relaxed)
+            .is_err()
+        {
+            return; // a check is armed already
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let conn = Arc::downgrade(self);
+        let at = sent_at + self.settings.command_timeout;
+        runtime.spawn(async move {
+            tokio::time::sleep_until(at).await;
+            let Some(conn) = conn.upgrade() else {
+                return;
+            };
+            // Still unanswered since then: reset, and arm afresh.
+            if conn
+                .unanswered_since
+                .compare_exchange(since, 0, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+                && !conn.is_closed()
+            {
+                conn.suspect("renewals got no reply for a command timeout");
+            }
+        });
     }
 
     /// Refreshes fred's cluster slot map (`CLUSTER SLOTS`), at most once a

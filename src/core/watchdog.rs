@@ -885,7 +885,7 @@ enum Outcome {
 #[allow(clippy::too_many_arguments)]
 async fn verdict(
     call: impl std::future::Future<Output = std::result::Result<Vec<i64>, fred::error::Error>>,
-    conn: &Conn,
+    conn: &Arc<Conn>,
     nonce: i64,
     batch: &[Sent],
     sent_at: Instant,
@@ -895,22 +895,47 @@ async fn verdict(
 ) -> Outcome {
     let mut call = std::pin::pin!(call);
     match tokio::time::timeout_at(until, call.as_mut()).await {
-        Ok(reply) => match reply.and_then(|r| gone_entries(conn, nonce, r)) {
-            Ok(verdict) => Outcome::Verdict(verdict),
-            Err(e) => Outcome::Failed(e),
-        },
+        Ok(reply) => {
+            answered(conn, &reply, sent_at);
+            match reply.and_then(|r| gone_entries(conn, nonce, r)) {
+                Ok(verdict) => Outcome::Verdict(verdict),
+                Err(e) => Outcome::Failed(e),
+            }
+        }
         Err(_) => {
             tracing::warn!(leases = batch.len(), "lease renewal timed out");
             give_up(batch, sent_at, interval);
-            let late = tokio::time::timeout_at(until + interval / 2, call).await;
-            if let Ok(Ok(reply)) = late {
-                if let Ok(verdict) = gone_entries(conn, nonce, reply) {
-                    tracing::debug!(leases = batch.len(), "late renewal reply applied");
-                    apply(batch, verdict, sent_at, ttl);
+            match tokio::time::timeout_at(until + interval / 2, call).await {
+                Ok(late) => {
+                    answered(conn, &late, sent_at);
+                    if let Ok(verdict) = late.and_then(|r| gone_entries(conn, nonce, r)) {
+                        tracing::debug!(leases = batch.len(), "late renewal reply applied");
+                        apply(batch, verdict, sent_at, ttl);
+                    }
                 }
+                Err(_) => conn.renewal_unanswered(sent_at),
             }
             Outcome::Late
         }
+    }
+}
+
+/// Tells `conn` whether a renewal call that ended got an answer: any
+/// reply or server error did; fred's own timeout or a lost connection did
+/// not.
+fn answered(
+    conn: &Arc<Conn>,
+    reply: &std::result::Result<Vec<i64>, fred::error::Error>,
+    sent_at: Instant,
+) {
+    match reply {
+        Err(e)
+            if matches!(e.kind(), fred::error::ErrorKind::Timeout)
+                || crate::error::outcome_unknown(e) =>
+        {
+            conn.renewal_unanswered(sent_at);
+        }
+        _ => conn.renewal_answered(),
     }
 }
 
