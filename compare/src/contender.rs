@@ -167,16 +167,15 @@ pub async fn fred_client(url: &str) -> FredClient {
     let config = Config::from_url(url).expect("url");
     let mut builder = Builder::from_config(config);
     if std::env::var_os("LEASEHOLD_COMPARE_RAW_TIMEOUTS").is_some_and(|v| v != "0") {
-        // The timeouts leasehold's command connection runs with (its
-        // default 10 s command timeout, an unresponsive-connection check
-        // every 2.5 s): each command then arms a timer, as leasehold's do.
+        // The timeout leasehold's command connection runs with (its
+        // default 10 s command timeout): each command then arms a timer,
+        // as leasehold's do. (Like leasehold's, no unresponsive check:
+        // fred arms a timer on every turn of its loop for that one.)
         let timeout = Duration::from_secs(10);
         builder
             .with_connection_config(|c| {
                 c.connection_timeout = timeout;
                 c.internal_command_timeout = timeout;
-                c.unresponsive.max_timeout = Some(timeout);
-                c.unresponsive.interval = timeout / 4;
             })
             .with_performance_config(|p| p.default_command_timeout = timeout);
     }
