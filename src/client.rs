@@ -291,7 +291,7 @@ impl Client {
 
     /// `name` with the client's key prefix.
     pub(crate) fn key(&self, name: &str) -> String {
-        crate::core::concat(&[&self.inner.key_prefix, name])
+        crate::core::concat([&self.inner.key_prefix, name])
     }
 }
 

@@ -88,11 +88,10 @@ impl Call {
         all_args.extend(args);
         all_args.push(conn.latch_ttl_ms().into());
         all_args.push(Value::Integer(rid as i64));
-        let (keys, args) = (all_keys, all_args);
         Call {
             script,
-            keys,
-            args,
+            keys: all_keys,
+            args: all_args,
             rid,
         }
     }

@@ -137,31 +137,36 @@ pub(crate) fn lease_millis(lease: Duration) -> Result<i64> {
 /// Redisson's `prefixName`: `prefix:{name}`, or `prefix:name` when the
 /// name already has braces, so the result shares the name's hash slot.
 pub(crate) fn prefix_name(prefix: &str, name: &str) -> String {
-    if name.contains('{') {
-        concat(&[prefix, ":", name])
+    prefixed(prefix, name, &[])
+}
+
+/// [`prefix_name`] with `tail` appended, in one allocation.
+fn prefixed(prefix: &str, name: &str, tail: &[&str]) -> String {
+    let (open, close) = if name.contains('{') {
+        (":", "")
     } else {
-        concat(&[prefix, ":{", name, "}"])
-    }
+        (":{", "}")
+    };
+    concat(
+        [prefix, open, name, close]
+            .into_iter()
+            .chain(tail.iter().copied()),
+    )
 }
 
 /// Redisson's `suffixName`: `{name}:suffix`, or `name:suffix` when the
 /// name already has braces, so the result shares the name's hash slot.
 pub(crate) fn suffix_name(name: &str, suffix: &str) -> String {
     if name.contains('{') {
-        concat(&[name, ":", suffix])
+        concat([name, ":", suffix])
     } else {
-        concat(&["{", name, "}:", suffix])
+        concat(["{", name, "}:", suffix])
     }
 }
 
 /// The latch key of `field` on `key` (see `call.rs`): in `key`'s slot.
 pub(crate) fn latch_key(key: &str, field: &str) -> fred::types::Key {
-    let key = if key.contains('{') {
-        concat(&["leasehold_latch:", key, ":", field])
-    } else {
-        concat(&["leasehold_latch:{", key, "}:", field])
-    };
-    fred::types::Key::from(key)
+    fred::types::Key::from(prefixed("leasehold_latch", key, &[":", field]))
 }
 
 /// The latch key of `field` on `key` (as [`latch_key`]) and `field`
@@ -178,11 +183,14 @@ pub(crate) fn latch_and_field(key: &str, field: &str) -> (fred::types::Key, Str)
 /// `parts` joined, in one allocation of exactly their length (names are
 /// built on every acquire: no `format!` growth, and a `Bytes` made from
 /// the result needs no second header allocation).
-pub(crate) fn concat(parts: &[&str]) -> String {
-    let mut out = String::with_capacity(parts.iter().map(|p| p.len()).sum());
-    for part in parts {
-        out.push_str(part);
-    }
+pub(crate) fn concat<'a, I>(parts: I) -> String
+where
+    I: IntoIterator<Item = &'a str>,
+    I::IntoIter: Clone,
+{
+    let parts = parts.into_iter();
+    let mut out = String::with_capacity(parts.clone().map(str::len).sum());
+    parts.for_each(|part| out.push_str(part));
     out
 }
 
