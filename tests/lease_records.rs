@@ -12,7 +12,7 @@ use leasehold_testkit as support;
 use std::time::Duration;
 
 use leasehold::Client;
-use support::fixture::{client, within};
+use support::fixture::{client, client_with, within};
 use support::RedisServer;
 use tokio::task::JoinSet;
 
@@ -115,4 +115,56 @@ async fn no_record_is_left_behind_on_any_path() {
         g.unlock().await.expect("unlock");
     }
     assert_no_records(&a, "client a, after the final locks").await;
+}
+
+/// A record whose last user goes while a renewal cycle that carries its
+/// lease is under way is still removed: the watchdog's own references to
+/// a lease (its registry, the batch in flight) do not keep the record in
+/// the table after the cycle.
+///
+/// Thousands of held leases make each cycle (snapshot, call, verdicts)
+/// last long enough that short-lived locks, taken before a cycle's
+/// snapshot and released before its verdicts are applied, fall inside it
+/// many times over the rounds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_in_flight_does_not_keep_a_record() {
+    const HELD: usize = 3_000;
+    const CHURNERS: u64 = 16;
+    let server = RedisServer::start();
+    // A cycle every 100 ms.
+    let c = client_with(&server, |b| b.watchdog_timeout(Duration::from_millis(300))).await;
+    let mut held = Vec::with_capacity(HELD);
+    for i in 0..HELD {
+        held.push(
+            c.lock(&format!("records:held:{i}"))
+                .lock()
+                .await
+                .expect("lock"),
+        );
+    }
+    let mut tasks = JoinSet::new();
+    for t in 0..CHURNERS {
+        let c = c.clone();
+        tasks.spawn(async move {
+            let mut seed = 0x2545_f491_4f6c_dd1d_u64 ^ (t + 1);
+            for round in 0..40u64 {
+                // Unique names: a leaked record is never reused.
+                let name = format!("records:churn:{t}:{round}");
+                let g = c.lock(&name).lock().await.expect("lock");
+                // Held across 0 to 3 cycle starts.
+                tokio::time::sleep(Duration::from_millis(next(&mut seed) % 300)).await;
+                g.unlock().await.expect("unlock");
+            }
+        });
+    }
+    within(Duration::from_secs(120), "the churning tasks", async {
+        while let Some(r) = tasks.join_next().await {
+            r.expect("churning task");
+        }
+    })
+    .await;
+    for g in held {
+        g.unlock().await.expect("unlock");
+    }
+    assert_no_records(&c, "after short holds beside renewal cycles").await;
 }

@@ -35,7 +35,7 @@
 //! them ([`LeaseRef`]: guards, waiters, calls in flight, background jobs) or
 //! Redis may still count holds for them.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -131,6 +131,11 @@ pub(crate) struct Lease {
     pub(crate) channel: Key,
     pub(crate) owner: u64,
     pub(crate) tag: u8,
+    /// Live [`LeaseRef`]s: the record's users. The table drops an idle
+    /// record when its last user goes; other references (the watchdog's
+    /// registry and the batches it has in flight) do not keep it there.
+    /// Goes from 0 to 1 only under the table's lock on the key.
+    users: AtomicU32,
     pub(crate) watchdog: Watchdog,
     /// The client's counters (renewals and losses are counted per lease).
     pub(crate) stats: Arc<Counters>,
@@ -263,6 +268,7 @@ impl Leases {
                     channel: init.channel,
                     owner,
                     tag,
+                    users: AtomicU32::new(0),
                     watchdog: watchdog.clone(),
                     stats: self.stats.clone(),
                     turn: tokio::sync::Semaphore::const_new(1),
@@ -280,10 +286,10 @@ impl Leases {
                 lease
             }
         };
-        LeaseRef {
-            lease: Some(lease),
-            table: Arc::downgrade(self),
-        }
+        // Counted under the entry's lock (see `remove_idle`).
+        let lease = LeaseRef::new(lease, Arc::downgrade(self));
+        drop(entry);
+        lease
     }
 
     /// Every lease in the table (shutdown waits for their calls).
@@ -291,10 +297,7 @@ impl Leases {
         let mut out = Vec::new();
         for entry in self.map.iter() {
             for lease in entry.iter() {
-                out.push(LeaseRef {
-                    lease: Some(lease.clone()),
-                    table: Arc::downgrade(self),
-                });
+                out.push(LeaseRef::new(lease.clone(), Arc::downgrade(self)));
             }
         }
         out
@@ -310,10 +313,7 @@ impl Leases {
         let mut out = Vec::new();
         for entry in self.map.iter() {
             for lease in entry.iter().filter(|l| l.state.lock().holds > 0) {
-                out.push(LeaseRef {
-                    lease: Some(lease.clone()),
-                    table: Arc::downgrade(self),
-                });
+                out.push(LeaseRef::new(lease.clone(), Arc::downgrade(self)));
             }
         }
         out
@@ -346,9 +346,15 @@ impl Leases {
         }
     }
 
+    /// Drops the records of `key` that no [`LeaseRef`] uses and that hold
+    /// nothing. Runs under the key's lock, as does every count of a first
+    /// user (`get`, `all`, `held`), so a record is never dropped while
+    /// being handed out. The watchdog may still refer to a dropped record
+    /// for the rest of a cycle: it has no hold, so nothing the cycle does
+    /// to it (a verdict, a loss) reaches a guard.
     fn remove_idle(&self, key: &Key) {
         self.map.remove_if_mut(key, |_, leases| {
-            leases.retain(|l| Arc::strong_count(l) > 1 || l.state.lock().holds > 0);
+            leases.retain(|l| l.users.load(Ordering::Acquire) > 0 || l.state.lock().holds > 0);
             // A burst of owners on one key (many tasks trying it at once)
             // leaves no large buffer behind while the key stays held.
             if leases.capacity() > 4 * leases.len().max(1) {
@@ -413,9 +419,16 @@ impl LeaseRef {
     }
 
     pub(crate) fn clone_ref(&self) -> LeaseRef {
+        LeaseRef::new(self.lease().clone(), self.table.clone())
+    }
+
+    /// A new user of `lease`. Its first user is counted under the table's
+    /// lock on the key; later ones while an earlier one lives.
+    fn new(lease: Arc<Lease>, table: Weak<Leases>) -> LeaseRef {
+        lease.users.fetch_add(1, Ordering::Relaxed);
         LeaseRef {
-            lease: self.lease.clone(),
-            table: self.table.clone(),
+            lease: Some(lease),
+            table,
         }
     }
 }
@@ -432,10 +445,12 @@ impl Drop for LeaseRef {
         let Some(lease) = self.lease.take() else {
             return;
         };
-        let key = lease.key.clone();
-        drop(lease);
-        if let Some(table) = self.table.upgrade() {
-            table.remove_idle(&key);
+        if lease.users.fetch_sub(1, Ordering::AcqRel) == 1 {
+            let key = lease.key.clone();
+            drop(lease);
+            if let Some(table) = self.table.upgrade() {
+                table.remove_idle(&key);
+            }
         }
     }
 }
