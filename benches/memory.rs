@@ -148,6 +148,20 @@ async fn allocations_per_pair(client: &Client) -> (f64, f64) {
     )
 }
 
+/// Heap allocations per `client.lock(name)` handle made and dropped,
+/// without a call (the pattern `client.lock(&name).lock()` pays it per
+/// acquire). The name is formatted before counting.
+fn allocations_per_handle(client: &Client) -> f64 {
+    const HANDLES: usize = 10_000;
+    let names: Vec<String> = (0..HANDLES).map(|i| format!("alloc:handle:{i}")).collect();
+    let (a0, _) = allocated();
+    for name in &names {
+        std::hint::black_box(client.lock(name));
+    }
+    let (a1, _) = allocated();
+    (a1 - a0) as f64 / HANDLES as f64
+}
+
 fn main() {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -281,6 +295,11 @@ async fn run() {
     println!("a `FairLock::lock()` future (a fair waiter's task carries it inline): {fair_future_size} B");
     println!();
     println!("uncontended lock() + unlock(), one task, one handle: {allocs:.1} heap allocations and {bytes:.0} bytes allocated per pair");
+    println!();
+    println!(
+        "a `client.lock(name)` handle, made and dropped: {:.1} heap allocations",
+        allocations_per_handle(&client)
+    );
     client.shutdown().await.expect("shutdown");
 }
 
