@@ -293,6 +293,11 @@ impl Client {
     pub(crate) fn key(&self, name: &str) -> String {
         crate::core::concat([&self.inner.key_prefix, name])
     }
+
+    /// The key prefix given to the builder ("" if none).
+    pub(crate) fn key_prefix(&self) -> &str {
+        &self.inner.key_prefix
+    }
 }
 
 impl Drop for ClientInner {

@@ -58,9 +58,8 @@ use crate::owner::Owner;
 pub struct LockGuard {
     /// Gives the hold back when dropped (see `core::hold`).
     hold: Hold,
-    /// The lock's key; its name (without the key prefix) is the tail
-    /// from `name_at` (one string kept, not two).
-    key: Arc<str>,
+    /// Where the lock's name (without the key prefix) starts in its key,
+    /// which the hold's lease record keeps.
     name_at: usize,
     owner: Owner,
     /// A channel subscription kept while the guard lives, and a moment
@@ -151,9 +150,10 @@ impl LeaseSignal {
 // === impl LockGuard ===
 
 impl LockGuard {
-    /// A guard of `hold` on the lock named `name`, whose key is `key` (the
-    /// client's key prefix, then `name`).
-    pub(crate) fn new(hold: Hold, name: &str, key: Arc<str>, owner: Owner) -> LockGuard {
+    /// A guard of `hold` on the lock named `name` (its key is the client's
+    /// key prefix, then `name`).
+    pub(crate) fn new(hold: Hold, name: &str, owner: Owner) -> LockGuard {
+        let key = key_text(hold.key());
         debug_assert!(key.ends_with(name), "a lock's key ends with its name");
         let name_at = if key.ends_with(name) {
             key.len() - name.len()
@@ -162,7 +162,6 @@ impl LockGuard {
         };
         LockGuard {
             hold,
-            key,
             name_at,
             owner,
             _keep: None,
@@ -198,11 +197,12 @@ impl LockGuard {
     /// # Ok(()) }
     /// ```
     pub async fn unlock(self) -> Result<()> {
-        let key = self.key.clone();
+        // A counted reference (the record may go with the hold).
+        let key = self.hold.key().clone();
         match self.hold.release().await {
             Ok(true) => Ok(()),
             Ok(false) => Err(Error::NotHeld {
-                name: key.to_string(),
+                name: key_text(&key).to_owned(),
             }),
             Err(e) => Err(e),
         }
@@ -246,7 +246,7 @@ impl LockGuard {
         match self.hold.extend(lease).await {
             Ok(true) => Ok(()),
             Ok(false) => Err(Error::NotHeld {
-                name: self.key.to_string(),
+                name: self.key().to_owned(),
             }),
             Err(e) => Err(e),
         }
@@ -319,7 +319,7 @@ impl LockGuard {
     /// # Ok(()) }
     /// ```
     pub fn name(&self) -> &str {
-        &self.key[self.name_at..]
+        self.key().get(self.name_at..).unwrap_or_default()
     }
 
     /// The Redis key of the lock this guard holds (prefix included).
@@ -333,7 +333,7 @@ impl LockGuard {
     /// # Ok(()) }
     /// ```
     pub fn key(&self) -> &str {
-        &self.key
+        key_text(self.hold.key())
     }
 
     /// The fencing token this hold's acquire took: `Some` for a fenced
@@ -391,7 +391,8 @@ impl LockGuard {
     /// [`run`](Self::run)).
     pub(crate) async fn finish<T>(self, output: Option<T>) -> Result<T> {
         let lost = output.is_none() || self.is_lost();
-        let name = self.key.clone();
+        let key = self.hold.key().clone();
+        let name = key_text(&key);
         let released = self.unlock().await;
         match (output, released) {
             (Some(output), Ok(())) if !lost => Ok(output),
@@ -425,4 +426,10 @@ impl LockGuard {
     pub fn owner(&self) -> Owner {
         self.owner
     }
+}
+
+/// A lock key as text: every key is made from a `&str` (a non-text key
+/// would read as "").
+fn key_text(key: &fred::types::Key) -> &str {
+    key.as_str().unwrap_or_default()
 }

@@ -48,7 +48,7 @@ pub(crate) struct Spec<'a> {
     /// Makes the lease record, the first time this owner acquires.
     pub(crate) init: &'a (dyn Fn() -> LeaseInit + Sync),
     /// Where releases are announced, and what a message there wakes.
-    pub(crate) channel: &'a Arc<str>,
+    pub(crate) channel: &'a str,
     pub(crate) policy: Policy,
     /// A fixed lease; `None`: the watchdog keeps it.
     pub(crate) lease: Option<Duration>,

@@ -317,6 +317,16 @@ impl Hold {
         self.signal.until()
     }
 
+    /// The key of the lock this hold is on.
+    pub(crate) fn key(&self) -> &fred::types::Key {
+        &self
+            .parts
+            .as_ref()
+            .unwrap_or_else(|| unreachable!("a live hold has its parts"))
+            .lease
+            .key
+    }
+
     /// The fencing token its acquire took, if the kind hands them out.
     pub(crate) fn token(&self) -> Option<u64> {
         self.token

@@ -142,16 +142,40 @@ pub(crate) fn prefix_name(prefix: &str, name: &str) -> String {
 
 /// [`prefix_name`] with `tail` appended, in one allocation.
 fn prefixed(prefix: &str, name: &str, tail: &[&str]) -> String {
-    let (open, close) = if name.contains('{') {
-        (":", "")
-    } else {
-        (":{", "}")
-    };
+    let (open, close) = braces(name.contains('{'));
     concat(
         [prefix, open, name, close]
             .into_iter()
             .chain(tail.iter().copied()),
     )
+}
+
+/// What [`prefix_name`] puts around a name: braces unless it has some.
+fn braces(has_braces: bool) -> (&'static str, &'static str) {
+    if has_braces {
+        (":", "")
+    } else {
+        (":{", "}")
+    }
+}
+
+/// A lock's key (`key_prefix` + `name`) followed by its channel
+/// (`prefix_name(channel_prefix, key)`), written once into one buffer:
+/// returns it and the key's length. The key and channel a handle sends,
+/// and the strings it and its guards show, are slices of this buffer: one
+/// allocation per handle, shared by every record and guard of the lock.
+pub(crate) fn key_then_channel(key_prefix: &str, name: &str, channel_prefix: &str) -> (Str, usize) {
+    let (open, close) = braces(key_prefix.contains('{') || name.contains('{'));
+    let text = concat([
+        key_prefix,
+        name,
+        channel_prefix,
+        open,
+        key_prefix,
+        name,
+        close,
+    ]);
+    (Str::from(text), key_prefix.len() + name.len())
 }
 
 /// Redisson's `suffixName`: `{name}:suffix`, or `name:suffix` when the
@@ -352,5 +376,30 @@ mod tests {
             latch_key("{t}:a", "id:7"),
             fred::types::Key::from("leasehold_latch:{t}:a:id:7")
         );
+    }
+
+    /// A handle's one buffer holds exactly the key and the channel
+    /// `prefix_name` makes from it (Redisson's brace rule, applied to the
+    /// whole key: prefix and name).
+    #[test]
+    fn a_key_then_its_channel_in_one_buffer() {
+        for (prefix, name) in [
+            ("", "orders:42"),
+            ("app:", "orders:42"),
+            ("{app}:", "orders:42"),
+            ("app:", "{t}:x"),
+            ("", ""),
+            ("é:", "ünï"),
+        ] {
+            let (text, key_len) = key_then_channel(prefix, name, "redisson_lock__channel");
+            let key = format!("{prefix}{name}");
+            assert_eq!(&text[..key_len], key);
+            assert_eq!(
+                &text[key_len..],
+                prefix_name("redisson_lock__channel", &key)
+            );
+        }
+        let (text, key_len) = key_then_channel("", "a", "redisson_lock__channel");
+        assert_eq!(&text[key_len..], "redisson_lock__channel:{a}");
     }
 }

@@ -280,11 +280,7 @@ impl PubSub {
     ///
     /// Dropping the future drops the `Subscription` it was building, which
     /// releases its reference (and unsubscribes if it was the last).
-    pub(crate) async fn subscribe(
-        &self,
-        channel: &Arc<str>,
-        policy: Policy,
-    ) -> Result<Subscription> {
+    pub(crate) async fn subscribe(&self, channel: &str, policy: Policy) -> Result<Subscription> {
         let waiter = Arc::new(Waiter::default());
         let entry = self.join(channel, policy, Some(&waiter)).await;
         let sub = Subscription {
@@ -308,24 +304,31 @@ impl PubSub {
     /// first), with `waiter` queued at the back if given.
     async fn join(
         &self,
-        channel: &Arc<str>,
+        channel: &str,
         policy: Policy,
         waiter: Option<&Arc<Waiter>>,
     ) -> Arc<Channel> {
         loop {
-            let entry = self
-                .shared
-                .channels
-                .entry(channel.clone())
-                .or_insert_with(|| {
-                    let entry = Arc::new(Channel::new(channel.clone(), policy));
-                    if self.shared.ops.send(Op::Subscribe(entry.clone())).is_err() {
-                        // The queue's task is gone (runtime shut down).
-                        entry.ready.send_replace(Ready::Closed);
-                    }
-                    entry
-                })
-                .clone();
+            // The name is copied only for a new entry: most joins find one.
+            let found = self.shared.channels.get(channel).map(|e| e.clone());
+            let entry = match found {
+                Some(entry) => entry,
+                None => {
+                    let name: Arc<str> = Arc::from(channel);
+                    self.shared
+                        .channels
+                        .entry(name.clone())
+                        .or_insert_with(|| {
+                            let entry = Arc::new(Channel::new(name, policy));
+                            if self.shared.ops.send(Op::Subscribe(entry.clone())).is_err() {
+                                // The queue's task is gone (runtime shut down).
+                                entry.ready.send_replace(Ready::Closed);
+                            }
+                            entry
+                        })
+                        .clone()
+                }
+            };
             let joined = {
                 let mut state = entry.state.lock();
                 if !state.closed {
@@ -353,7 +356,7 @@ impl PubSub {
     /// [`join_subscribed`](Self::join_subscribed)).
     ///
     /// Cancel safe: nothing is held until it returns.
-    pub(crate) async fn pin(&self, channel: &Arc<str>, policy: Policy) -> Pin {
+    pub(crate) async fn pin(&self, channel: &str, policy: Policy) -> Pin {
         let entry = self.join(channel, policy, None).await;
         Pin {
             shared: self.shared.clone(),
@@ -365,7 +368,7 @@ impl PubSub {
     /// subscription already (no command is sent): a waiter that joins this
     /// way before its first try cannot miss a message published after
     /// that try, so it needs no second try after subscribing.
-    pub(crate) fn join_subscribed(&self, channel: &Arc<str>) -> Option<Subscription> {
+    pub(crate) fn join_subscribed(&self, channel: &str) -> Option<Subscription> {
         let entry = self.shared.channels.get(channel)?.clone();
         if !matches!(*entry.ready.borrow(), Ready::Subscribed) {
             return None;

@@ -51,7 +51,7 @@ const RETRY_MAX: Duration = Duration::from_secs(1);
 /// passes on a wake-up it held, and drops its subscription reference.
 pub(crate) fn wait_for<'a, T, F, Fut>(
     engine: &'a Arc<Engine>,
-    channel: &'a Arc<str>,
+    channel: &'a str,
     policy: Policy,
     wait: Option<Duration>,
     mut attempt: F,
@@ -75,7 +75,7 @@ where
 #[allow(clippy::manual_async_fn)]
 pub(crate) fn wait_for_handed<'a, T, F, Fut>(
     engine: &'a Arc<Engine>,
-    channel: &'a Arc<str>,
+    channel: &'a str,
     policy: Policy,
     wait: Option<Duration>,
     mut attempt: F,

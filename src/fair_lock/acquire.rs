@@ -158,7 +158,7 @@ impl FairLock {
     }
 
     fn guard(&self, hold: Hold, owner: Owner) -> LockGuard {
-        LockGuard::new(hold, &self.name, self.key_str.clone(), owner)
+        LockGuard::new(hold, &self.name, owner)
     }
 }
 

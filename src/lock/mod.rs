@@ -34,9 +34,10 @@ pub(crate) use holders::holders_of;
 pub use holders::Holder;
 
 use std::future::Future;
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 use std::time::Duration;
 
+use fred::bytes_utils::Str;
 use fred::interfaces::{HashesInterface, KeysInterface};
 use fred::types::{Key, Value};
 use tokio::time::Instant;
@@ -44,8 +45,8 @@ use tokio::time::Instant;
 use crate::client::Client;
 use crate::core::acquire::{acquire, Spec};
 use crate::core::call::Call;
+use crate::core::key_then_channel;
 use crate::core::lease::{AcquireReply, Kind, Lease, LeaseInit, ReleaseReply};
-use crate::core::prefix_name;
 use crate::core::pubsub::wake_one;
 use crate::core::script::Script;
 use crate::core::watchdog::{Packed, Renewal};
@@ -91,11 +92,15 @@ use crate::owner::Owner;
 #[derive(Clone, Debug)]
 pub struct Lock {
     client: Client,
-    name: Arc<str>,
-    key_str: Arc<str>,
+    /// The key, then the channel, in one buffer
+    /// (`core::key_then_channel`); `key`, `channel_key` and the strings
+    /// the accessors return are slices of it.
+    text: Str,
     key: Key,
-    channel: Arc<str>,
     channel_key: Key,
+    /// Where the name starts in the key, and where the key ends.
+    name_at: usize,
+    key_len: usize,
 }
 
 /// The lock's scripts, hashed once per process.
@@ -193,15 +198,15 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub fn lock(&self, name: &str) -> Lock {
-        let key = self.key(name);
-        let channel = prefix_name("redisson_lock__channel", &key);
+        let prefix = self.key_prefix();
+        let (text, key_len) = key_then_channel(prefix, name, "redisson_lock__channel");
         Lock {
             client: self.clone(),
-            name: name.into(),
-            key: Key::from(key.as_str()),
-            key_str: key.into(),
-            channel_key: Key::from(channel.as_str()),
-            channel: channel.into(),
+            key: Key::from(text.slice(..key_len)),
+            channel_key: Key::from(text.slice(key_len..)),
+            text,
+            name_at: prefix.len(),
+            key_len,
         }
     }
 }
@@ -219,7 +224,7 @@ impl Lock {
     /// # }
     /// ```
     pub fn name(&self) -> &str {
-        &self.name
+        &self.text[self.name_at..self.key_len]
     }
 
     /// The Redis key of the lock hash (prefix included).
@@ -232,7 +237,7 @@ impl Lock {
     /// # }
     /// ```
     pub fn key(&self) -> &str {
-        &self.key_str
+        &self.text[..self.key_len]
     }
 
     /// The unlock channel: `redisson_lock__channel:{<key>}`, or
@@ -247,7 +252,7 @@ impl Lock {
     /// # }
     /// ```
     pub fn channel(&self) -> &str {
-        &self.channel
+        &self.text[self.key_len..]
     }
 
     /// Runs `work` under the lock: waits for it (as [`lock`](Self::lock),
@@ -578,7 +583,7 @@ impl Lock {
 
     pub(crate) fn check(&self) -> Result<()> {
         self.client.engine().check()?;
-        if self.name.is_empty() {
+        if self.name().is_empty() {
             return Err(Error::invalid("lock name is empty"));
         }
         Ok(())
@@ -615,14 +620,14 @@ impl Lock {
             let owner = Owner::current();
             let init = || {
                 let field = self.client.field(owner.id(), "");
-                LeaseInit::new(&LockKind, &self.key_str, &field, self.channel_key.clone())
+                LeaseInit::new(&LockKind, self.key(), &field, self.channel_key.clone())
             };
             let spec = Spec {
                 key: &self.key,
                 tag: TAG,
                 owner: owner.id(),
                 init: &init,
-                channel: &self.channel,
+                channel: self.channel(),
                 policy: wake_one,
                 lease,
                 wait,
@@ -638,7 +643,7 @@ impl Lock {
                 )
             })
             .await?;
-            Ok(hold.map(|hold| LockGuard::new(hold, &self.name, self.key_str.clone(), owner)))
+            Ok(hold.map(|hold| LockGuard::new(hold, self.name(), owner)))
         }
     }
 }
