@@ -93,6 +93,34 @@ fn once_a_second(last: &AtomicU64) -> bool {
 // === impl Conn ===
 
 impl Conn {
+    /// A connection that never connects, for unit tests of the engine's
+    /// bookkeeping (nothing is sent on it).
+    #[cfg(test)]
+    pub(crate) fn offline() -> Conn {
+        let config = Config::default();
+        let redis = Builder::from_config(config.clone())
+            .build()
+            .unwrap_or_else(|e| panic!("an unconnected fred client: {e}"));
+        Conn {
+            id: NEXT_CONN.fetch_add(1, Ordering::Relaxed),
+            redis,
+            clustered: false,
+            sharded: false,
+            script_flags: true,
+            settings: Settings {
+                config,
+                command_timeout: Duration::from_secs(1),
+                message_capacity: 16,
+                latch_ttl: Duration::from_secs(60),
+                rids: Arc::new(AtomicU64::new(1)),
+            },
+            closed: AtomicBool::new(false),
+            last_reset: AtomicU64::new(0),
+            last_refresh: AtomicU64::new(0),
+            unanswered_since: AtomicU64::new(0),
+        }
+    }
+
     /// Connects the command and subscriber connections and loads
     /// `scripts`. `sharded`: `None` picks sharded pub/sub on a Redis 7+
     /// cluster, as Redisson's default does.

@@ -723,11 +723,28 @@ impl Sent {
     /// A renewal sent at `sent` found the field and raised its TTL to at
     /// least `ttl`. (Not counted in the stats: the caller counts, once
     /// per batch.)
+    ///
+    /// The deadline rises no further than the live holds need now. A
+    /// release counted as sent before this renewal's snapshot (so `gen`
+    /// matches) may still reach Redis after the renewal, and it sets the
+    /// TTL to what the holds left after it need: the watchdog timeout
+    /// while a watchdog hold lives, else the latest fixed deadline. A
+    /// release that could cut below that has retired its hold before, so
+    /// it is seen here.
     pub(crate) fn renewed(&self, sent: Instant, ttl: Duration) {
         let s = self.lease.state.lock();
-        if s.gen == self.gen && !ttl.is_zero() {
-            s.signal.extend(sent + ttl);
+        if s.gen != self.gen || ttl.is_zero() {
+            return;
         }
+        let to = if s.watched > 0 {
+            sent + ttl
+        } else {
+            match s.fixed.iter().max() {
+                Some(&deadline) => deadline.min(sent + ttl),
+                None => return,
+            }
+        };
+        s.signal.extend(to);
     }
 
     /// A renewal of this lease got no answer in time (counted; whether
@@ -859,6 +876,109 @@ impl Signal {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A kind for bookkeeping tests: nothing is sent.
+    #[derive(Debug)]
+    struct Offline;
+
+    impl Kind for Offline {
+        fn release_call(&self, _: &Lease, _: u32, _: i64, _: u64) -> Call {
+            unreachable!("nothing is sent in these tests")
+        }
+        fn acquire_reply(&self, _: &[i64]) -> AcquireReply {
+            unreachable!("nothing is sent in these tests")
+        }
+        fn release_reply(&self, _: &[i64]) -> ReleaseReply {
+            unreachable!("nothing is sent in these tests")
+        }
+        fn renewal(&self) -> &'static Renewal {
+            unreachable!("nothing is sent in these tests")
+        }
+        fn excludes(&self, _: &Lease, _: &Lease) -> bool {
+            true
+        }
+    }
+
+    /// A lease record on a connection that never connects, and its table.
+    fn offline_lease() -> (Arc<Leases>, LeaseRef) {
+        let table = Arc::new(Leases::default());
+        let conn = Arc::new(Conn::offline());
+        let watchdog = Watchdog::new(Duration::from_secs(30)).unwrap();
+        let key = Key::from("k");
+        let lease = table.get(&conn, &watchdog, &key, 1, 0, &|| {
+            LeaseInit::new(&Offline, "k", "f", Key::from("c"))
+        });
+        (table, lease)
+    }
+
+    /// A renewal that overtook a release on the wire (the release's call
+    /// was counted as sent, then the cycle's snapshot was taken and its
+    /// batch handed to the driver first) must not raise the deadline past
+    /// what the release set: the release ran last, and cut the key's TTL
+    /// to what the remaining fixed hold needs.
+    #[tokio::test]
+    async fn a_renewal_overtaken_by_the_last_watchdog_release_does_not_outlive_it() {
+        let (_table, lease) = offline_lease();
+        let start = Instant::now();
+        let fixed = Term::Fixed(start + Duration::from_secs(3));
+        // One watchdog hold, then the same owner re-enters with a 3 s lease.
+        lease.acquired(1, Term::Watchdog, start, Duration::from_secs(30));
+        let (signal, _) = lease.acquired(2, fixed, start, Duration::from_secs(30));
+        // The watchdog hold is unlocked: retired, its release counted as sent.
+        lease.retire(Term::Watchdog);
+        let release_sent = Instant::now();
+        lease.begin_call();
+        // A cycle takes its snapshot now, and its batch reaches Redis
+        // before the release does.
+        let renewal = lease.lease().snapshot();
+        let renewal_sent = Instant::now();
+        // The release runs after it: one hold left, TTL cut to 3 s.
+        let ttl = Duration::from_secs(3);
+        lease.released(ReleaseReply::Remaining, 1, release_sent, ttl);
+        let release_applied = Instant::now();
+        // The renewal's reply is applied last.
+        renewal.renewed(renewal_sent, Duration::from_secs(30));
+        assert!(
+            signal.until() <= release_applied + ttl,
+            "the fixed hold's deadline is {:?} past what the release left in Redis",
+            signal.until() - (release_applied + ttl)
+        );
+        lease.lease().watchdog.deregister(lease.lease());
+    }
+
+    /// While a watchdog hold lives, a renewal raises the deadline to send
+    /// time + TTL; with only fixed holds, no further than the latest of
+    /// their deadlines; with no live hold, not at all.
+    #[tokio::test]
+    async fn a_renewal_raises_the_deadline_as_far_as_the_live_holds_need() {
+        let (_table, lease) = offline_lease();
+        let start = Instant::now();
+        let (signal, _) = lease.acquired(1, Term::Watchdog, start, Duration::from_secs(10));
+        let sent = Instant::now();
+        lease
+            .lease()
+            .snapshot()
+            .renewed(sent, Duration::from_secs(30));
+        assert_eq!(signal.until(), sent + Duration::from_secs(30));
+
+        let deadline = start + Duration::from_secs(40);
+        lease.acquired(2, Term::Fixed(deadline), start, Duration::from_secs(30));
+        lease.retire(Term::Watchdog);
+        let sent = Instant::now();
+        lease
+            .lease()
+            .snapshot()
+            .renewed(sent, Duration::from_secs(60));
+        assert_eq!(signal.until(), deadline);
+
+        lease.retire(Term::Fixed(deadline));
+        lease
+            .lease()
+            .snapshot()
+            .renewed(Instant::now(), Duration::from_secs(90));
+        assert_eq!(signal.until(), deadline);
+        lease.lease().watchdog.deregister(lease.lease());
+    }
 
     /// Lost is final: a renewal that confirms a lease after its deadline
     /// passed (a late reply, a starved renewal thread) does not bring the
