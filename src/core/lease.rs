@@ -43,6 +43,7 @@ use dashmap::DashMap;
 use fred::bytes_utils::Str;
 use fred::types::Key;
 use parking_lot::Mutex;
+use smallvec::SmallVec;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -198,7 +199,8 @@ impl LeaseInit {
 /// The client's leases, by lock key.
 #[derive(Debug, Default)]
 pub(crate) struct Leases {
-    map: DashMap<Key, Vec<Arc<Lease>>>,
+    /// Most keys have one record: kept inline in the map's slot.
+    map: DashMap<Key, SmallVec<[Arc<Lease>; 1]>>,
     /// The client's counters, given to every lease.
     pub(crate) stats: Arc<Counters>,
 }
@@ -249,12 +251,7 @@ impl Leases {
         tag: u8,
         init: &(dyn Fn() -> LeaseInit + Sync),
     ) -> LeaseRef {
-        // Most keys have one lease: room for one, not the four a first
-        // push makes.
-        let mut entry = self
-            .map
-            .entry(key.clone())
-            .or_insert_with(|| Vec::with_capacity(1));
+        let mut entry = self.map.entry(key.clone()).or_default();
         let lease = match entry.iter().find(|l| l.owner == owner && l.tag == tag) {
             Some(lease) => lease.clone(),
             None => {
@@ -338,7 +335,7 @@ impl Leases {
     /// this client on it is gone.
     pub(crate) fn key_gone(&self, key: &Key, why: &str) {
         let leases: Vec<Arc<Lease>> = match self.map.get(key) {
-            Some(entry) => entry.clone(),
+            Some(entry) => entry.to_vec(),
             None => return,
         };
         for lease in leases {
