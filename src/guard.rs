@@ -150,16 +150,9 @@ impl LeaseSignal {
 // === impl LockGuard ===
 
 impl LockGuard {
-    /// A guard of `hold` on the lock named `name` (its key is the client's
-    /// key prefix, then `name`).
-    pub(crate) fn new(hold: Hold, name: &str, owner: Owner) -> LockGuard {
-        let key = key_text(hold.key());
-        debug_assert!(key.ends_with(name), "a lock's key ends with its name");
-        let name_at = if key.ends_with(name) {
-            key.len() - name.len()
-        } else {
-            0
-        };
+    /// A guard of `hold`, on a lock whose key is the client's key prefix
+    /// (`name_at` bytes) followed by the lock's name.
+    pub(crate) fn new(hold: Hold, name_at: usize, owner: Owner) -> LockGuard {
         LockGuard {
             hold,
             name_at,

@@ -158,7 +158,7 @@ impl FairLock {
     }
 
     fn guard(&self, hold: Hold, owner: Owner) -> LockGuard {
-        LockGuard::new(hold, &self.name, owner)
+        LockGuard::new(hold, self.client.key_prefix().len(), owner)
     }
 }
 

@@ -98,9 +98,6 @@ pub struct Lock {
     text: Str,
     key: Key,
     channel_key: Key,
-    /// Where the name starts in the key, and where the key ends.
-    name_at: usize,
-    key_len: usize,
 }
 
 /// The lock's scripts, hashed once per process.
@@ -198,15 +195,12 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub fn lock(&self, name: &str) -> Lock {
-        let prefix = self.key_prefix();
-        let (text, key_len) = key_then_channel(prefix, name, "redisson_lock__channel");
+        let (text, key_len) = key_then_channel(self.key_prefix(), name, "redisson_lock__channel");
         Lock {
             client: self.clone(),
             key: Key::from(text.slice(..key_len)),
             channel_key: Key::from(text.slice(key_len..)),
             text,
-            name_at: prefix.len(),
-            key_len,
         }
     }
 }
@@ -224,7 +218,7 @@ impl Lock {
     /// # }
     /// ```
     pub fn name(&self) -> &str {
-        &self.text[self.name_at..self.key_len]
+        &self.key()[self.client.key_prefix().len()..]
     }
 
     /// The Redis key of the lock hash (prefix included).
@@ -237,7 +231,7 @@ impl Lock {
     /// # }
     /// ```
     pub fn key(&self) -> &str {
-        &self.text[..self.key_len]
+        &self.text[..self.key.as_bytes().len()]
     }
 
     /// The unlock channel: `redisson_lock__channel:{<key>}`, or
@@ -252,7 +246,7 @@ impl Lock {
     /// # }
     /// ```
     pub fn channel(&self) -> &str {
-        &self.text[self.key_len..]
+        &self.text[self.key.as_bytes().len()..]
     }
 
     /// Runs `work` under the lock: waits for it (as [`lock`](Self::lock),
@@ -643,7 +637,7 @@ impl Lock {
                 )
             })
             .await?;
-            Ok(hold.map(|hold| LockGuard::new(hold, self.name(), owner)))
+            Ok(hold.map(|hold| LockGuard::new(hold, self.client.key_prefix().len(), owner)))
         }
     }
 }

@@ -486,7 +486,7 @@ impl Names {
             mode.acquire_call(lease, lease_ms, rid)
         })
         .await?;
-        Ok(hold.map(|hold| LockGuard::new(hold, &self.name, owner)))
+        Ok(hold.map(|hold| LockGuard::new(hold, self.client.key_prefix().len(), owner)))
     }
 
     /// Whether `owner` has a live read guard on this lock in this client.
