@@ -614,6 +614,9 @@ impl ClientBuilder {
         };
         let engine = start_engine(options, self.connect_retry).await?;
         let id = uuid::Uuid::new_v4();
+        // A release by another client of this process can then hand this
+        // client's waiters what it granted them directly.
+        engine.pubsub.serve_here(id);
         let inner = ClientInner {
             id,
             field_prefix: format!("{id}:").into(),

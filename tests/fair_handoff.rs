@@ -208,6 +208,106 @@ async fn a_reentry_after_adoption_counts_as_a_reentry() {
     eventually(HANG, "no key left", || lock_keys(&server).is_empty()).await;
 }
 
+// === in this process ===
+
+/// When the head waiter is on a client of this process (here another
+/// client, as a second service instance in one process would be), the
+/// release hands it the grant itself, without waiting for Redis to carry
+/// the message: the waiter's connections are cut off (a blackholed proxy)
+/// just before the release, and it still holds the lock. Without the
+/// direct hand-over it would sleep until its re-check (the holder's 30 s
+/// lease) and then need Redis.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_hands_the_lock_to_a_waiter_of_this_process_directly() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(&server.addr()).await;
+    let a = client(&server).await;
+    let b = client_with(&server, |builder| builder.url(&proxy.url())).await;
+    let lock = a.fair_lock("here");
+    // Loads the scripts (a first EVALSHA may be refused).
+    b.fair_lock("here")
+        .lock()
+        .await
+        .unwrap()
+        .unlock()
+        .await
+        .unwrap();
+    let holder = lock.lock().await.unwrap();
+    let waiting = waiter(&b, "here", Some(Duration::from_secs(3)));
+    queued(&server, &lock, 1).await;
+    let field = queue(&server, &lock)[0].clone();
+    // The try's reply reaches the waiter and it goes back to sleep on its
+    // channel (microseconds; a second leaves room for a busy machine).
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    proxy.blackhole();
+    holder.unlock().await.unwrap();
+    let (_guard, got) = within(
+        Duration::from_secs(15),
+        "the waiter, cut off from Redis, to hold the lock",
+        waiting,
+    )
+    .await
+    .unwrap();
+    assert_eq!(got, field);
+    assert_eq!(server.cmd(&["HGET", "here", &field]), "1");
+    proxy.pass();
+}
+
+/// Two clients of one process hand a fair lock back and forth 30 times
+/// (fixed 4 s leases: no raise after a grant). Every acquisition costs
+/// one script (the try that queued the waiter, or the first uncontended
+/// one) and every release one: the grant reaches the waiter twice (from
+/// the releasing client, then from Redis), and the second copy must not
+/// wake the owner's next wait for a try that cannot succeed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_handed_twice_wakes_its_waiter_once() {
+    const ROUNDS: u64 = 30;
+    let server = RedisServer::start();
+    let (a, b) = (client(&server).await, client(&server).await);
+    for c in [&a, &b] {
+        c.fair_lock("twice")
+            .lock()
+            .await
+            .unwrap()
+            .unlock()
+            .await
+            .unwrap();
+    }
+    let before = settled_scripts(&server).await;
+    let (turn, _) = tokio::sync::watch::channel(0u64);
+    let turn = Arc::new(turn);
+    let mut sides = JoinSet::new();
+    for (first, c) in [(1u64, a.clone()), (2u64, b.clone())] {
+        let turn = turn.clone();
+        sides.spawn(async move {
+            let lock = c.fair_lock("twice");
+            let mut rx = turn.subscribe();
+            let mut k = first;
+            while k <= ROUNDS {
+                // Queue while the other side holds (its turn is k - 1).
+                rx.wait_for(|t| *t + 1 >= k).await.unwrap();
+                let guard = lock.lock_with_lease(Duration::from_secs(4)).await.unwrap();
+                turn.send_replace(k);
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                guard.unlock().await.unwrap();
+                k += 2;
+            }
+        });
+    }
+    within(HANG, "30 handoffs", async {
+        while let Some(side) = sides.join_next().await {
+            side.unwrap();
+        }
+    })
+    .await;
+    let scripts = settled_scripts(&server).await - before;
+    assert!(
+        scripts <= 2 * ROUNDS + 2,
+        "{scripts} scripts for {ROUNDS} acquisitions and releases: a grant woke its waiter again"
+    );
+    eventually(HANG, "no key left", || lock_keys(&server).is_empty()).await;
+}
+
 // === cancelled, dead, deaf ===
 
 /// 150 rounds: a waiter's future is dropped at a spread of moments around the

@@ -123,6 +123,14 @@ impl Kind {
         }
     }
 
+    /// The contender `short()` names.
+    pub fn from_short(short: &str) -> Option<Kind> {
+        Kind::ALL
+            .into_iter()
+            .chain([Kind::LeaseholdFair])
+            .find(|k| k.short() == short)
+    }
+
     /// Whether it can wait for a held lock (the raw baseline cannot).
     pub fn waits(self) -> bool {
         self != Kind::RawFred

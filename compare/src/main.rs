@@ -12,6 +12,7 @@
 
 use leasehold_testkit::server;
 
+mod across;
 mod contender;
 mod hot;
 mod json;
@@ -123,12 +124,18 @@ fn only_throughput() -> bool {
 }
 
 fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let peer = args.first().is_some_and(|a| a == "--handoff-peer");
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .expect("runtime");
-    runtime.block_on(run());
+    if peer {
+        runtime.block_on(across::peer(&args[1..]));
+    } else {
+        runtime.block_on(run());
+    }
 }
 
 async fn run() {
@@ -209,7 +216,8 @@ async fn run() {
         rows[0].1.handoff = bounded(handoff(Kind::Leasehold, &url, plan)).await;
         eprintln!("[handoff] {}", Kind::LeaseholdFair.label());
         let fair = bounded(handoff(Kind::LeaseholdFair, &url, plan)).await;
-        handoff_report(&ping, &rows, fair.as_ref());
+        let extra = extra_handoffs(fair, &url, plan).await;
+        handoff_report(&ping, &rows, &extra);
         return;
     }
 
@@ -266,6 +274,7 @@ async fn run() {
     // The fair lock's one-hop grant, measured the same way.
     eprintln!("[handoff] {}", Kind::LeaseholdFair.label());
     let fair_handoff = bounded(handoff(Kind::LeaseholdFair, &url, plan)).await;
+    let extra = extra_handoffs(fair_handoff.clone(), &url, plan).await;
     for (kind, row) in rows.iter_mut().filter(|(k, _)| k.waits()) {
         eprintln!("[hot lock] {}", kind.label());
         row.hot = bounded(hot(*kind, &url, plan)).await;
@@ -294,7 +303,7 @@ async fn run() {
     report(
         &ping,
         &rows,
-        fair_handoff.as_ref(),
+        &extra,
         redlock.as_ref(),
         plan,
         [&single, &multi],
@@ -823,7 +832,7 @@ fn fmt_opt<T>(v: &Option<T>, f: impl Fn(&T) -> String) -> String {
 fn report(
     ping: &Stats,
     rows: &[(Kind, Row)],
-    fair_handoff: Option<&Vec<f64>>,
+    extra: &[(String, Option<Vec<f64>>)],
     redlock: Option<&(Stats, f64, (f64, String))>,
     plan: Plan,
     pairs: [&Multi; 2],
@@ -924,7 +933,7 @@ fn report(
         );
     }
 
-    handoff_report(ping, rows, fair_handoff);
+    handoff_report(ping, rows, extra);
 
     println!("\n## Hot lock and mutual exclusion (64 tasks on 4 clients, one lock)\n");
     println!("| contender | acquisitions/s | handoffs/s (holder changed) | exact counter (GET+SET under the lock) |");
@@ -942,7 +951,31 @@ fn report(
 
 /// The handoff-latency table: every waiting contender of `rows`, then the
 /// fair lock's one-hop grant.
-fn handoff_report(ping: &Stats, rows: &[(Kind, Row)], fair_handoff: Option<&Vec<f64>>) {
+/// The handoff rows beyond one per contender: the fair lock's one-hop
+/// grant (`fair`, measured in this process as the others), then leasehold's
+/// lock and fair lock with the waiter in another process (`across.rs`).
+async fn extra_handoffs(
+    fair: Option<Vec<f64>>,
+    url: &str,
+    plan: Plan,
+) -> Vec<(String, Option<Vec<f64>>)> {
+    let mut extra = vec![(
+        format!("{} (one-hop grant)", Kind::LeaseholdFair.label()),
+        fair,
+    )];
+    for kind in [Kind::Leasehold, Kind::LeaseholdFair] {
+        eprintln!("[handoff, two processes] {}", kind.label());
+        let rounds = plan.handoff_rounds as u64;
+        let samples = bounded(across::handoff(kind, url, rounds, plan.handoff_limit)).await;
+        extra.push((
+            format!("{}, waiter in another process", kind.label()),
+            samples,
+        ));
+    }
+    extra
+}
+
+fn handoff_report(ping: &Stats, rows: &[(Kind, Row)], extra: &[(String, Option<Vec<f64>>)]) {
     println!("\n## Handoff latency (unlock() returned → other client's lock() returned; holder keeps the lock 2–102 ms)\n");
     let p100 = rows
         .iter()
@@ -973,11 +1006,11 @@ fn handoff_report(ping: &Stats, rows: &[(Kind, Row)], fair_handoff: Option<&Vec<
     for (kind, r) in rows.iter().filter(|(k, _)| k.waits()) {
         row(kind.label(), r.handoff.as_ref());
     }
-    // The fair lock's one-hop grant (target: p50 <= 0.6 × PING).
-    row(
-        &format!("{} (one-hop grant)", Kind::LeaseholdFair.label()),
-        fair_handoff,
-    );
+    // The fair lock's one-hop grant (target: p50 <= 0.6 × PING), and both
+    // locks with the waiter in another process.
+    for (label, samples) in extra {
+        row(label, samples.as_ref());
+    }
 }
 
 /// "median (min–max)" of per-round values.

@@ -48,9 +48,41 @@ pub(crate) struct Call {
 }
 
 /// A script's reply without the rid: a few integers, kept inline (the
-/// lock scripts reply with two or three), so reading one allocates nothing;
-/// a longer reply spills to the heap.
-pub(crate) type Reply = SmallVec<[i64; 4]>;
+/// lock scripts reply with two or three), so reading one allocates nothing
+/// (a longer reply spills to the heap); and, for a script that names
+/// something in its reply (the fair lock's release names the waiter it
+/// granted the lock to), one string after them. Derefs to the integers.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Reply {
+    ints: SmallVec<[i64; 4]>,
+    text: Option<Box<str>>,
+}
+
+impl Reply {
+    /// The string the reply ended with, if any. A latch's replay of a
+    /// re-sent request keeps only the integers, so this is a hint: the
+    /// integers are the reply.
+    pub(crate) fn text(&self) -> Option<&str> {
+        self.text.as_deref()
+    }
+}
+
+impl std::ops::Deref for Reply {
+    type Target = [i64];
+
+    fn deref(&self) -> &[i64] {
+        &self.ints
+    }
+}
+
+impl FromIterator<i64> for Reply {
+    fn from_iter<I: IntoIterator<Item = i64>>(iter: I) -> Reply {
+        Reply {
+            ints: iter.into_iter().collect(),
+            text: None,
+        }
+    }
+}
 
 /// How a call ended.
 #[derive(Debug, PartialEq, Eq)]
@@ -186,12 +218,24 @@ impl Call {
         let Value::Array(items) = reply else {
             return Err(out_of_step(format!("reply is not an array: {reply:?}")));
         };
-        let mut ints = items.iter().map(|item| {
+        // A last item that is a string and not a number is the reply's
+        // text (see `Reply`).
+        let text = match items.split_last() {
+            Some((last @ (Value::String(_) | Value::Bytes(_)), _)) if last.as_i64().is_none() => {
+                last.as_str().map(|t| Box::from(&*t))
+            }
+            _ => None,
+        };
+        let numbers = &items[..items.len() - usize::from(text.is_some())];
+        let mut ints = numbers.iter().map(|item| {
             item.as_i64()
                 .ok_or_else(|| out_of_step(format!("reply item {item:?}")))
         });
         let rid = ints.next().transpose()?;
-        let rest = ints.collect::<FredResult<Reply>>()?;
+        let rest = Reply {
+            ints: ints.collect::<FredResult<_>>()?,
+            text,
+        };
         match rid {
             Some(rid) if rid == self.rid as i64 => {
                 if rest.first() == Some(&-1) {
@@ -204,5 +248,65 @@ impl Call {
                 "reply {rid:?}, {rest:?} is not for this request"
             ))),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(rid: u64) -> Call {
+        let script: &'static Script = Box::leak(Box::new(Script::plain("test", "return 1")));
+        Call {
+            script,
+            keys: Vec::new(),
+            args: Vec::new(),
+            rid,
+        }
+    }
+
+    fn reply(items: Vec<Value>) -> Value {
+        Value::Array(items)
+    }
+
+    #[test]
+    fn a_reply_is_its_integers_after_the_rid() {
+        let read = call(7).read(reply(vec![7.into(), 2.into(), 1.into()]));
+        let Ok(Outcome::Ran(r)) = read else {
+            panic!("{read:?}")
+        };
+        assert_eq!(&r[..], &[2, 1]);
+        assert_eq!(r.text(), None);
+    }
+
+    #[test]
+    fn a_last_string_is_the_replys_text() {
+        let field = "0b1c3d52-1111-4222-8333-944455556666:9";
+        let items = vec![7.into(), 2.into(), 1.into(), Value::String(field.into())];
+        let read = call(7).read(reply(items));
+        let Ok(Outcome::Ran(r)) = read else {
+            panic!("{read:?}")
+        };
+        assert_eq!(&r[..], &[2, 1]);
+        assert_eq!(r.text(), Some(field));
+    }
+
+    #[test]
+    fn a_string_anywhere_else_is_not_our_reply() {
+        let items = vec![7.into(), Value::String("x".into()), 1.into()];
+        assert!(call(7).read(reply(items)).is_err());
+        // Nor a reply that is only a string.
+        assert!(call(7)
+            .read(reply(vec![Value::String("x".into())]))
+            .is_err());
+    }
+
+    #[test]
+    fn another_requests_reply_or_a_stale_one_is_told_apart() {
+        assert!(call(7).read(reply(vec![8.into(), 2.into()])).is_err());
+        assert_eq!(
+            call(7).read(reply(vec![7.into(), (-1).into()])).ok(),
+            Some(Outcome::Stale)
+        );
     }
 }

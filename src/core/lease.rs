@@ -47,7 +47,7 @@ use smallvec::SmallVec;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use super::call::Call;
+use super::call::{Call, Reply};
 use super::conn::Conn;
 use super::stats::{Counters, KeyName};
 use super::watchdog::{Renewal, Watchdog};
@@ -64,9 +64,10 @@ pub(crate) trait Kind: std::fmt::Debug + Send + Sync + 'static {
     fn release_reply(&self, reply: &[i64]) -> ReleaseReply;
     /// Called with every release reply of `lease` once it is applied, for
     /// follow-up work the kind starts itself (e.g. a task that checks later
-    /// that the waiter its release told took over). Must not block; the
-    /// default does nothing.
-    fn after_release(&self, _lease: &Lease, _reply: &[i64]) {}
+    /// that the waiter its release told took over, or handing a waiter of
+    /// this process what the release granted it). Runs before the caller's
+    /// unlock returns, so it must not block; the default does nothing.
+    fn after_release(&self, _lease: &Lease, _reply: &Reply) {}
     /// How the watchdog renews (or checks) this kind's leases.
     fn renewal(&self) -> &'static Renewal;
     /// Whether holding `mine` proves that `other` (another owner's lease on

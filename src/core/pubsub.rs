@@ -24,6 +24,18 @@
 //! as a permit nor passed on: a waiter that cannot use it re-checks as
 //! for any wake-up.
 //!
+//! # Messages handed over in this process
+//!
+//! A client that has just published a message addressed to one waiter of
+//! a client in this same process (its script's reply says whom) can hand
+//! it over at once with [`hand_here`], without waiting for Redis to carry
+//! it: each client's registry is listed process-wide by client id
+//! ([`PubSub::serve_here`]). The waiter then gets the same message twice
+//! (the hand-over, and Redis's copy, in either order). Messages addressed
+//! to one waiter are unique (they carry a request id), so a channel drops
+//! a `OneWith` message equal to the last one it delivered: the second
+//! copy wakes nobody and leaves no permit.
+//!
 //! # How waiting works
 //!
 //! A waiting task holds a [`Subscription`]: a counted reference to the
@@ -112,6 +124,29 @@ struct Shared {
     channels: DashMap<Arc<str>, Arc<Channel>>,
     /// Ordered subscription commands for the `run_ops` task.
     ops: mpsc::UnboundedSender<Op>,
+    /// The client id this registry is listed under in [`here`], if any.
+    listed: std::sync::OnceLock<uuid::Uuid>,
+}
+
+/// Every client's registry in this process, by client id (see the module
+/// docs, "Messages handed over in this process").
+fn here() -> &'static DashMap<uuid::Uuid, std::sync::Weak<Shared>> {
+    static HERE: std::sync::OnceLock<DashMap<uuid::Uuid, std::sync::Weak<Shared>>> =
+        std::sync::OnceLock::new();
+    HERE.get_or_init(DashMap::new)
+}
+
+/// Delivers `message` on `channel` to the client of this process whose id
+/// is `client`, as if it had arrived from Redis (its channel's policy
+/// applies). For a message a script just published to one waiter: Redis's
+/// own copy is then dropped as a duplicate (see the module docs). Does
+/// nothing if no such client lives here, or it is not subscribed to
+/// `channel`.
+pub(crate) fn hand_here(client: uuid::Uuid, channel: &str, message: &[u8]) {
+    let shared = here().get(&client).and_then(|entry| entry.upgrade());
+    if let Some(shared) = shared {
+        shared.deliver(channel, message);
+    }
 }
 
 /// What a message on a channel means: how many local waiters it wakes.
@@ -126,7 +161,10 @@ pub(crate) enum Wake {
     /// are kept as permits for waiters between two waits, as for `One`.
     N(usize),
     /// One, handing it the message (see the module docs). With no waiter
-    /// queued it is kept as a plain permit, without the message.
+    /// queued it is kept as a plain permit, without the message. Such a
+    /// message must be unique (e.g. carry a request id): a channel drops a
+    /// second copy of the last one it delivered, which is how a message
+    /// handed over in this process and then carried by Redis wakes once.
     OneWith,
 }
 
@@ -188,6 +226,9 @@ struct ChannelState {
     permits: usize,
     /// Set when `refs` reached zero; the entry is leaving the map.
     closed: bool,
+    /// The last `OneWith` message delivered, until its second copy comes
+    /// (see the module docs, "Messages handed over in this process").
+    handed_last: Option<Box<[u8]>>,
 }
 
 #[derive(Clone, Debug)]
@@ -252,6 +293,7 @@ impl PubSub {
             sharded,
             channels: DashMap::new(),
             ops,
+            listed: std::sync::OnceLock::new(),
         });
         let messages = shared.subscriber.message_rx();
         let reconnects = shared.subscriber.reconnect_rx();
@@ -389,6 +431,14 @@ impl PubSub {
         })
     }
 
+    /// Lists this registry as client `id`'s, so that [`hand_here`] reaches
+    /// it; it leaves the list when it is dropped. Once per registry.
+    pub(crate) fn serve_here(&self, id: uuid::Uuid) {
+        if self.shared.listed.set(id).is_ok() {
+            here().insert(id, Arc::downgrade(&self.shared));
+        }
+    }
+
     /// Wakes every waiter of every channel (reconnect, lag, shutdown).
     pub(crate) fn wake_all(&self) {
         self.shared.wake_all();
@@ -405,6 +455,15 @@ impl PubSub {
     }
 }
 
+impl Drop for Shared {
+    fn drop(&mut self) {
+        if let Some(id) = self.listed.get() {
+            let me: *const Shared = self;
+            here().remove_if(id, |_, listed| std::ptr::eq(listed.as_ptr(), me));
+        }
+    }
+}
+
 impl Shared {
     /// A message on `channel`: wakes what the channel's policy says.
     fn deliver(&self, channel: &str, message: &[u8]) {
@@ -412,7 +471,14 @@ impl Shared {
             let wake = (entry.policy)(message);
             let mut state = entry.state.lock();
             match wake {
-                Wake::OneWith => state.wake_one_with(Some(message)),
+                // The second copy of a message handed over in this process.
+                Wake::OneWith if state.handed_last.as_deref() == Some(message) => {
+                    state.handed_last = None;
+                }
+                Wake::OneWith => {
+                    state.handed_last = Some(message.into());
+                    state.wake_one_with(Some(message));
+                }
                 wake => state.wake(wake),
             }
         }
@@ -881,6 +947,7 @@ mod tests {
             sharded: false,
             channels: DashMap::new(),
             ops,
+            listed: std::sync::OnceLock::new(),
         });
         let name: Arc<str> = "c".into();
         let channel = Arc::new(Channel::new(name.clone(), policy));

@@ -7,9 +7,10 @@ use std::time::Duration;
 use fred::types::{Key, Value};
 
 use super::queue::{kick_if_unheard, now_ms, GRANT, THREAD_WAIT};
-use crate::core::call::Call;
+use crate::core::call::{Call, Reply};
 use crate::core::lease::{AcquireReply, Kind, Lease, ReleaseReply};
 use crate::core::prefix_name;
+use crate::core::pubsub;
 use crate::core::script::Script;
 use crate::core::watchdog::Renewal;
 
@@ -104,6 +105,31 @@ impl Names {
     }
 }
 
+/// A release that granted the lock to a waiter (reply `{0 | 2, received,
+/// timeout, 1, nonce, ms}` and the waiter's field) hands the grant message
+/// to that waiter at once if its client lives in this process (see the
+/// module docs, "One-hop handoff"): Redis writes the release's reply
+/// before the message, so the message reaches even a waiter in this very
+/// process tens of microseconds after the releaser goes on. Redis's copy
+/// then wakes nobody. A replayed reply (a re-sent release) carries no
+/// field, and Redis's message does the work as before.
+fn hand_grant_here(names: &Names, reply: &Reply) {
+    let ([0 | 2, _, _, 1, nonce, ms, ..], Some(field)) = (&reply[..], reply.text()) else {
+        return;
+    };
+    let Some(client) = field
+        .rsplit_once(':')
+        .and_then(|(client, _)| uuid::Uuid::parse_str(client).ok())
+    else {
+        return;
+    };
+    let channel = format!(
+        "{}:{field}",
+        String::from_utf8_lossy(names.channel.as_bytes())
+    );
+    pubsub::hand_here(client, &channel, format!("grant:{nonce}:{ms}").as_bytes());
+}
+
 // === impl FairKind ===
 
 impl Kind for FairKind {
@@ -148,8 +174,10 @@ impl Kind for FairKind {
         }
     }
 
-    fn after_release(&self, lease: &Lease, reply: &[i64]) {
-        kick_if_unheard(&lease.conn, &Names::of_key(&lease.key), reply);
+    fn after_release(&self, lease: &Lease, reply: &Reply) {
+        let names = Names::of_key(&lease.key);
+        hand_grant_here(&names, reply);
+        kick_if_unheard(&lease.conn, &names, reply);
     }
 
     fn renewal(&self) -> &'static Renewal {

@@ -44,7 +44,17 @@
 //! own acquire would (other timeouts shift likewise), replaces its entry
 //! by the `!granted` marker, and publishes `grant:<nonce>:<ms>` on its
 //! channel; a Java head (no entry) is told `0` as in Redisson. The
-//! release's reply says it granted.
+//! release's reply says it granted, and to which field.
+//!
+//! If that field belongs to a client of this process (another task of the
+//! same service, on the same or another [`Client`](crate::Client)), the
+//! releasing client hands the waiter the same message itself before its
+//! `unlock()` returns: Redis writes the release's reply before the
+//! published message, so on a busy machine the message would reach even
+//! a waiter in this process some tens of microseconds after the releaser
+//! went on. Redis's copy then wakes nobody (`core/pubsub.rs`, "Messages
+//! handed over in this process"). A waiter in another process is told by
+//! Redis's message alone.
 //!
 //! The waiter, handed that message with its wake-up, holds the lock
 //! without another call if `<nonce>` is the request id of its latest try

@@ -88,7 +88,8 @@ end
 -- `!granted` (with the nonce), and told `grant:<nonce>:<ttl>`. Any other head is told `0`
 -- (Redisson's protocol). Returns how many connections received the
 -- message (-1: nobody waits), the time to check again if nobody did (the
--- head's timeout, or the grant's end; -1: nobody waits) and 1 if granted.
+-- head's timeout, or the grant's end; -1: nobody waits) and 1 if granted;
+-- when granted, also the head's field, the nonce and the grant's TTL.
 local function hand_over(lock, queue, timeouts, grants, channel, publish, now, wait, grant_ms)
     local head = redis.call('lindex', queue, 0)
     if not head then
@@ -110,7 +111,7 @@ local function hand_over(lock, queue, timeouts, grants, channel, publish, now, w
         tidy(lock, queue, grants)
         redis.call('hset', grants, '!granted', nonce .. ':' .. head)
         local received = redis.call(publish, channel .. ':' .. head, 'grant:' .. nonce .. ':' .. ms)
-        return received, now + ms, 1
+        return received, now + ms, 1, head, tonumber(nonce), ms
     end
     local received = redis.call(publish, channel .. ':' .. head, '0')
     local score = redis.call('zscore', timeouts, head)

@@ -24,10 +24,22 @@
 -- Redisson's unlock tells the head), {1, left} holds remain,
 -- {2, received, timeout, granted} the lock was freed and handed over
 -- (see hand_over in queue.lua: `received` -1 when nobody waits;
--- `granted` 1 when the head was made the holder).
+-- `granted` 1 when the head was made the holder, then followed by the
+-- nonce, the grant's TTL and the granted field; see `told`).
 --
 -- Retry policy: idempotent by request id (a re-send never gives back a
 -- hold twice).
+-- The reply of a release that handed the lock over: {status, received,
+-- timeout, granted}, and after a grant the nonce, the grant's TTL and last
+-- the granted field (a string: a client of the releaser's process hands
+-- the waiter its message itself; a latch replay drops it).
+local function told(status, received, timeout, granted, head, nonce, ms)
+    if granted == 1 then
+        return {status, received, timeout, 1, nonce, ms, head}
+    end
+    return {status, received, timeout, granted}
+end
+
 local function body()
     local now = tonumber(ARGV[5])
     local wait = tonumber(ARGV[6])
@@ -35,9 +47,8 @@ local function body()
     purge(KEYS[1], KEYS[2], KEYS[3], KEYS[5], now)
     if redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
         if redis.call('exists', KEYS[1]) == 0 then
-            local received, timeout, granted = hand_over(KEYS[1], KEYS[2], KEYS[3], KEYS[5],
-                KEYS[4], ARGV[4], now, wait, grant)
-            return {0, received, timeout, granted}
+            return told(0, hand_over(KEYS[1], KEYS[2], KEYS[3], KEYS[5],
+                KEYS[4], ARGV[4], now, wait, grant))
         end
         return {0, -1, -1, 0}
     end
@@ -50,7 +61,6 @@ local function body()
         return {1, left}
     end
     redis.call('del', KEYS[1])
-    local received, timeout, granted = hand_over(KEYS[1], KEYS[2], KEYS[3], KEYS[5],
-        KEYS[4], ARGV[4], now, wait, grant)
-    return {2, received, timeout, granted}
+    return told(2, hand_over(KEYS[1], KEYS[2], KEYS[3], KEYS[5],
+        KEYS[4], ARGV[4], now, wait, grant))
 end
