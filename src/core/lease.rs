@@ -237,6 +237,9 @@ pub(crate) struct Sent {
     pub(crate) lease: Arc<Lease>,
     pub(crate) gen: u64,
     pub(crate) incarnation: u64,
+    /// Where the lease's signal was at the snapshot: only a prefetch hint
+    /// for [`Sent::prefetch`], never read through.
+    signal_at: usize,
 }
 
 // === impl Leases ===
@@ -691,16 +694,30 @@ impl Lease {
         self.clone().into_snapshot()
     }
 
+    /// Asks for the record itself and its state (see [`prefetch`]).
+    pub(crate) fn prefetch_record(&self) {
+        prefetch(self);
+        prefetch_span(&self.state);
+    }
+
+    /// Asks for the key's and the field's bytes (see [`prefetch`]). Reads
+    /// the record: ask for it first, some leases earlier.
+    pub(crate) fn prefetch_names(&self) {
+        prefetch(self.key.as_bytes().as_ptr());
+        prefetch(self.field.as_bytes().as_ptr());
+    }
+
     /// [`snapshot`](Self::snapshot), keeping this reference.
     pub(crate) fn into_snapshot(self: Arc<Self>) -> Sent {
-        let (gen, incarnation) = {
+        let (gen, incarnation, signal_at) = {
             let s = self.state.lock();
-            (s.gen, s.incarnation)
+            (s.gen, s.incarnation, Arc::as_ptr(&s.signal) as usize)
         };
         Sent {
             lease: self,
             gen,
             incarnation,
+            signal_at,
         }
     }
 
@@ -729,6 +746,16 @@ impl Sent {
     /// while a watchdog hold lives, else the latest fixed deadline. A
     /// release that could cut below that has retired its hold before, so
     /// it is seen here.
+    /// Asks for what [`renewed`](Self::renewed) will touch (the record,
+    /// its state, its signal) a few leases ahead of the one being applied
+    /// (see [`prefetch`]).
+    pub(crate) fn prefetch(&self) {
+        self.lease.prefetch_record();
+        let signal = self.signal_at as *const u8;
+        prefetch(signal);
+        prefetch(signal.wrapping_add(std::mem::size_of::<Signal>() - 1));
+    }
+
     pub(crate) fn renewed(&self, sent: Instant, ttl: Duration) {
         let s = self.lease.state.lock();
         if s.gen != self.gen || ttl.is_zero() {
@@ -770,6 +797,37 @@ impl Sent {
         let s = self.lease.state.lock();
         s.gen == self.gen && s.has_live_holds() && s.signal.until() <= verdict
     }
+}
+
+/// Asks the CPU to start loading the memory at `p` into its cache. The
+/// watchdog's passes over 100,000 leases touch records scattered over the
+/// heap, and each atomic operation on the way (a lock, a reference count)
+/// keeps the CPU from loading the next record early on its own: so each
+/// pass asks for the records a few leases ahead (`cargo bench --bench
+/// watchdog`, BENCHMARKS.md). A hint only: nothing is read, and an address
+/// that is stale or not mapped costs nothing.
+#[inline(always)]
+pub(crate) fn prefetch<T>(p: *const T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: `prefetcht0` is part of SSE, which every x86_64 CPU has; it
+    // reads nothing and never faults, whatever the address.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast());
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
+/// [`prefetch`] of every cache line `value` spans.
+#[inline(always)]
+fn prefetch_span<T>(value: &T) {
+    let start = value as *const T as *const u8;
+    let mut at = 0;
+    while at < std::mem::size_of::<T>() {
+        prefetch(start.wrapping_add(at));
+        at += 64;
+    }
+    prefetch(start.wrapping_add(std::mem::size_of::<T>().saturating_sub(1)));
 }
 
 // === impl Signal ===

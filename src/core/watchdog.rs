@@ -468,9 +468,7 @@ async fn run(inner: Weak<Inner>) {
     loop {
         ticker.tick().await;
         let Some(inner) = inner.upgrade() else { return };
-        // Only the references under the registry's locks; the rest of the
-        // work per lease is done in one pass by `renew`.
-        let leases: Vec<Arc<Lease>> = inner.leases.iter().map(|l| l.value().clone()).collect();
+        let leases = registered(&inner.leases);
         let span = tracing::debug_span!(
             "renewal",
             leases = leases.len(),
@@ -478,10 +476,14 @@ async fn run(inner: Weak<Inner>) {
             failures = tracing::field::Empty,
         );
         let failed_before = inner.failures.load(Ordering::Relaxed);
-        let leases = leases.into_iter().map(Lease::into_snapshot);
-        let calls = renew(leases, inner.timeout, inner.interval, inner.batch_size)
-            .instrument(span.clone())
-            .await;
+        let calls = renew(
+            snapshots(leases),
+            inner.timeout,
+            inner.interval,
+            inner.batch_size,
+        )
+        .instrument(span.clone())
+        .await;
         inner.calls.fetch_add(calls, Ordering::Relaxed);
         // Failures of this cycle (and of a reconnect check running beside it).
         let failures = inner
@@ -491,6 +493,41 @@ async fn run(inner: Weak<Inner>) {
         span.record("calls", calls);
         span.record("failures", failures);
     }
+}
+
+/// The registry's leases: only the references, taken under the registry's
+/// locks (the rest of the work per lease is done in one pass by `renew`).
+/// Each record is asked for a few entries before its reference count is
+/// touched (see `lease::prefetch`).
+fn registered(leases: &DashMap<usize, Arc<Lease>>) -> Vec<Arc<Lease>> {
+    let mut out = Vec::with_capacity(leases.len());
+    let mut window = std::collections::VecDeque::with_capacity(PREFETCH_AHEAD + 1);
+    for entry in leases.iter() {
+        entry.value().prefetch_record();
+        window.push_back(entry);
+        if window.len() > PREFETCH_AHEAD {
+            out.extend(window.pop_front().map(|e| e.value().clone()));
+        }
+    }
+    out.extend(window.iter().map(|e| e.value().clone()));
+    out
+}
+
+/// Snapshots of `leases` as `renew` takes them, asking for each record a
+/// few leases ahead and for its names a few after that (see
+/// `lease::prefetch`).
+fn snapshots(leases: Vec<Arc<Lease>>) -> impl Iterator<Item = Sent> {
+    let mut rest = leases.into_iter();
+    std::iter::from_fn(move || {
+        let ahead = rest.as_slice();
+        if let Some(far) = ahead.get(2 * PREFETCH_AHEAD) {
+            far.prefetch_record();
+        }
+        if let Some(near) = ahead.get(PREFETCH_AHEAD) {
+            near.prefetch_names();
+        }
+        rest.next().map(Lease::into_snapshot)
+    })
 }
 
 /// Checks every lease of `leases` at once (after a reconnect): watchdog
@@ -837,11 +874,18 @@ pub(crate) fn gone_entries(
 
 /// Applies a renewal's verdict to its batch (`i`: gone, `-i`: not on that
 /// node) and returns the entries that must be sent again elsewhere.
+/// How many leases ahead `apply` asks for a lease's memory (see
+/// `Sent::prefetch`).
+const PREFETCH_AHEAD: usize = 8;
+
 fn apply(batch: &[Sent], verdict: Vec<i64>, sent_at: Instant, ttl: Duration) -> Vec<Sent> {
     let mut verdict = verdict.into_iter().peekable();
     let mut elsewhere = Vec::new();
     let mut renewed = 0;
     for (i, sent) in batch.iter().enumerate() {
+        if let Some(ahead) = batch.get(i + PREFETCH_AHEAD) {
+            ahead.prefetch();
+        }
         let index = i as i64 + 1;
         match verdict.peek() {
             Some(&v) if v == index => {
