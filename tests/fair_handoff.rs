@@ -484,21 +484,29 @@ async fn a_grant_whose_message_is_lost_is_taken_by_the_next_script() {
     });
     queued(&server, &lock, 1).await;
     let field = queue(&server, &lock)[0].clone();
-    // The grant, as release.lua does it, minus the message.
-    server.cmd(&["DEL", "deaf"]);
-    server.cmd(&["HSET", "deaf", &field, "1"]);
-    server.cmd(&["PEXPIRE", "deaf", "5000"]);
-    server.cmd(&["LPOP", lock.queue_key()]);
-    server.cmd(&["ZREM", lock.timeout_key(), &field]);
-    let nonce = server.cmd(&["HGET", &grants("deaf"), &field]);
-    let nonce = nonce.split(':').nth(1).unwrap().to_owned();
-    server.cmd(&["HDEL", &grants("deaf"), &field]);
-    server.cmd(&[
-        "HSET",
+    // The grant, as release.lua does it, minus the message: in one script,
+    // so the waiter's timeout refresh (every 2 s) cannot see it half done.
+    const GRANT: &str = "local entry = redis.call('hget', KEYS[3], ARGV[1]) \
+        local nonce = string.match(entry, ':(%d+)$') \
+        redis.call('del', KEYS[1]) \
+        redis.call('hset', KEYS[1], ARGV[1], 1) \
+        redis.call('pexpire', KEYS[1], 5000) \
+        redis.call('lpop', KEYS[2]) \
+        redis.call('zrem', KEYS[4], ARGV[1]) \
+        redis.call('hdel', KEYS[3], ARGV[1]) \
+        redis.call('hset', KEYS[3], '!granted', nonce .. ':' .. ARGV[1]) \
+        return nonce";
+    let nonce = server.cmd(&[
+        "EVAL",
+        GRANT,
+        "4",
+        "deaf",
+        lock.queue_key(),
         &grants("deaf"),
-        "!granted",
-        &format!("{nonce}:{field}"),
+        lock.timeout_key(),
+        &field,
     ]);
+    assert!(!nonce.is_empty(), "the waiter had no grant entry");
     let (guard, count) = within(HANG, "the deaf waiter's guard", waiting)
         .await
         .unwrap();

@@ -507,6 +507,11 @@ impl Subscription {
         {
             let mut state = self.channel.state.lock();
             if self.waiter.woken.load(Ordering::Acquire) {
+                // Woken while not waiting: the waker's `notify_one` left a
+                // permit in this waiter's notify. Take it now, or the wait
+                // after this wake-up's attempt would return at once for
+                // nothing (an extra attempt: one more script call).
+                std::pin::pin!(self.waiter.notify.notified()).enable();
                 return true;
             }
             if state.permits > 0 {
@@ -969,6 +974,72 @@ mod tests {
         (shared, subs)
     }
 
+    /// A message handed over in this process reaches the listed client's
+    /// waiter; the same message from Redis afterwards wakes nobody and
+    /// leaves no permit; the next, different message wakes again. The
+    /// listing goes with the registry.
+    #[tokio::test]
+    async fn a_message_handed_here_wakes_once_and_the_listing_goes_with_its_registry() {
+        fn handed(message: &[u8]) -> Wake {
+            if message.starts_with(b"grant:") {
+                Wake::OneWith
+            } else {
+                Wake::One
+            }
+        }
+        let (shared, mut subs) = channel_with_policy(1, handed);
+        let w = subs.pop().unwrap();
+        let id = uuid::Uuid::new_v4();
+        let registry = PubSub {
+            shared: shared.clone(),
+        };
+        registry.serve_here(id);
+        assert!(!w.wait(Duration::ZERO).await);
+        hand_here(id, "c", b"grant:7:5000");
+        assert!(
+            w.wait(Duration::from_secs(5)).await,
+            "the hand-over woke nobody"
+        );
+        assert_eq!(w.take_handed().as_deref(), Some(&b"grant:7:5000"[..]));
+        w.consumed();
+        // Redis's copy: dropped, no permit left for the next wait.
+        shared.deliver("c", b"grant:7:5000");
+        assert!(
+            !w.wait(Duration::ZERO).await,
+            "the second copy woke the waiter"
+        );
+        // Another client id, or a channel not subscribed: nothing.
+        hand_here(uuid::Uuid::new_v4(), "c", b"grant:8:5000");
+        hand_here(id, "other", b"grant:8:5000");
+        assert!(!w.wait(Duration::ZERO).await);
+        // A new grant wakes again, from either path.
+        shared.deliver("c", b"grant:9:5000");
+        assert!(w.wait(Duration::from_secs(5)).await);
+        w.consumed();
+        drop((w, registry, shared));
+        assert!(
+            here().get(&id).is_none(),
+            "the listing outlived its registry"
+        );
+    }
+
+    /// A waiter woken while it was not waiting (between two waits) takes
+    /// the wake-up at its next wait; once that attempt concluded, nothing
+    /// of the wake-up is left to wake the wait after it for nothing.
+    #[tokio::test]
+    async fn a_wake_up_taken_between_waits_leaves_nothing_behind() {
+        let (shared, mut subs) = channel_with(1);
+        let w = subs.pop().unwrap();
+        assert!(!w.wait(Duration::ZERO).await);
+        shared.deliver("c", b"0");
+        assert!(w.wait(Duration::from_secs(5)).await);
+        w.consumed();
+        assert!(
+            !w.wait(Duration::ZERO).await,
+            "a used wake-up woke the next wait"
+        );
+    }
+
     /// A waiter woken by a message, then dropped during the attempt the
     /// wake-up led to (before it concluded), passes the wake-up to the next
     /// waiter instead of swallowing it.
@@ -1074,9 +1145,10 @@ mod tests {
         assert_eq!(w1.take_handed().as_deref(), Some(&b"grant"[..]));
         assert_eq!(w2.take_handed(), None);
         w1.consumed();
-        // Nobody queued: a permit, without the message.
+        // Nobody queued: a permit, without the message. (A new message:
+        // a second copy of the last one would be dropped.)
         drop(w2);
-        shared.deliver("c", b"grant");
+        shared.deliver("c", b"grant 2");
         assert!(w1.wait(Duration::ZERO).await);
         assert_eq!(w1.take_handed(), None);
     }
