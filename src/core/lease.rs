@@ -735,6 +735,16 @@ impl Lease {
 // === impl Sent ===
 
 impl Sent {
+    /// Asks for what [`renewed`](Self::renewed) will touch (the record,
+    /// its state, its signal) a few leases ahead of the one being applied
+    /// (see [`prefetch`]).
+    pub(crate) fn prefetch(&self) {
+        self.lease.prefetch_record();
+        let signal = self.signal_at as *const u8;
+        prefetch(signal);
+        prefetch(signal.wrapping_add(std::mem::size_of::<Signal>() - 1));
+    }
+
     /// A renewal sent at `sent` found the field and raised its TTL to at
     /// least `ttl`. (Not counted in the stats: the caller counts, once
     /// per batch.)
@@ -746,16 +756,6 @@ impl Sent {
     /// while a watchdog hold lives, else the latest fixed deadline. A
     /// release that could cut below that has retired its hold before, so
     /// it is seen here.
-    /// Asks for what [`renewed`](Self::renewed) will touch (the record,
-    /// its state, its signal) a few leases ahead of the one being applied
-    /// (see [`prefetch`]).
-    pub(crate) fn prefetch(&self) {
-        self.lease.prefetch_record();
-        let signal = self.signal_at as *const u8;
-        prefetch(signal);
-        prefetch(signal.wrapping_add(std::mem::size_of::<Signal>() - 1));
-    }
-
     pub(crate) fn renewed(&self, sent: Instant, ttl: Duration) {
         let s = self.lease.state.lock();
         if s.gen != self.gen || ttl.is_zero() {

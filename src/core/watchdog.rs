@@ -872,12 +872,12 @@ pub(crate) fn gone_entries(
     }
 }
 
-/// Applies a renewal's verdict to its batch (`i`: gone, `-i`: not on that
-/// node) and returns the entries that must be sent again elsewhere.
-/// How many leases ahead `apply` asks for a lease's memory (see
-/// `Sent::prefetch`).
+/// How many leases ahead each pass of a cycle asks for a lease's memory
+/// (see `lease::prefetch`): 4 and 16 did no better than 8 (BENCHMARKS.md).
 const PREFETCH_AHEAD: usize = 8;
 
+/// Applies a renewal's verdict to its batch (`i`: gone, `-i`: not on that
+/// node) and returns the entries that must be sent again elsewhere.
 fn apply(batch: &[Sent], verdict: Vec<i64>, sent_at: Instant, ttl: Duration) -> Vec<Sent> {
     let mut verdict = verdict.into_iter().peekable();
     let mut elsewhere = Vec::new();
