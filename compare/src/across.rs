@@ -1,7 +1,8 @@
-//! Handoff latency between two processes: the same measurement as
-//! `handoff` in `main.rs` (unlock() returned → the other side's lock()
-//! returned, the holder keeping the lock 2–102 ms), with the second side
-//! in a child process (this binary again, `--handoff-peer`).
+//! Handoff latency: unlock() returned → the other side's lock() returned,
+//! the holder keeping the lock 2–102 ms. Each side runs [`side`] and the
+//! logs are paired by [`samples`]: both sides in this process (`handoff`
+//! in `main.rs`), or the second side in a child process (this binary
+//! again, `--handoff-peer`; [`handoff`] and [`peer`] here).
 //!
 //! Both sides stamp their events with the system clock (one clock for
 //! every process on the machine), and tell each other "I hold turn k"
@@ -32,15 +33,15 @@ fn now_ns() -> u128 {
 }
 
 /// One side's turns (`first`, `first + 2`, …): waits for the other side
-/// to hold turn k - 1, takes the lock, says so on `said`, holds, unlocks.
+/// to hold turn k - 1, takes the lock, says so (`say(k)`), holds, unlocks.
 /// Returns (turn, acquired ns, unlocked ns) per turn; stops at `limit`.
-async fn side(
+pub async fn side(
     h: &Handle,
     name: &str,
     first: u64,
     rounds: u64,
     turns: &mut watch::Receiver<u64>,
-    said: &mpsc::UnboundedSender<u64>,
+    say: &(dyn Fn(u64) + Sync),
     limit: tokio::time::Instant,
 ) -> Vec<(u64, u128, u128)> {
     let mut log = Vec::new();
@@ -53,7 +54,7 @@ async fn side(
         }
         let g = h.lock(name).await;
         let acquired = now_ns();
-        let _ = said.send(k);
+        say(k);
         tokio::time::sleep(hold(k)).await;
         h.unlock(g).await;
         log.push((k, acquired, now_ns()));
@@ -63,8 +64,7 @@ async fn side(
 }
 
 /// The parent's side: spawns the peer, takes the odd turns, and returns
-/// the handoff samples in µs (negative: the next side held the lock before
-/// the previous one's unlock() returned).
+/// the handoff samples (see [`samples`]).
 pub async fn handoff(kind: Kind, url: &str, rounds: u64, limit: Duration) -> Vec<f64> {
     let name = format!("across:{}", kind.short());
     let exe = std::env::current_exe().expect("own executable");
@@ -131,12 +131,22 @@ pub async fn handoff(kind: Kind, url: &str, rounds: u64, limit: Duration) -> Vec
         log
     });
     let deadline = tokio::time::Instant::now() + limit;
-    let mut log = side(&h, &name, 1, rounds, &mut turns, &said, deadline).await;
+    let say = |k| {
+        let _ = said.send(k);
+    };
+    let mut log = side(&h, &name, 1, rounds, &mut turns, &say, deadline).await;
     drop(said);
     let _ = writer.await;
     let _ = tokio::time::timeout(limit, child.wait()).await;
     log.extend(reader.await.unwrap_or_default());
     h.close().await;
+    samples(log)
+}
+
+/// Pairs both sides' logs: for each turn k, from its unlock to turn
+/// k + 1's acquisition, in µs (negative: the next side held the lock
+/// before the previous one's unlock() returned).
+pub fn samples(log: Vec<(u64, u128, u128)>) -> Vec<f64> {
     let mut acquired = BTreeMap::new();
     let mut unlocked = BTreeMap::new();
     for (k, a, u) in log {
@@ -193,7 +203,10 @@ pub async fn peer(args: &[String]) {
         let _ = out.flush().await;
     }
     let limit = tokio::time::Instant::now() + Duration::from_secs(120);
-    let log = side(&h, name, 2, rounds, &mut turns, &said, limit).await;
+    let say = |k| {
+        let _ = said.send(k);
+    };
+    let log = side(&h, name, 2, rounds, &mut turns, &say, limit).await;
     drop(said);
     let _ = writer.await;
     let mut out = out.lock().await;

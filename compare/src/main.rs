@@ -608,49 +608,23 @@ async fn handoff(kind: Kind, url: &str, plan: Plan) -> Vec<f64> {
     let turn = Arc::new(turn);
     let rounds = plan.handoff_rounds as u64;
     let mut sides = JoinSet::new();
-    for (parity, h) in [(1u64, a.clone()), (0u64, b.clone())] {
+    for (first, h) in [(1u64, a.clone()), (2u64, b.clone())] {
         let (name, turn) = (name.clone(), turn.clone());
         sides.spawn(async move {
-            let mut rx = turn.subscribe();
-            let mut log = Vec::new();
-            let mut k = if parity == 1 { 1 } else { 2 };
-            while k <= rounds {
-                let previous = rx.wait_for(|t| *t + 1 >= k);
-                if tokio::time::timeout_at(deadline, previous).await.is_err() {
-                    break;
-                }
-                let g = h.lock(&name).await;
-                let acquired = Instant::now();
+            let mut turns = turn.subscribe();
+            let say = |k| {
                 turn.send_replace(k);
-                tokio::time::sleep(hold(k)).await;
-                h.unlock(g).await;
-                log.push((k, acquired, Instant::now()));
-                k += 2;
-            }
-            log
+            };
+            across::side(&h, &name, first, rounds, &mut turns, &say, deadline).await
         });
     }
-    let mut acquired = std::collections::BTreeMap::new();
-    let mut unlocked = std::collections::BTreeMap::new();
-    while let Some(log) = sides.join_next().await {
-        for (k, acq, unl) in log.expect("side") {
-            acquired.insert(k, acq);
-            unlocked.insert(k, unl);
-        }
-    }
-    let mut samples = Vec::new();
-    for (k, unl) in &unlocked {
-        if let Some(acq) = acquired.get(&(k + 1)) {
-            samples.push(if acq >= unl {
-                us(*acq - *unl)
-            } else {
-                -us(*unl - *acq)
-            });
-        }
+    let mut log = Vec::new();
+    while let Some(side) = sides.join_next().await {
+        log.extend(side.expect("side"));
     }
     a.close().await;
     b.close().await;
-    samples
+    across::samples(log)
 }
 
 /// 2 ms + a pseudo-random 0..100 ms, fixed per acquisition number.
