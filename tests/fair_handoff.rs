@@ -60,6 +60,12 @@ async fn settled_scripts(server: &RedisServer) -> u64 {
     }
 }
 
+/// Takes and gives back `lock` once, which loads the fair lock's scripts
+/// into the server (a first EVALSHA may be refused).
+async fn loaded(lock: &FairLock) {
+    lock.lock().await.unwrap().unlock().await.unwrap();
+}
+
 fn pttl(server: &RedisServer, key: &str) -> i64 {
     server.cmd(&["PTTL", key]).trim().parse().unwrap()
 }
@@ -102,8 +108,7 @@ async fn a_release_hands_the_lock_to_the_head_in_one_hop() {
     let server = RedisServer::start();
     let (a, b) = (client(&server).await, client(&server).await);
     let lock = a.fair_lock("hop");
-    // Loads the scripts into the server (a first EVALSHA may be refused).
-    lock.lock().await.unwrap().unlock().await.unwrap();
+    loaded(&lock).await;
     let holder = lock.lock().await.unwrap();
     let waiting = waiter(&b, "hop", Some(Duration::from_secs(3)));
     queued(&server, &lock, 1).await;
@@ -224,14 +229,7 @@ async fn a_release_hands_the_lock_to_a_waiter_of_this_process_directly() {
     let a = client(&server).await;
     let b = client_with(&server, |builder| builder.url(&proxy.url())).await;
     let lock = a.fair_lock("here");
-    // Loads the scripts (a first EVALSHA may be refused).
-    b.fair_lock("here")
-        .lock()
-        .await
-        .unwrap()
-        .unlock()
-        .await
-        .unwrap();
+    loaded(&b.fair_lock("here")).await;
     let holder = lock.lock().await.unwrap();
     let waiting = waiter(&b, "here", Some(Duration::from_secs(3)));
     queued(&server, &lock, 1).await;
@@ -265,13 +263,7 @@ async fn a_grant_handed_twice_wakes_its_waiter_once() {
     let server = RedisServer::start();
     let (a, b) = (client(&server).await, client(&server).await);
     for c in [&a, &b] {
-        c.fair_lock("twice")
-            .lock()
-            .await
-            .unwrap()
-            .unlock()
-            .await
-            .unwrap();
+        loaded(&c.fair_lock("twice")).await;
     }
     let before = settled_scripts(&server).await;
     let (turn, _) = tokio::sync::watch::channel(0u64);
