@@ -191,7 +191,7 @@ impl LockGuard {
     /// ```
     pub async fn unlock(self) -> Result<()> {
         // A counted reference (the record may go with the hold).
-        let key = self.hold.key().clone();
+        let key = self.hold.key();
         match self.hold.release().await {
             Ok(true) => Ok(()),
             Ok(false) => Err(Error::NotHeld {
@@ -326,7 +326,7 @@ impl LockGuard {
     /// # Ok(()) }
     /// ```
     pub fn key(&self) -> &str {
-        key_text(self.hold.key())
+        self.hold.key_str()
     }
 
     /// The fencing token this hold's acquire took: `Some` for a fenced
@@ -384,7 +384,7 @@ impl LockGuard {
     /// [`run`](Self::run)).
     pub(crate) async fn finish<T>(self, output: Option<T>) -> Result<T> {
         let lost = output.is_none() || self.is_lost();
-        let key = self.hold.key().clone();
+        let key = self.hold.key();
         let name = key_text(&key);
         let released = self.unlock().await;
         match (output, released) {

@@ -46,7 +46,7 @@ pub(crate) struct Spec<'a> {
     /// The owner id (see `Owner`).
     pub(crate) owner: u64,
     /// Makes the lease record, the first time this owner acquires.
-    pub(crate) init: &'a (dyn Fn() -> LeaseInit + Sync),
+    pub(crate) init: &'a (dyn Fn() -> Result<LeaseInit> + Sync),
     /// Where releases are announced, and what a message there wakes.
     pub(crate) channel: &'a str,
     pub(crate) policy: Policy,
@@ -149,6 +149,7 @@ pub(crate) fn acquire_handed<'a>(
                     spec.init,
                 );
                 Box::pin(async move {
+                    let lease = lease?;
                     match granted {
                         Some(granted) => adopt(engine, &lease, fixed_lease, granted).await,
                         None => attempt(engine, &lease, fixed, lease_ms, build).await,
@@ -219,7 +220,7 @@ impl Observed {
     fn start(spec: &Spec<'_>) -> Observed {
         let span = tracing::debug_span!(
             "acquire",
-            lock = %KeyName(spec.key),
+            lock = %KeyName(spec.key.as_bytes()),
             owner = spec.owner,
             outcome = Empty,
             attempts = Empty,

@@ -163,7 +163,7 @@ pub(crate) async fn acquire(
     if let Some(wait) = engine.replicas {
         let acked = engine
             .conn
-            .wait_replicas(&lease.key, wait.replicas, wait.timeout)
+            .wait_replicas(&lease.key(), wait.replicas, wait.timeout)
             .await;
         let missing = match acked {
             Ok(acked) if acked >= wait.replicas => None,
@@ -243,7 +243,7 @@ fn raise(lease: LeaseRef, ttl: Duration) {
             }
             Ok(_) => snapshot.gone(),
             Err(e) => {
-                tracing::debug!(key = ?lease.key, error = %e, "could not raise an adopted hold's TTL; its signal runs out with the grant");
+                tracing::debug!(key = %lease.key_str(), error = %e, "could not raise an adopted hold's TTL; its signal runs out with the grant");
             }
         }
     });
@@ -318,13 +318,21 @@ impl Hold {
     }
 
     /// The key of the lock this hold is on.
-    pub(crate) fn key(&self) -> &fred::types::Key {
+    pub(crate) fn key(&self) -> fred::types::Key {
+        self.lease_record().key()
+    }
+
+    /// The key of the lock this hold is on, as text.
+    pub(crate) fn key_str(&self) -> &str {
+        self.lease_record().key_str()
+    }
+
+    fn lease_record(&self) -> &LeaseRef {
         &self
             .parts
             .as_ref()
             .unwrap_or_else(|| unreachable!("a live hold has its parts"))
             .lease
-            .key
     }
 
     /// The fencing token its acquire took, if the kind hands them out.
@@ -542,7 +550,7 @@ async fn send_give_back(
         }
         Ok(Outcome::Stale) => Ok(ReleaseReply::NotHeld),
         Err(e) => {
-            tracing::warn!(key = ?lease.key, error = %e, "could not give a hold back; it will expire with its lease");
+            tracing::warn!(key = %lease.key_str(), error = %e, "could not give a hold back; it will expire with its lease");
             Err(Error::Redis(e))
         }
     }
@@ -691,7 +699,7 @@ impl Job for Settle {
                 }
                 (Ok(Outcome::Stale), _) => {}
                 (Err(e), _) => {
-                    tracing::warn!(key = ?lease.key, error = %e, "could not settle an abandoned call; a hold it took will expire with its lease");
+                    tracing::warn!(key = %lease.key_str(), error = %e, "could not settle an abandoned call; a hold it took will expire with its lease");
                 }
             }
             drop(self.turn.lock().take());
@@ -725,7 +733,7 @@ impl Job for Drop_ {
 fn release_span(lease: &Lease, holds: u32) -> Span {
     tracing::debug_span!(
         "release",
-        lock = %KeyName(&lease.key),
+        lock = %KeyName(lease.key_bytes()),
         owner = lease.owner,
         holds,
         outcome = tracing::field::Empty,
@@ -748,8 +756,5 @@ fn protocol(details: &'static str) -> fred::error::Error {
 }
 
 fn key_name(lease: &LeaseRef) -> String {
-    lease.key.as_str().map_or_else(
-        || String::from_utf8_lossy(lease.key.as_bytes()).into_owned(),
-        str::to_owned,
-    )
+    lease.key_str().to_owned()
 }

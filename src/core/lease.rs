@@ -35,8 +35,9 @@
 //! them ([`LeaseRef`]: guards, waiters, calls in flight, background jobs) or
 //! Redis may still count holds for them.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Weak};
+use std::hash::{BuildHasher, BuildHasherDefault, Hasher, RandomState};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
 use dashmap::DashMap;
@@ -49,8 +50,10 @@ use tokio::time::Instant;
 
 use super::call::{Call, Reply};
 use super::conn::Conn;
+use super::names::LeaseNames;
 use super::stats::{Counters, KeyName};
 use super::watchdog::{Renewal, Watchdog};
+use crate::error::Result;
 
 /// What a primitive tells the engine about its leases: how to give a hold
 /// back, how to read its scripts' replies, how the watchdog renews them.
@@ -108,16 +111,43 @@ pub(crate) enum Term {
 }
 
 /// The lost signal of a lease's holds, shared with their guards.
+///
+/// Its times are atomics (nanoseconds after [`epoch`]), not mutexes around
+/// `Instant`s: a held lock keeps one signal, and this halves it.
 #[derive(Debug)]
 pub(crate) struct Signal {
-    /// Set once: by the watchdog, a failed check, a newer incarnation, or
-    /// shutdown.
-    lost: AtomicBool,
-    /// When `lost` was set.
-    lost_at: Mutex<Option<Instant>>,
+    /// When the signal was marked lost (set once: by the watchdog, a failed
+    /// check, a newer incarnation, or shutdown); 0 while it is not.
+    lost_at: AtomicU64,
     /// Lower bound of the key's expiry in Redis (see the module docs).
-    until: Mutex<Instant>,
+    until: AtomicU64,
     notify: Notify,
+}
+
+/// The instant [`Signal`] times count from: a day before the first signal
+/// was made, so every time a signal is given (a send time plus a TTL, all
+/// after the first record was made) is after it, and none is 0.
+fn epoch() -> Instant {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    *EPOCH.get_or_init(|| {
+        let now = Instant::now();
+        now.checked_sub(Duration::from_secs(86_400)).unwrap_or(now)
+    })
+}
+
+/// `at` as a [`Signal`] time. An instant before the epoch (none is given;
+/// see [`epoch`]) becomes 1, the earliest: a deadline is never moved later.
+fn to_ticks(at: Instant) -> u64 {
+    let nanos = at.saturating_duration_since(epoch()).as_nanos();
+    u64::try_from(nanos).unwrap_or(u64::MAX).max(1)
+}
+
+/// A [`Signal`] time as an instant.
+fn from_ticks(ticks: u64) -> Instant {
+    let at = Duration::from_nanos(ticks);
+    epoch()
+        .checked_add(at)
+        .unwrap_or_else(|| epoch() + Duration::from_secs(1 << 40))
 }
 
 /// One (key, field) the client may hold.
@@ -125,12 +155,9 @@ pub(crate) struct Signal {
 pub(crate) struct Lease {
     pub(crate) kind: &'static dyn Kind,
     pub(crate) conn: Arc<Conn>,
-    pub(crate) key: Key,
-    pub(crate) field: Str,
-    /// The latch of this (key, field): see `call.rs`.
-    pub(crate) latch: Key,
-    /// The channel the release script publishes on.
-    pub(crate) channel: Key,
+    /// The key, the field, the latch of this (key, field) (see `call.rs`)
+    /// and the channel the release script publishes on, in one buffer.
+    names: LeaseNames,
     pub(crate) owner: u64,
     pub(crate) tag: u8,
     /// Live [`LeaseRef`]s: the record's users. The table drops an idle
@@ -138,6 +165,11 @@ pub(crate) struct Lease {
     /// registry and the batches it has in flight) do not keep it there.
     /// Goes from 0 to 1 only under the table's lock on the key.
     users: AtomicU32,
+    /// Registered with the watchdog (`watched > 0`, or the release of the
+    /// last watchdog hold not landed yet; and not lost). Read and written
+    /// only under `state`'s lock, like the state (kept here, where it costs
+    /// no room).
+    registered: AtomicBool,
     pub(crate) watchdog: Watchdog,
     /// The client's counters (renewals and losses are counted per lease).
     pub(crate) stats: Arc<Counters>,
@@ -159,12 +191,9 @@ struct State {
     /// Live guards with a watchdog term.
     watched: u32,
     /// Deadlines of live guards with a fixed term.
-    fixed: Vec<Instant>,
+    fixed: Deadlines,
     /// Bumped by every acquire and release sent.
     gen: u64,
-    /// Registered with the watchdog (`watched > 0`, or the release of the
-    /// last watchdog hold not landed yet; and not lost).
-    registered: bool,
 }
 
 impl State {
@@ -174,34 +203,89 @@ impl State {
     }
 }
 
+/// Deadlines of fixed-term holds: a boxed slice (16 bytes, nothing
+/// allocated while empty), not a `Vec` (24 bytes in every record, for a
+/// list most leases never use and the rest keep short).
+#[derive(Debug, Default)]
+struct Deadlines(Box<[Instant]>);
+
+impl Deadlines {
+    fn push(&mut self, deadline: Instant) {
+        let mut all = std::mem::take(&mut self.0).into_vec();
+        all.push(deadline);
+        self.0 = all.into_boxed_slice();
+    }
+
+    /// Removes one `deadline`, if present.
+    fn remove(&mut self, deadline: Instant) {
+        if let Some(i) = self.0.iter().position(|d| *d == deadline) {
+            let mut all = std::mem::take(&mut self.0).into_vec();
+            all.swap_remove(i);
+            self.0 = all.into_boxed_slice();
+        }
+    }
+
+    /// Moves one deadline `from` to `to`, if present.
+    fn replace(&mut self, from: Instant, to: Instant) {
+        if let Some(d) = self.0.iter_mut().find(|d| **d == from) {
+            *d = to;
+        }
+    }
+
+    fn clear(&mut self) {
+        self.0 = Box::default();
+    }
+
+    fn iter(&self) -> std::slice::Iter<'_, Instant> {
+        self.0.iter()
+    }
+
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
 /// Identity of a lease within a client.
 #[derive(Debug)]
 pub(crate) struct LeaseInit {
     pub(crate) kind: &'static dyn Kind,
-    pub(crate) field: Str,
-    pub(crate) latch: Key,
-    pub(crate) channel: Key,
+    pub(crate) names: LeaseNames,
 }
 
 impl LeaseInit {
     /// The lease of `field` on the key named `key`, released on `channel`:
-    /// its latch key is derived (see `call.rs`), sharing the field's bytes.
-    pub(crate) fn new(kind: &'static dyn Kind, key: &str, field: &str, channel: Key) -> LeaseInit {
-        let (latch, field) = super::latch_and_field(key, field);
-        LeaseInit {
+    /// its latch key is derived (see `call.rs`); all four names share one
+    /// buffer (see `names.rs`).
+    pub(crate) fn new(
+        kind: &'static dyn Kind,
+        key: &str,
+        field: &str,
+        channel: &[u8],
+    ) -> Result<LeaseInit> {
+        Ok(LeaseInit {
             kind,
-            field,
-            latch,
-            channel,
-        }
+            names: LeaseNames::new(key, field, channel)?,
+        })
     }
 }
 
 /// The client's leases, by lock key.
 #[derive(Debug, Default)]
 pub(crate) struct Leases {
-    /// Most keys have one record: kept inline in the map's slot.
-    map: DashMap<Key, SmallVec<[Arc<Lease>; 1]>>,
+    /// By a hash of the key (`keys`): the slot keeps no copy of the key,
+    /// and a lookup compares the records' own keys. Most keys have one
+    /// record: kept inline in the map's slot.
+    map: DashMap<u64, SmallVec<[Arc<Lease>; 1]>, BuildHasherDefault<Prehashed>>,
+    /// Hashes the keys for `map`.
+    keys: RandomState,
+    /// Tests only: every key hashes alike, so records of different keys
+    /// share entries.
+    #[cfg(test)]
+    all_collide: bool,
     /// The client's counters, given to every lease.
     pub(crate) stats: Arc<Counters>,
 }
@@ -253,23 +337,26 @@ impl Leases {
         key: &Key,
         owner: u64,
         tag: u8,
-        init: &(dyn Fn() -> LeaseInit + Sync),
-    ) -> LeaseRef {
-        let mut entry = self.map.entry(key.clone()).or_default();
-        let lease = match entry.iter().find(|l| l.owner == owner && l.tag == tag) {
+        init: &(dyn Fn() -> Result<LeaseInit> + Sync),
+    ) -> Result<LeaseRef> {
+        let key = key.as_bytes();
+        let mut entry = self.map.entry(self.hash(key)).or_default();
+        let found = entry
+            .iter()
+            .find(|l| l.owner == owner && l.tag == tag && l.key_bytes() == key);
+        let lease = match found {
             Some(lease) => lease.clone(),
             None => {
-                let init = init();
+                let init = init()?;
+                debug_assert_eq!(init.names.key_bytes(), key);
                 let lease = Arc::new(Lease {
                     kind: init.kind,
                     conn: conn.clone(),
-                    key: key.clone(),
-                    field: init.field,
-                    latch: init.latch,
-                    channel: init.channel,
+                    names: init.names,
                     owner,
                     tag,
                     users: AtomicU32::new(0),
+                    registered: AtomicBool::new(false),
                     watchdog: watchdog.clone(),
                     stats: self.stats.clone(),
                     turn: tokio::sync::Semaphore::const_new(1),
@@ -278,9 +365,8 @@ impl Leases {
                         incarnation: 0,
                         holds: 0,
                         watched: 0,
-                        fixed: Vec::new(),
+                        fixed: Deadlines::default(),
                         gen: 0,
-                        registered: false,
                     }),
                 });
                 entry.push(lease.clone());
@@ -290,7 +376,16 @@ impl Leases {
         // Counted under the entry's lock (see `remove_idle`).
         let lease = LeaseRef::new(lease, Arc::downgrade(self));
         drop(entry);
-        lease
+        Ok(lease)
+    }
+
+    /// The map's hash of `key`.
+    fn hash(&self, key: &[u8]) -> u64 {
+        #[cfg(test)]
+        if self.all_collide {
+            return 0;
+        }
+        self.keys.hash_one(key)
     }
 
     /// Every lease in the table (shutdown waits for their calls).
@@ -323,10 +418,10 @@ impl Leases {
     /// Ends the incarnation of every other lease on `mine`'s key that
     /// `mine` being held proves gone (see [`Kind::excludes`]).
     fn exclude_others(&self, mine: &Lease) {
-        let Some(entry) = self.map.get(&mine.key) else {
+        let Some(entry) = self.map.get(&self.hash(mine.key_bytes())) else {
             return;
         };
-        for other in entry.iter() {
+        for other in entry.iter().filter(|l| l.key_bytes() == mine.key_bytes()) {
             if !std::ptr::eq(Arc::as_ptr(other), mine) && mine.kind.excludes(mine, other) {
                 other.field_gone(
                     "another owner of this client acquired the lock: this hold was gone",
@@ -338,8 +433,13 @@ impl Leases {
     /// The key was deleted (force-unlocked by this client): every lease of
     /// this client on it is gone.
     pub(crate) fn key_gone(&self, key: &Key, why: &str) {
-        let leases: Vec<Arc<Lease>> = match self.map.get(key) {
-            Some(entry) => entry.to_vec(),
+        let key = key.as_bytes();
+        let leases: Vec<Arc<Lease>> = match self.map.get(&self.hash(key)) {
+            Some(entry) => entry
+                .iter()
+                .filter(|l| l.key_bytes() == key)
+                .cloned()
+                .collect(),
             None => return,
         };
         for lease in leases {
@@ -353,8 +453,10 @@ impl Leases {
     /// being handed out. The watchdog may still refer to a dropped record
     /// for the rest of a cycle: it has no hold, so nothing the cycle does
     /// to it (a verdict, a loss) reaches a guard.
-    fn remove_idle(&self, key: &Key) {
-        self.map.remove_if_mut(key, |_, leases| {
+    /// Records of other keys with the same hash share the entry; the test
+    /// drops only idle ones, so it holds for them too.
+    fn remove_idle(&self, hash: u64) {
+        self.map.remove_if_mut(&hash, |_, leases| {
             leases.retain(|l| l.users.load(Ordering::Acquire) > 0 || l.state.lock().holds > 0);
             // A burst of owners on one key (many tasks trying it at once)
             // leaves no large buffer behind while the key stays held.
@@ -447,18 +549,75 @@ impl Drop for LeaseRef {
             return;
         };
         if lease.users.fetch_sub(1, Ordering::AcqRel) == 1 {
-            let key = lease.key.clone();
-            drop(lease);
             if let Some(table) = self.table.upgrade() {
-                table.remove_idle(&key);
+                let hash = table.hash(lease.key_bytes());
+                drop(lease);
+                table.remove_idle(hash);
             }
         }
+    }
+}
+
+/// Passes on a hash made already (the [`Leases`] map's keys are hashes of
+/// the lock keys).
+#[derive(Default)]
+pub(crate) struct Prehashed(u64);
+
+impl Hasher for Prehashed {
+    fn write(&mut self, bytes: &[u8]) {
+        // Not used by `u64`'s `Hash`; folded in all the same.
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
     }
 }
 
 // === impl Lease ===
 
 impl Lease {
+    /// The lock key, to send.
+    pub(crate) fn key(&self) -> Key {
+        self.names.key()
+    }
+
+    /// The lock key's bytes.
+    pub(crate) fn key_bytes(&self) -> &[u8] {
+        self.names.key_bytes()
+    }
+
+    /// The lock key as text.
+    pub(crate) fn key_str(&self) -> &str {
+        self.names.key_str()
+    }
+
+    /// The hash field, to send.
+    pub(crate) fn field(&self) -> Str {
+        self.names.field()
+    }
+
+    /// The hash field's bytes.
+    pub(crate) fn field_bytes(&self) -> &[u8] {
+        self.names.field_bytes()
+    }
+
+    /// The latch key of this (key, field) (see `call.rs`), to send.
+    pub(crate) fn latch(&self) -> Key {
+        self.names.latch()
+    }
+
+    /// The channel the release script publishes on, to send.
+    pub(crate) fn channel(&self) -> Key {
+        self.names.channel()
+    }
+
     /// Marks an acquire or release as sent: renewal replies in flight are
     /// now out of date. Returns the incarnation it belongs to.
     pub(crate) fn begin_call(&self) -> u64 {
@@ -483,7 +642,7 @@ impl Lease {
                 // A fresh field (count 1: whatever we counted was gone), or
                 // trust lost: a new signal for the holds from here on.
                 if count == 1 && s.holds > 0 {
-                    tracing::debug!(key = ?self.key, stale = s.holds, "holds of an ended incarnation");
+                    tracing::debug!(key = %self.key_str(), stale = s.holds, "holds of an ended incarnation");
                     s.signal.mark_lost();
                     s.incarnation += 1;
                     s.holds = 0;
@@ -497,9 +656,9 @@ impl Lease {
                 Term::Watchdog => s.watched += 1,
                 Term::Fixed(deadline) => s.fixed.push(deadline),
             }
-            let register = s.watched > 0 && !s.registered;
+            let register = s.watched > 0 && !self.registered.load(Ordering::Relaxed);
             if register {
-                s.registered = true;
+                self.registered.store(true, Ordering::Relaxed);
             }
             register
         };
@@ -521,9 +680,7 @@ impl Lease {
         match term {
             Term::Watchdog => s.watched = s.watched.saturating_sub(1),
             Term::Fixed(deadline) => {
-                if let Some(i) = s.fixed.iter().position(|d| *d == deadline) {
-                    s.fixed.swap_remove(i);
-                }
+                s.fixed.remove(deadline);
             }
         }
     }
@@ -533,10 +690,10 @@ impl Lease {
     /// watchdog hold is left.
     pub(crate) fn release_done(&self) {
         let deregister = {
-            let mut s = self.state.lock();
-            let deregister = s.watched == 0 && s.registered;
+            let s = self.state.lock();
+            let deregister = s.watched == 0 && self.registered.load(Ordering::Relaxed);
             if deregister {
-                s.registered = false;
+                self.registered.store(false, Ordering::Relaxed);
             }
             deregister
         };
@@ -549,9 +706,7 @@ impl Lease {
     /// the turn): releases from here on keep the key until `to`.
     pub(crate) fn move_deadline(&self, from: Instant, to: Instant) {
         let mut s = self.state.lock();
-        if let Some(d) = s.fixed.iter_mut().find(|d| **d == from) {
-            *d = to;
-        }
+        s.fixed.replace(from, to);
     }
 
     /// Live guards of this lease (their holds need the key; a guard
@@ -583,7 +738,7 @@ impl Lease {
         if s.watched > 0 {
             need = Some(self.watchdog.timeout());
         }
-        for deadline in &s.fixed {
+        for deadline in s.fixed.iter() {
             let left = deadline.saturating_duration_since(now);
             need = Some(need.map_or(left, |n| n.max(left)));
         }
@@ -630,7 +785,10 @@ impl Lease {
             }
             s.incarnation += 1;
             s.holds = 0;
-            (s.signal.clone(), std::mem::take(&mut s.registered))
+            (
+                s.signal.clone(),
+                self.registered.swap(false, Ordering::Relaxed),
+            )
         };
         if deregister {
             self.watchdog.deregister(self);
@@ -644,12 +802,15 @@ impl Lease {
     /// are still sent.
     pub(crate) fn declare_lost(&self, why: &str) {
         let (signal, deregister) = {
-            let mut s = self.state.lock();
+            let s = self.state.lock();
             if s.signal.is_lost_flag() {
                 return;
             }
             self.report_lost(why);
-            (s.signal.clone(), std::mem::take(&mut s.registered))
+            (
+                s.signal.clone(),
+                self.registered.swap(false, Ordering::Relaxed),
+            )
         };
         if deregister {
             self.watchdog.deregister(self);
@@ -660,7 +821,7 @@ impl Lease {
     /// Counts a loss of a held lease and says so (a `WARN` event).
     fn report_lost(&self, why: &str) {
         self.stats.lost();
-        tracing::warn!(lock = %KeyName(&self.key), owner = self.owner, why, "lease lost");
+        tracing::warn!(lock = %KeyName(self.key_bytes()), owner = self.owner, why, "lease lost");
     }
 
     /// Shutdown: every hold is given back by the caller (returned: how
@@ -679,7 +840,7 @@ impl Lease {
                 holds,
                 s.incarnation,
                 s.signal.clone(),
-                std::mem::take(&mut s.registered),
+                self.registered.swap(false, Ordering::Relaxed),
             )
         };
         if deregister {
@@ -703,8 +864,8 @@ impl Lease {
     /// Asks for the key's and the field's bytes (see [`prefetch`]). Reads
     /// the record: ask for it first, some leases earlier.
     pub(crate) fn prefetch_names(&self) {
-        prefetch(self.key.as_bytes().as_ptr());
-        prefetch(self.field.as_bytes().as_ptr());
+        prefetch(self.names.key_bytes().as_ptr());
+        prefetch(self.names.field_bytes().as_ptr());
     }
 
     /// [`snapshot`](Self::snapshot), keeping this reference.
@@ -839,9 +1000,8 @@ impl Signal {
 
     fn fresh(until: Instant) -> Signal {
         Signal {
-            lost: AtomicBool::new(false),
-            lost_at: Mutex::new(None),
-            until: Mutex::new(until),
+            lost_at: AtomicU64::new(0),
+            until: AtomicU64::new(to_ticks(until)),
             notify: Notify::new(),
         }
     }
@@ -862,7 +1022,7 @@ impl Signal {
     }
 
     fn is_lost_flag(&self) -> bool {
-        self.lost.load(Ordering::Acquire)
+        self.lost_at.load(Ordering::Acquire) != 0
     }
 
     /// Completes when the signal is lost.
@@ -882,8 +1042,13 @@ impl Signal {
     }
 
     pub(crate) fn mark_lost(&self) {
-        self.lost_at.lock().get_or_insert_with(Instant::now);
-        self.lost.store(true, Ordering::Release);
+        // The first mark's time stays.
+        let _ = self.lost_at.compare_exchange(
+            0,
+            to_ticks(Instant::now()),
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
         self.notify.notify_waiters();
     }
 
@@ -891,38 +1056,44 @@ impl Signal {
     /// deadline it ran out at, whichever came first; `None` while not lost.
     pub(crate) fn lost_since(&self) -> Option<Instant> {
         let until = self.until();
-        let marked = *self.lost_at.lock();
-        match marked {
-            Some(at) => Some(at.min(until)),
-            None if Instant::now() >= until => Some(until),
-            None => None,
+        match self.lost_at.load(Ordering::Acquire) {
+            0 if Instant::now() >= until => Some(until),
+            0 => None,
+            at => Some(from_ticks(at).min(until)),
         }
     }
 
     pub(crate) fn until(&self) -> Instant {
-        *self.until.lock()
+        from_ticks(self.until.load(Ordering::Acquire))
     }
 
     /// Raises the deadline to `to`, unless it has passed already: a signal
     /// lost by time stays lost (its guards may have been told, and lost is
     /// final), so it is marked lost instead of brought back.
     fn extend(&self, to: Instant) {
-        let mut until = self.until.lock();
-        if Instant::now() >= *until {
-            drop(until);
-            self.mark_lost();
-            return;
-        }
-        if to > *until {
-            *until = to;
+        let (now, to) = (to_ticks(Instant::now()), to_ticks(to));
+        let mut until = self.until.load(Ordering::Acquire);
+        loop {
+            if now >= until {
+                self.mark_lost();
+                return;
+            }
+            if to <= until {
+                return;
+            }
+            match self
+                .until
+                .compare_exchange_weak(until, to, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return,
+                Err(seen) => until = seen,
+            }
         }
     }
 
     fn cut(&self, to: Instant) {
-        let mut until = self.until.lock();
-        if to < *until {
-            *until = to;
-            drop(until);
+        let to = to_ticks(to);
+        if to < self.until.fetch_min(to, Ordering::AcqRel) {
             // `lost()` sleeps until the old deadline: wake it to re-check.
             self.notify.notify_waiters();
         }
@@ -961,10 +1132,51 @@ mod tests {
         let conn = Arc::new(Conn::offline());
         let watchdog = Watchdog::new(Duration::from_secs(30)).unwrap();
         let key = Key::from("k");
-        let lease = table.get(&conn, &watchdog, &key, 1, 0, &|| {
-            LeaseInit::new(&Offline, "k", "f", Key::from("c"))
-        });
+        let lease = table
+            .get(&conn, &watchdog, &key, 1, 0, &|| {
+                LeaseInit::new(&Offline, "k", "f", b"c")
+            })
+            .expect("short names");
         (table, lease)
+    }
+
+    /// Records of keys whose hashes collide share one map entry: each is
+    /// found by its own key, one key's loss reaches only its records, and
+    /// an idle one goes without taking the others.
+    #[test]
+    fn keys_whose_hashes_collide_keep_their_own_records() {
+        let table = Arc::new(Leases {
+            all_collide: true,
+            ..Leases::default()
+        });
+        let conn = Arc::new(Conn::offline());
+        let watchdog = Watchdog::new(Duration::from_secs(30)).unwrap();
+        let get = |key: &'static str| {
+            table
+                .get(&conn, &watchdog, &Key::from(key), 1, 0, &|| {
+                    LeaseInit::new(&Offline, key, "f", b"c")
+                })
+                .expect("short names")
+        };
+        let (a, b) = (get("a"), get("b"));
+        assert!(!Arc::ptr_eq(a.lease(), b.lease()));
+        assert_eq!((a.key_bytes(), b.key_bytes()), (&b"a"[..], &b"b"[..]));
+        assert!(Arc::ptr_eq(get("a").lease(), a.lease()));
+        assert_eq!(table.records(), 2);
+
+        let start = Instant::now();
+        let (signal_a, _) = a.acquired(1, Term::Watchdog, start, Duration::from_secs(30));
+        let (signal_b, _) = b.acquired(1, Term::Watchdog, start, Duration::from_secs(30));
+        table.key_gone(&Key::from("a"), "force-unlocked");
+        assert!(signal_a.is_lost());
+        assert!(!signal_b.is_lost());
+
+        // `b` holds nothing once drained; dropping its last user drops its
+        // record only.
+        b.drain();
+        drop(b);
+        assert_eq!(table.records(), 1);
+        assert_eq!(get("a").key_bytes(), b"a");
     }
 
     /// A renewal that overtook a release on the wire (the release's call

@@ -54,6 +54,7 @@ pub(crate) mod call;
 pub(crate) mod conn;
 pub(crate) mod hold;
 pub(crate) mod lease;
+pub(crate) mod names;
 pub(crate) mod pack;
 pub(crate) mod pubsub;
 pub(crate) mod script;
@@ -191,17 +192,6 @@ pub(crate) fn suffix_name(name: &str, suffix: &str) -> String {
 /// The latch key of `field` on `key` (see `call.rs`): in `key`'s slot.
 pub(crate) fn latch_key(key: &str, field: &str) -> fred::types::Key {
     fred::types::Key::from(prefixed("leasehold_latch", key, &[":", field]))
-}
-
-/// The latch key of `field` on `key` (as [`latch_key`]) and `field`
-/// itself, sharing one buffer: the field is the latch key's tail, so a
-/// lease record keeps one name allocation for both.
-pub(crate) fn latch_and_field(key: &str, field: &str) -> (fred::types::Key, Str) {
-    let latch = latch_key(key, field);
-    let bytes = latch.inner().clone();
-    let field = Str::from_inner(bytes.slice(bytes.len() - field.len()..))
-        .unwrap_or_else(|_| unreachable!("a tail of a string built from `field` is `field`"));
-    (latch, field)
 }
 
 /// `parts` joined, in one allocation of exactly their length (names are
@@ -355,19 +345,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_latch_and_its_field_share_one_buffer() {
-        for (key, field) in [
-            ("orders:42", "0b6e…-uuid:7"),
-            ("{tenant}:x", "c:1"),
-            ("", ""),
-            ("k", "ünï{c}ode:9"),
-        ] {
-            let (latch, tail) = latch_and_field(key, field);
-            assert_eq!(latch, latch_key(key, field));
-            assert_eq!(&*tail, field);
-            let (whole, part) = (latch.as_bytes().as_ptr_range(), tail.as_bytes().as_ptr());
-            assert!(whole.contains(&part) || field.is_empty());
-        }
+    fn a_latch_key_is_in_its_keys_slot() {
         assert_eq!(
             latch_key("orders:42", "id:7"),
             fred::types::Key::from("leasehold_latch:{orders:42}:id:7")

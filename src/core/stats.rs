@@ -21,8 +21,6 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use fred::types::Key;
-
 /// A snapshot of what one [`Client`](crate::Client) has done since it was
 /// built: [`Client::stats`](crate::Client::stats).
 ///
@@ -129,7 +127,7 @@ pub(crate) enum Outcome {
 
 /// A key shown as text in span fields: formatted only when a subscriber
 /// records it.
-pub(crate) struct KeyName<'a>(pub(crate) &'a Key);
+pub(crate) struct KeyName<'a>(pub(crate) &'a [u8]);
 
 /// Adds 1 to `counter`, and to `metric` with the `metrics` feature.
 macro_rules! count {
@@ -227,9 +225,6 @@ impl Outcome {
 
 impl fmt::Display for KeyName<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.0.as_str() {
-            Some(s) => f.write_str(s),
-            None => f.write_str(&String::from_utf8_lossy(self.0.as_bytes())),
-        }
+        f.write_str(&String::from_utf8_lossy(self.0))
     }
 }

@@ -569,7 +569,7 @@ async fn renew(
     for sent in leases {
         let lease = &sent.lease;
         let renewal = lease.kind.renewal();
-        let target = target(&lease.conn, &lease.key, renewal);
+        let target = target(&lease.conn, lease.key_bytes(), renewal);
         let group = (lease.conn.id, renewal as *const Renewal as usize, target);
         if groups.get(last).map_or(true, |(g, ..)| *g != group) {
             last = *index.entry(group.clone()).or_insert_with(|| {
@@ -643,11 +643,11 @@ impl Chunk {
     }
 }
 
-fn target(conn: &Conn, key: &Key, renewal: &Renewal) -> Target {
+fn target(conn: &Conn, key: &[u8], renewal: &Renewal) -> Target {
     if !conn.clustered {
         return Target::Server;
     }
-    let slot = key.cluster_hash();
+    let slot = fred::util::redis_keyslot(key);
     if conn.script_flags && renewal.per_node() {
         conn.node_of(slot).map_or(Target::Slot(slot), Target::Node)
     } else {
@@ -781,7 +781,7 @@ async fn per_slot(
     let mut slots: HashMap<u16, Vec<Sent>> = HashMap::new();
     for sent in batches.into_iter().flatten() {
         let slot = if sent.lease.conn.clustered {
-            sent.lease.key.cluster_hash()
+            fred::util::redis_keyslot(sent.lease.key_bytes())
         } else {
             0
         };

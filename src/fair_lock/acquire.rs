@@ -62,7 +62,14 @@ impl FairLock {
         let field = self.client.field(owner.id(), "");
         let waits = wait != Some(Duration::ZERO);
         let own_channel: Arc<str> = format!("{}:{field}", self.channel).into();
-        let init = || LeaseInit::new(&FairKind, &self.key_str, &field, self.names.channel.clone());
+        let init = || {
+            LeaseInit::new(
+                &FairKind,
+                &self.key_str,
+                &field,
+                self.names.channel.as_bytes(),
+            )
+        };
         let spec = Spec {
             key: &self.names.key,
             tag: TAG,
@@ -92,13 +99,13 @@ impl FairLock {
                 ],
                 [
                     lease_ms.into(),
-                    Value::String(lease.field.clone()),
+                    Value::String(lease.field()),
                     now_ms().into(),
                     thread_wait.into(),
                     i64::from(waits).into(),
                     i64::from(lease.holds() > 0).into(),
                 ],
-                &lease.latch,
+                &lease.latch(),
                 rid,
             )
         };
@@ -120,8 +127,8 @@ impl FairLock {
             owner.id(),
             TAG,
             &init,
-        );
-        let field_str = lease_ref.field.clone();
+        )?;
+        let field_str = lease_ref.field();
         let mut queued = Queued {
             engine: engine.clone(),
             job: Some(Leave {

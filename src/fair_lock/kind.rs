@@ -134,10 +134,10 @@ fn hand_grant_here(names: &Names, reply: &Reply) {
 
 impl Kind for FairKind {
     fn release_call(&self, lease: &Lease, count: u32, ttl_ms: i64, rid: u64) -> Call {
-        let names = Names::of_key(&lease.key);
+        let names = Names::of_key(&lease.key());
         let mut args = vec![
             ttl_ms.into(),
-            Value::String(lease.field.clone()),
+            Value::String(lease.field()),
             i64::from(count).into(),
             lease.conn.publish_command().into(),
             now_ms().into(),
@@ -148,7 +148,7 @@ impl Kind for FairKind {
             &scripts().release,
             names.script_keys(),
             args,
-            &lease.latch,
+            &lease.latch(),
             rid,
         )
     }
@@ -175,7 +175,7 @@ impl Kind for FairKind {
     }
 
     fn after_release(&self, lease: &Lease, reply: &Reply) {
-        let names = Names::of_key(&lease.key);
+        let names = Names::of_key(&lease.key());
         hand_grant_here(&names, reply);
         kick_if_unheard(&lease.conn, &names, reply);
     }
@@ -188,6 +188,6 @@ impl Kind for FairKind {
         // The hash holds one field at a time: any other field this client
         // counted on it is gone. The same field (this owner through a
         // plain `Lock` handle) is this very hold.
-        other.field != mine.field
+        other.field_bytes() != mine.field_bytes()
     }
 }

@@ -142,7 +142,7 @@ impl Leave {
         // field (an adopted grant must never be given back here).
         let counted = i64::from(self.lease.holds() > 0);
         let mut args = vec![
-            Value::String(self.lease.field.clone()),
+            Value::String(self.lease.field()),
             now_ms().into(),
             conn.publish_command().into(),
             counted.into(),

@@ -159,15 +159,15 @@ pub(crate) fn hash_renewal() -> &'static Renewal {
         // Node batches are packed (`Packed::node`).
         node: None,
         entry: |lease, keys, args, _node| {
-            keys.push(lease.key.clone());
-            args.push(Value::String(lease.field.clone()));
+            keys.push(lease.key());
+            args.push(Value::String(lease.field()));
         },
         packed: Some(Packed {
             script: &scripts().renew_packed,
             node: &scripts().renew_node_packed,
             entry: |lease, pack| {
-                pack.push(&lease.key.inner()[..]);
-                pack.push(lease.field.as_bytes());
+                pack.push(lease.key_bytes());
+                pack.push(lease.field_bytes());
             },
         }),
     })
@@ -614,7 +614,7 @@ impl Lock {
             let owner = Owner::current();
             let init = || {
                 let field = self.client.field(owner.id(), "");
-                LeaseInit::new(&LockKind, self.key(), &field, self.channel_key.clone())
+                LeaseInit::new(&LockKind, self.key(), &field, self.channel_key.as_bytes())
             };
             let spec = Spec {
                 key: &self.key,
@@ -630,9 +630,9 @@ impl Lock {
                 Call::new(
                     &lease.conn,
                     script,
-                    std::iter::once(lease.key.clone()).chain(extra_keys.iter().cloned()),
-                    [lease_ms.into(), Value::String(lease.field.clone())],
-                    &lease.latch,
+                    std::iter::once(lease.key()).chain(extra_keys.iter().cloned()),
+                    [lease_ms.into(), Value::String(lease.field())],
+                    &lease.latch(),
                     rid,
                 )
             })
@@ -654,14 +654,14 @@ impl Kind for LockKind {
         Call::new(
             &lease.conn,
             &scripts().release,
-            [lease.key.clone(), lease.channel.clone()],
+            [lease.key(), lease.channel()],
             [
                 ttl_ms.into(),
-                Value::String(lease.field.clone()),
+                Value::String(lease.field()),
                 i64::from(count).into(),
                 lease.conn.publish_command().into(),
             ],
-            &lease.latch,
+            &lease.latch(),
             rid,
         )
     }

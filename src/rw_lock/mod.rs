@@ -299,15 +299,15 @@ fn read_renewal() -> &'static Renewal {
         slot: &scripts().renew_read,
         node: Some(&scripts().renew_read_node),
         entry: |lease, keys, args, node| {
-            let prefix = timeout_prefix(&lease.key, &lease.field);
+            let prefix = timeout_prefix(&lease.key(), &lease.field());
             if node {
-                args.push(Value::Bytes(lease.key.inner().clone()));
+                args.push(Value::Bytes(lease.key().inner().clone()));
                 args.push(Value::from(prefix));
             } else {
-                keys.push(lease.key.clone());
+                keys.push(lease.key());
                 keys.push(Key::from(prefix));
             }
-            args.push(Value::String(lease.field.clone()));
+            args.push(Value::String(lease.field()));
         },
         packed: None,
     })
@@ -448,8 +448,13 @@ impl Names {
         &self.client.engine().conn.redis
     }
 
-    fn lease_init(&self, mode: Mode, field: &str) -> LeaseInit {
-        LeaseInit::new(mode.kind(), &self.key_str, field, self.channel_key.clone())
+    fn lease_init(&self, mode: Mode, field: &str) -> Result<LeaseInit> {
+        LeaseInit::new(
+            mode.kind(),
+            &self.key_str,
+            field,
+            self.channel_key.as_bytes(),
+        )
     }
 
     /// Takes `mode` for the current owner (see the module docs). `wait:
@@ -501,7 +506,8 @@ impl Names {
             READ_TAG,
             &|| self.lease_init(Mode::Read, &field),
         );
-        lease.live_holds() > 0
+        // A name too long for a record has no holds.
+        lease.is_ok_and(|lease| lease.live_holds() > 0)
     }
 
     async fn is_locked(&self, mode: Mode) -> Result<bool> {
@@ -609,23 +615,23 @@ impl Mode {
                 &lease.conn,
                 &scripts().read_acquire,
                 [
-                    lease.key.clone(),
-                    Key::from(timeout_prefix(&lease.key, &lease.field)),
+                    lease.key(),
+                    Key::from(timeout_prefix(&lease.key(), &lease.field())),
                 ],
                 [
                     lease_ms.into(),
-                    Value::String(lease.field.clone()),
-                    Value::from(format!("{}{}", &*lease.field, Mode::Write.suffix())),
+                    Value::String(lease.field()),
+                    Value::from(format!("{}{}", &*lease.field(), Mode::Write.suffix())),
                 ],
-                &lease.latch,
+                &lease.latch(),
                 rid,
             ),
             Mode::Write => Call::new(
                 &lease.conn,
                 &scripts().write_acquire,
-                [lease.key.clone()],
-                [lease_ms.into(), Value::String(lease.field.clone())],
-                &lease.latch,
+                [lease.key()],
+                [lease_ms.into(), Value::String(lease.field())],
+                &lease.latch(),
                 rid,
             ),
         }
@@ -657,7 +663,7 @@ fn release_reply(reply: &[i64]) -> ReleaseReply {
 
 /// The key prefix shared by every holder's timeout keys on `lease`'s key.
 fn holders_prefix(lease: &Lease) -> Key {
-    let key: Cow<'_, str> = String::from_utf8_lossy(lease.key.as_bytes());
+    let key: Cow<'_, str> = String::from_utf8_lossy(lease.key_bytes());
     Key::from(key_prefix(&key))
 }
 
@@ -667,18 +673,18 @@ impl Kind for ReadKind {
             &lease.conn,
             &scripts().read_release,
             [
-                lease.key.clone(),
-                lease.channel.clone(),
-                Key::from(timeout_prefix(&lease.key, &lease.field)),
+                lease.key(),
+                lease.channel(),
+                Key::from(timeout_prefix(&lease.key(), &lease.field())),
                 holders_prefix(lease),
             ],
             [
                 ttl_ms.into(),
-                Value::String(lease.field.clone()),
+                Value::String(lease.field()),
                 i64::from(count).into(),
                 lease.conn.publish_command().into(),
             ],
-            &lease.latch,
+            &lease.latch(),
             rid,
         )
     }
@@ -707,18 +713,14 @@ impl Kind for WriteKind {
         Call::new(
             &lease.conn,
             &scripts().write_release,
-            [
-                lease.key.clone(),
-                lease.channel.clone(),
-                holders_prefix(lease),
-            ],
+            [lease.key(), lease.channel(), holders_prefix(lease)],
             [
                 ttl_ms.into(),
-                Value::String(lease.field.clone()),
+                Value::String(lease.field()),
                 i64::from(count).into(),
                 lease.conn.publish_command().into(),
             ],
-            &lease.latch,
+            &lease.latch(),
             rid,
         )
     }

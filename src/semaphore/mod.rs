@@ -209,7 +209,7 @@ fn renewal() -> &'static Renewal {
         node: None,
         entry: |lease, keys, args, _node| {
             keys.push(timeout_key_of(lease));
-            args.push(id_bytes(&lease.field));
+            args.push(id_bytes(&lease.field()));
             args.push(now_ms().into());
         },
         packed: None,
@@ -245,7 +245,7 @@ fn id_bytes(hex: &str) -> Value {
 
 /// The zset of the semaphore a permit lease is of.
 fn timeout_key_of(lease: &Lease) -> Key {
-    Key::from(suffix_name(&lease.key.as_str_lossy(), "timeout"))
+    Key::from(suffix_name(lease.key_str(), "timeout"))
 }
 
 // === impl Client ===
@@ -563,7 +563,7 @@ impl Semaphore {
         self.check()?;
         let id: Arc<str> = new_id().into();
         let member = id_bytes(&id);
-        let init = || LeaseInit::new(&PermitKind, &self.key_str, &id, self.channel_key.clone());
+        let init = || LeaseInit::new(&PermitKind, &self.key_str, &id, self.channel_key.as_bytes());
         let spec = Spec {
             key: &self.key,
             tag: TAG,
@@ -582,18 +582,14 @@ impl Semaphore {
             Call::new(
                 &lease.conn,
                 &scripts().acquire,
-                [
-                    lease.key.clone(),
-                    self.timeout_key.clone(),
-                    lease.channel.clone(),
-                ],
+                [lease.key(), self.timeout_key.clone(), lease.channel()],
                 [
                     expiry.into(),
                     now.into(),
                     lease.conn.publish_command().into(),
                     member.clone(),
                 ],
-                &lease.latch,
+                &lease.latch(),
                 rid,
             )
         })
@@ -615,17 +611,13 @@ impl Kind for PermitKind {
         Call::new(
             &lease.conn,
             &scripts().release,
+            [lease.key(), timeout_key_of(lease), lease.channel()],
             [
-                lease.key.clone(),
-                timeout_key_of(lease),
-                lease.channel.clone(),
-            ],
-            [
-                id_bytes(&lease.field),
+                id_bytes(&lease.field()),
                 now_ms().into(),
                 lease.conn.publish_command().into(),
             ],
-            &lease.latch,
+            &lease.latch(),
             rid,
         )
     }
