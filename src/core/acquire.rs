@@ -26,7 +26,7 @@ use std::time::Duration;
 use fred::types::Key;
 use tokio::time::Instant;
 use tracing::field::Empty;
-use tracing::{Instrument, Span};
+use tracing::Span;
 
 use super::call::Call;
 use super::hold::{self, Attempt, Hold, Request};
@@ -121,43 +121,42 @@ pub(crate) fn acquire_handed<'a>(
 ) -> impl Future<Output = Result<Option<Hold>>> + 'a {
     // An `async` block, not an `async fn`: an `async fn` keeps its
     // arguments twice in its future (as captures and as locals), 128 B
-    // more in every waiting task.
+    // more in every waiting task. The arguments are one value, so each
+    // try's closure refers to them with one pointer, not one per field.
+    let acquiring = Acquiring {
+        engine,
+        spec,
+        build,
+        handoff,
+    };
     async move {
+        let acquiring = &acquiring;
+        let (engine, spec) = (acquiring.engine, &acquiring.spec);
         engine.check()?;
-        let lease_ms = lease_millis(spec.lease.unwrap_or(engine.watchdog.timeout()))?;
-        let fixed = spec.lease.is_some();
-        let fixed_lease = spec.lease;
-        let mut observed = Observed::start(&spec);
+        lease_millis(acquiring.lease())?;
+        let mut observed = Observed::start(spec);
         let attempts = &mut observed.attempts;
-        let result =
-            wait::wait_for_handed(engine, spec.channel, spec.policy, spec.wait, |handed| {
-                *attempts += 1;
-                let granted = match (handed, handoff) {
-                    (Some(message), Some(read)) if engine.replicas.is_none() => read(&message),
-                    _ => None,
-                };
-                // The lease record is taken per try, not for the whole wait: a
-                // parked waiter keeps none (a record it made is dropped again when
-                // the try finds the lock busy), so N waiters on one key cost N
-                // parked futures, not N records in the key's table.
-                let lease = engine.leases.get(
-                    &engine.conn,
-                    &engine.watchdog,
-                    spec.key,
-                    spec.owner,
-                    spec.tag,
-                    spec.init,
-                );
-                Box::pin(async move {
-                    let lease = lease?;
-                    match granted {
-                        Some(granted) => adopt(engine, &lease, fixed_lease, granted).await,
-                        None => attempt(engine, &lease, fixed, lease_ms, build).await,
-                    }
-                })
+        let result = {
+            let wait = wait::wait_for_handed(
+                engine,
+                spec.channel,
+                spec.policy,
+                spec.wait,
+                move |handed| {
+                    *attempts += 1;
+                    acquiring.attempt(handed)
+                },
+            );
+            // In the acquire's span, entered at each poll (as
+            // `Instrument` does, without a second copy of the span).
+            let mut wait = std::pin::pin!(wait);
+            let span = &observed.span;
+            std::future::poll_fn(|cx| {
+                let _entered = span.enter();
+                wait.as_mut().poll(cx)
             })
-            .instrument(observed.span.clone())
-            .await;
+            .await
+        };
         observed.end(
             &engine.stats,
             match &result {
@@ -167,6 +166,55 @@ pub(crate) fn acquire_handed<'a>(
             },
         );
         result
+    }
+}
+
+/// An acquire's arguments, kept together in its future.
+struct Acquiring<'a> {
+    engine: &'a Arc<Engine>,
+    spec: Spec<'a>,
+    build: Build<'a>,
+    handoff: Option<Handoff<'a>>,
+}
+
+impl<'a> Acquiring<'a> {
+    /// The lease a hold is taken for: the spec's, or the watchdog's.
+    fn lease(&self) -> Duration {
+        self.spec.lease.unwrap_or(self.engine.watchdog.timeout())
+    }
+
+    /// One try, given the message handed to the waiter with its wake-up.
+    fn attempt(
+        &'a self,
+        handed: Option<Box<[u8]>>,
+    ) -> std::pin::Pin<Box<dyn Future<Output = Result<Step<Hold>>> + Send + 'a>> {
+        let (engine, spec) = (self.engine, &self.spec);
+        let granted = match (handed, self.handoff) {
+            (Some(message), Some(read)) if engine.replicas.is_none() => read(&message),
+            _ => None,
+        };
+        // The lease record is taken per try, not for the whole wait: a
+        // parked waiter keeps none (a record it made is dropped again when
+        // the try finds the lock busy), so N waiters on one key cost N
+        // parked futures, not N records in the key's table.
+        let lease = engine.leases.get(
+            &engine.conn,
+            &engine.watchdog,
+            spec.key,
+            spec.owner,
+            spec.tag,
+            spec.init,
+        );
+        Box::pin(async move {
+            let lease = lease?;
+            match granted {
+                Some(granted) => adopt(engine, &lease, spec.lease, granted).await,
+                None => {
+                    let lease_ms = lease_millis(self.lease())?;
+                    attempt(engine, &lease, spec.lease.is_some(), lease_ms, self.build).await
+                }
+            }
+        })
     }
 }
 

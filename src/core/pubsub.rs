@@ -76,6 +76,7 @@
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use dashmap::DashMap;
@@ -83,9 +84,10 @@ use fred::clients::SubscriberClient;
 use fred::interfaces::{ClientLike, EventInterface, PubsubInterface};
 use fred::types::config::Options;
 use fred::types::{ClusterHash, ClusterStateChange, Value};
+use futures_util::task::AtomicWaker;
 use parking_lot::Mutex;
 use tokio::sync::broadcast::{error::RecvError, Receiver as Broadcast};
-use tokio::sync::{mpsc, watch, Notify};
+use tokio::sync::{mpsc, watch};
 
 use crate::error::{Error, Result};
 
@@ -251,7 +253,11 @@ struct Waiter {
     gone: AtomicBool,
     /// The message handed over with the wake-up ([`Wake::OneWith`]).
     handed: Mutex<Option<Box<[u8]>>>,
-    notify: Notify,
+    /// The task waiting in [`Subscription::wait`], woken after `woken` is
+    /// set. Not a `Notify`: its `Notified` future would add 64 bytes to
+    /// every parked waiter's future, and its stored permit would outlive
+    /// the wake-up (the flag is the wake-up).
+    waker: AtomicWaker,
 }
 
 #[derive(Debug)]
@@ -507,11 +513,6 @@ impl Subscription {
         {
             let mut state = self.channel.state.lock();
             if self.waiter.woken.load(Ordering::Acquire) {
-                // Woken while not waiting: the waker's `notify_one` left a
-                // permit in this waiter's notify. Take it now, or the wait
-                // after this wake-up's attempt would return at once for
-                // nothing (an extra attempt: one more script call).
-                std::pin::pin!(self.waiter.notify.notified()).enable();
                 return true;
             }
             if state.permits > 0 {
@@ -525,9 +526,17 @@ impl Subscription {
                 state.queue.push_front(self.waiter.clone());
             }
         }
-        tokio::time::timeout(bound, self.waiter.notify.notified())
-            .await
-            .is_ok()
+        let woken = std::future::poll_fn(|cx| {
+            // Registered before the flag is read: a waker that sets the
+            // flag after the read wakes this registration.
+            self.waiter.waker.register(cx.waker());
+            if self.waiter.woken.load(Ordering::Acquire) {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
+        });
+        tokio::time::timeout(bound, woken).await.is_ok()
             || self.waiter.woken.load(Ordering::Acquire)
     }
 
@@ -684,7 +693,7 @@ impl ChannelState {
                     waiter.queued.store(false, Ordering::Relaxed);
                     *waiter.handed.lock() = message.map(Box::from);
                     waiter.woken.store(true, Ordering::Release);
-                    waiter.notify.notify_one();
+                    waiter.waker.wake();
                     return;
                 }
                 None => {
