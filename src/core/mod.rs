@@ -138,17 +138,8 @@ pub(crate) fn lease_millis(lease: Duration) -> Result<i64> {
 /// Redisson's `prefixName`: `prefix:{name}`, or `prefix:name` when the
 /// name already has braces, so the result shares the name's hash slot.
 pub(crate) fn prefix_name(prefix: &str, name: &str) -> String {
-    prefixed(prefix, name, &[])
-}
-
-/// [`prefix_name`] with `tail` appended, in one allocation.
-fn prefixed(prefix: &str, name: &str, tail: &[&str]) -> String {
     let (open, close) = braces(name.contains('{'));
-    concat(
-        [prefix, open, name, close]
-            .into_iter()
-            .chain(tail.iter().copied()),
-    )
+    concat([prefix, open, name, close])
 }
 
 /// What [`prefix_name`] puts around a name: braces unless it has some.
@@ -191,7 +182,15 @@ pub(crate) fn suffix_name(name: &str, suffix: &str) -> String {
 
 /// The latch key of `field` on `key` (see `call.rs`): in `key`'s slot.
 pub(crate) fn latch_key(key: &str, field: &str) -> fred::types::Key {
-    fred::types::Key::from(prefixed("leasehold_latch", key, &[":", field]))
+    fred::types::Key::from(concat(latch_parts(key, field)))
+}
+
+/// The parts of [`latch_key`], in order: the prefix, what [`braces`] opens
+/// with, `key`, what it closes with, `:`, `field`. (A lease record writes
+/// them after its channel, see `names.rs`.)
+pub(crate) fn latch_parts<'a>(key: &'a str, field: &'a str) -> [&'a str; 6] {
+    let (open, close) = braces(key.contains('{'));
+    ["leasehold_latch", open, key, close, ":", field]
 }
 
 /// `parts` joined, in one allocation of exactly their length (names are

@@ -17,11 +17,8 @@ use fred::bytes::Bytes;
 use fred::bytes_utils::Str;
 use fred::types::Key;
 
-use super::braces;
+use super::latch_parts;
 use crate::error::{Error, Result};
-
-/// The prefix of every latch key.
-const LATCH_PREFIX: &str = "leasehold_latch";
 
 /// A lease's key, field, latch key and channel in one buffer.
 #[derive(Clone)]
@@ -42,8 +39,7 @@ impl LeaseNames {
     /// [`Error::InvalidArgument`] if they do not fit in 4 GiB (Redis refuses
     /// a name over 512 MB anyway).
     pub(crate) fn new(key: &str, field: &str, channel: &[u8]) -> Result<LeaseNames> {
-        let (open, close) = braces(key.contains('{'));
-        let latch = [LATCH_PREFIX, open, key, close, ":", field];
+        let latch = latch_parts(key, field);
         let len = channel.len() + latch.iter().map(|part| part.len()).sum::<usize>();
         let at = |n: usize| {
             u32::try_from(n).map_err(|_| {
@@ -57,20 +53,22 @@ impl LeaseNames {
         }
         Ok(LeaseNames {
             latch_at: at(channel.len())?,
-            key_at: at(channel.len() + LATCH_PREFIX.len() + open.len())?,
+            // After the latch key's prefix and opening brace.
+            key_at: at(channel.len() + latch[0].len() + latch[1].len())?,
             key_len: at(key.len())?,
             field_at: at(len - field.len())?,
             buf: Bytes::from(buf),
         })
     }
 
-    fn range(&self, from: u32, to: usize) -> std::ops::Range<usize> {
-        from as usize..to
+    /// Where the key is in the buffer.
+    fn key_range(&self) -> std::ops::Range<usize> {
+        self.key_at as usize..(self.key_at + self.key_len) as usize
     }
 
     /// The key's bytes.
     pub(crate) fn key_bytes(&self) -> &[u8] {
-        &self.buf[self.range(self.key_at, (self.key_at + self.key_len) as usize)]
+        &self.buf[self.key_range()]
     }
 
     /// The key as text (it was given as a `&str`).
@@ -80,10 +78,7 @@ impl LeaseNames {
 
     /// The key, to send.
     pub(crate) fn key(&self) -> Key {
-        Key::from(
-            self.buf
-                .slice(self.range(self.key_at, (self.key_at + self.key_len) as usize)),
-        )
+        Key::from(self.buf.slice(self.key_range()))
     }
 
     /// The field's bytes.
