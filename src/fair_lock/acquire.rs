@@ -10,7 +10,7 @@ use fred::types::Value;
 use parking_lot::Mutex;
 use tokio::time::Instant;
 
-use super::kind::{scripts, FairKind, LINGER, TAG};
+use super::kind::{scripts, waiter_channel, FairKind, LINGER, TAG};
 use super::queue::{self, now_ms, Leave, Queued, THREAD_WAIT};
 use super::FairLock;
 use crate::core::acquire::{acquire, acquire_handed, Granted, Spec};
@@ -61,7 +61,7 @@ impl FairLock {
         let owner = Owner::current();
         let field = self.client.field(owner.id(), "");
         let waits = wait != Some(Duration::ZERO);
-        let own_channel: Arc<str> = format!("{}:{field}", self.channel).into();
+        let own_channel: Arc<str> = waiter_channel(&self.channel, &field).into();
         let init = || {
             LeaseInit::new(
                 &FairKind,

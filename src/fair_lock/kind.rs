@@ -9,10 +9,10 @@ use fred::types::{Key, Value};
 use super::queue::{kick_if_unheard, now_ms, GRANT, THREAD_WAIT};
 use crate::core::call::{Call, Reply};
 use crate::core::lease::{AcquireReply, Kind, Lease, ReleaseReply};
-use crate::core::prefix_name;
 use crate::core::pubsub;
 use crate::core::script::Script;
 use crate::core::watchdog::Renewal;
+use crate::core::{concat, prefix_name};
 
 /// The keys of one fair lock (and the channel stem), as scripts take them.
 #[derive(Clone, Debug)]
@@ -123,11 +123,15 @@ fn hand_grant_here(names: &Names, reply: &Reply) {
     else {
         return;
     };
-    let channel = format!(
-        "{}:{field}",
-        String::from_utf8_lossy(names.channel.as_bytes())
-    );
+    let channel = waiter_channel(&String::from_utf8_lossy(names.channel.as_bytes()), field);
     pubsub::hand_here(client, &channel, format!("grant:{nonce}:{ms}").as_bytes());
+}
+
+/// The waiter's own channel: the lock's channel `stem`
+/// (`redisson_lock__channel:{<key>}`), then `:<field>`, as the scripts
+/// publish on it (`channel .. ':' .. head`).
+pub(super) fn waiter_channel(stem: &str, field: &str) -> String {
+    concat([stem, ":", field])
 }
 
 // === impl FairKind ===

@@ -29,6 +29,7 @@
 --
 -- Retry policy: idempotent by request id (a re-send never gives back a
 -- hold twice).
+
 -- The reply of a release that handed the lock over: {status, received,
 -- timeout, granted}, and after a grant the nonce, the grant's TTL and last
 -- the granted field (a string: a client of the releaser's process hands
