@@ -13,9 +13,9 @@
 //! The side-by-side comparison with polling locks and peer crates is
 //! `cargo run --release -p leasehold-compare`.
 
+use leasehold_testkit::history::handoffs;
 use leasehold_testkit::server;
 
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -265,20 +265,13 @@ async fn ping_pong(a: Client, b: Client, iters: u64) -> Duration {
             log
         });
     }
-    let (mut acquired, mut unlocked) = (BTreeMap::new(), BTreeMap::new());
-    while let Some(log) = sides.join_next().await {
-        for (k, acq, unl) in log.expect("side") {
-            acquired.insert(k, acq);
-            unlocked.insert(k, unl);
-        }
+    let mut log = Vec::new();
+    while let Some(side) = sides.join_next().await {
+        log.extend(side.expect("side"));
     }
-    unlocked
-        .iter()
-        .filter_map(|(k, unl)| {
-            acquired
-                .get(&(k + 1))
-                .map(|acq| acq.saturating_duration_since(*unl))
-        })
+    handoffs(log)
+        .into_iter()
+        .map(|(unl, acq)| acq.saturating_duration_since(unl))
         .sum()
 }
 

@@ -12,11 +12,11 @@
 //! the grant travels as Redis's pub/sub message, which Redis writes after
 //! the release's reply.
 
-use std::collections::BTreeMap;
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use leasehold_testkit::history::handoffs;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::Command;
 use tokio::sync::{mpsc, watch};
@@ -147,19 +147,9 @@ pub async fn handoff(kind: Kind, url: &str, rounds: u64, limit: Duration) -> Vec
 /// k + 1's acquisition, in µs (negative: the next side held the lock
 /// before the previous one's unlock() returned).
 pub fn samples(log: Vec<(u64, u128, u128)>) -> Vec<f64> {
-    let mut acquired = BTreeMap::new();
-    let mut unlocked = BTreeMap::new();
-    for (k, a, u) in log {
-        acquired.insert(k, a);
-        unlocked.insert(k, u);
-    }
-    unlocked
-        .iter()
-        .filter_map(|(k, u)| {
-            acquired
-                .get(&(k + 1))
-                .map(|a| (*a as f64 - *u as f64) / 1_000.0)
-        })
+    handoffs(log)
+        .into_iter()
+        .map(|(u, a)| (a as f64 - u as f64) / 1_000.0)
         .collect()
 }
 

@@ -164,6 +164,33 @@ pub fn check(sections: &[Section]) -> Result<(), Vec<Violation>> {
     }
 }
 
+/// Pairs the log of a handoff between tasks that take a lock in turns
+/// (turn `k`, then `k + 1`, ...). Given each turn's `(k, acquired,
+/// unlocked)` in any order, returns `(unlocked of turn k, acquired of turn
+/// k + 1)` for every turn whose next turn was logged, in turn order: a
+/// handoff's latency is the second minus the first.
+///
+/// # Example
+///
+/// ```
+/// use leasehold_testkit::history::handoffs;
+///
+/// let log = [(2, 30, 40), (1, 0, 10), (3, 55, 60)];
+/// assert_eq!(handoffs(log), vec![(10, 30), (40, 55)]);
+/// ```
+pub fn handoffs<T: Copy>(log: impl IntoIterator<Item = (u64, T, T)>) -> Vec<(T, T)> {
+    let mut acquired = std::collections::BTreeMap::new();
+    let mut unlocked = std::collections::BTreeMap::new();
+    for (k, a, u) in log {
+        acquired.insert(k, a);
+        unlocked.insert(k, u);
+    }
+    unlocked
+        .iter()
+        .filter_map(|(k, u)| acquired.get(&(k + 1)).map(|a| (*u, *a)))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
