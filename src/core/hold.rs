@@ -168,7 +168,7 @@ pub(crate) async fn acquire(
         let missing = match acked {
             Ok(acked) if acked >= wait.replicas => None,
             Ok(acked) => Some(Error::ReplicasMissing {
-                name: key_name(lease),
+                name: lease.key_str().to_owned(),
                 wanted: wait.replicas,
                 acked,
             }),
@@ -753,8 +753,4 @@ fn record_release(span: &Span, outcome: std::result::Result<ReleaseReply, ()>) {
 
 fn protocol(details: &'static str) -> fred::error::Error {
     fred::error::Error::new(fred::error::ErrorKind::Protocol, details)
-}
-
-fn key_name(lease: &LeaseRef) -> String {
-    lease.key_str().to_owned()
 }
