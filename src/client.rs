@@ -11,6 +11,7 @@ use fred::clients::Client as FredClient;
 use fred::types::config::Config;
 
 use crate::core::conn::Settings;
+use crate::core::open::Open;
 use crate::core::stats::Stats;
 use crate::core::watchdog::Watchdog;
 use crate::core::{Engine, Options, ReplicaWait};
@@ -20,7 +21,12 @@ use crate::error::{Error, Result};
 ///
 /// Cheap to clone (an `Arc` inside); clones share the connections, the
 /// watchdog and the client id. Call [`Client::shutdown`] when done: it
-/// gives back every hold and closes the connections.
+/// gives back every hold and closes the connections. A client dropped
+/// without it closes its connections once its last handle *and* its last
+/// guard are gone and their background releases are written: a guard
+/// outlives its client (it is still renewed, and still gives the lock
+/// back), and dropping a guard and then at once the client leaves nothing
+/// held.
 ///
 /// # Example
 ///
@@ -74,7 +80,8 @@ pub(crate) struct ClientInner {
     /// `id` as text, with the `:` every owner field puts after it.
     field_prefix: Box<str>,
     pub(crate) key_prefix: String,
-    pub(crate) engine: Arc<Engine>,
+    /// The engine; this handle keeps its connections open (`core::open`).
+    pub(crate) engine: Open,
 }
 
 /// Default cap on a waiter's sleep between re-checks.
@@ -241,7 +248,7 @@ impl Client {
     /// The client is marked shut down and its leases forgotten at the first
     /// poll. If the future is dropped before the releases finish, the
     /// remaining holds expire with their leases and the connections close
-    /// when the last handle is dropped.
+    /// when the last handle and the last guard are dropped.
     ///
     /// # Example
     ///
@@ -252,7 +259,7 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub async fn shutdown(&self) -> Result<()> {
-        self.inner.engine.shutdown().await
+        self.inner.engine.engine().shutdown().await
     }
 
     /// Whether [`shutdown`](Self::shutdown) was called (on this client or
@@ -273,7 +280,7 @@ impl Client {
 
     /// The engine, for primitives.
     pub(crate) fn engine(&self) -> &Arc<Engine> {
-        &self.inner.engine
+        self.inner.engine.engine()
     }
 
     /// The owner field `<client-uuid>:<owner-id>` for `owner`, with
@@ -297,13 +304,6 @@ impl Client {
     /// The key prefix given to the builder ("" if none).
     pub(crate) fn key_prefix(&self) -> &str {
         &self.inner.key_prefix
-    }
-}
-
-impl Drop for ClientInner {
-    fn drop(&mut self) {
-        // fred's connection tasks outlive their handles unless told to quit.
-        self.engine.close_in_background();
     }
 }
 
@@ -621,7 +621,7 @@ impl ClientBuilder {
             id,
             field_prefix: format!("{id}:").into(),
             key_prefix: self.key_prefix,
-            engine,
+            engine: Open::new(engine),
         };
         Ok(Client {
             inner: Arc::new(inner),

@@ -234,3 +234,91 @@ async fn holds_acquired_while_shutdown_drains_are_given_back() {
         .await;
     }
 }
+
+// --- a client handle dropped while its work is not done -------------------
+
+/// A long lease, so that a key gone within `RELEASED` was released, not
+/// expired.
+const LONG_LEASE: Duration = Duration::from_secs(120);
+/// The bound on a background release (catches a hang or a lost release).
+const RELEASED: Duration = Duration::from_secs(30);
+
+/// The usual end of a task that owns its client: the guard is dropped,
+/// then at once the client. The guard's release runs in the background;
+/// the client's connections must stay open until it is written, or the
+/// lock stays held for its whole lease. 30 rounds of each kind (the
+/// release and the close race on two worker threads).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_dropped_right_after_its_guard_still_releases_it() {
+    let server = RedisServer::start();
+    for round in 0..60u32 {
+        let a = support::fixture::client_with(&server, |b| b.watchdog_timeout(LONG_LEASE)).await;
+        let name = format!("gone:{round}");
+        let guard = if round % 2 == 0 {
+            a.lock(&name).lock().await.unwrap()
+        } else {
+            a.fair_lock(&name).lock().await.unwrap()
+        };
+        drop(guard);
+        drop(a);
+        eventually(RELEASED, &format!("{name} released"), || {
+            lock_keys(&server).is_empty()
+        })
+        .await;
+    }
+}
+
+/// A fair-lock waiter cancelled just before its client is dropped leaves
+/// the queue before the connections close. Otherwise its entry stays at
+/// the head for the thread wait, the next release grants the lock to the
+/// dead waiter (held by nobody until the grant runs out) and the grant's
+/// marker is left in Redis for good. 60 rounds, cancelled at a different
+/// point each (before its try is sent, with it under way, once queued).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fair_waiter_cancelled_as_its_client_drops_leaves_the_queue() {
+    let server = RedisServer::start();
+    let holder = support::fixture::client_with(&server, |b| b.watchdog_timeout(LONG_LEASE)).await;
+    for round in 0..60u64 {
+        let name = format!("queue:{round}");
+        let guard = holder.fair_lock(&name).lock().await.unwrap();
+        let b = client(&server).await;
+        let lock = b.fair_lock(&name);
+        // The task owns the last handle: it goes with the task's future,
+        // right after the wait's.
+        drop(b);
+        let waiting = tokio::spawn(async move { lock.lock().await });
+        tokio::time::sleep(Duration::from_micros(round * 50)).await;
+        waiting.abort();
+        let _ = waiting.await;
+        guard.unlock().await.unwrap();
+        eventually(RELEASED, &format!("{name}: nothing left"), || {
+            lock_keys(&server).is_empty()
+        })
+        .await;
+    }
+}
+
+/// A guard that outlives its client (the client handle was dropped first)
+/// still holds its lease and gives it back: the connections stay open
+/// while a guard needs them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn guard_outliving_its_client_still_unlocks() {
+    let server = RedisServer::start();
+    for round in 0..10u32 {
+        let a = support::fixture::client_with(&server, |b| b.watchdog_timeout(LONG_LEASE)).await;
+        let name = format!("outlives:{round}");
+        let guard = a.lock(&name).lock().await.unwrap();
+        drop(a);
+        // Let a close of the dropped client run, if one is coming.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if round % 2 == 0 {
+            guard.unlock().await.unwrap();
+        } else {
+            drop(guard);
+        }
+        eventually(RELEASED, &format!("{name} released"), || {
+            lock_keys(&server).is_empty()
+        })
+        .await;
+    }
+}

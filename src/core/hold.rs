@@ -39,6 +39,7 @@ use super::background::{BoxFuture, Job};
 use super::call::{Call, Outcome};
 use super::conn::Conn;
 use super::lease::{AcquireReply, Lease, LeaseRef, ReleaseReply, Signal, Term, Turn};
+use super::open::Open;
 use super::stats::KeyName;
 use super::Engine;
 use crate::error::{Error, Result};
@@ -51,7 +52,9 @@ use crate::error::{Error, Result};
 pub(crate) struct Hold {
     parts: Option<HoldParts>,
     signal: Arc<Signal>,
-    engine: Arc<Engine>,
+    /// Keeps the client's connections open while the hold lives (a guard
+    /// may outlive its client: `open.rs`).
+    engine: Open,
     token: Option<u64>,
 }
 
@@ -271,7 +274,7 @@ impl Hold {
                 term,
             }),
             signal,
-            engine: engine.clone(),
+            engine: Open::new(engine.clone()),
             token,
         }
     }
@@ -423,7 +426,10 @@ impl Hold {
 
     /// [`release`](Self::release), recording its outcome in `span`.
     async fn release_in(self, span: &Span) -> Result<bool> {
-        let engine = self.engine.clone();
+        // Kept open until the release is written (the guard's hold goes
+        // with `into_parts`).
+        let open = self.engine.clone();
+        let engine = open.engine();
         let mut unsent = Unsent {
             engine: engine.clone(),
             parts: Some(self.into_parts()),
@@ -447,7 +453,7 @@ impl Hold {
         parts.lease.begin_call();
         let ttl = Duration::from_millis(ttl_ms as u64);
         let mut flight = InFlight::new(
-            &engine,
+            engine,
             &parts.lease,
             call,
             SettleKind::Release { sent, ttl },

@@ -19,6 +19,7 @@
 //! | `lease` | one record per (key, owner field): the hold count, the live holds' needs (watchdog or fixed deadline), incarnations, the turn, the lost signal |
 //! | `hold` | a hold's life: acquire under the turn, release on unlock or drop, calls abandoned mid-flight settled in the background |
 //! | `background` | work that outlives its caller; finished on a fresh connection if the runtime shuts down under it |
+//! | `open` | what keeps the connections open: every client handle and every hold; the last one closes them once the background work is written |
 //! | `watchdog` | one task per watchdog renews every lease in batches (per node on a cluster) and checks every lease after a reconnect |
 //! | `pubsub` | one subscription per channel per client; messages wake one, all or N local waiters |
 //! | `wait` | the one wait loop: try, subscribe, try, sleep until woken or the bound, repeat |
@@ -45,8 +46,11 @@
 //! * **Nothing is left behind by leaving.** A dropped acquire settles its
 //!   call in the background; a dropped guard releases in the background; a
 //!   runtime shutting down under pending releases finishes them on a fresh
-//!   connection before it is gone; shutdown gives back every hold,
-//!   including one whose acquire completes while it drains.
+//!   connection before it is gone; a client dropped right after its guard
+//!   (or its cancelled waiter) closes its connections only once that work
+//!   is written, and a guard that outlives its client keeps them open;
+//!   shutdown gives back every hold, including one whose acquire
+//!   completes while it drains.
 
 pub(crate) mod acquire;
 pub(crate) mod background;
@@ -55,6 +59,7 @@ pub(crate) mod conn;
 pub(crate) mod hold;
 pub(crate) mod lease;
 pub(crate) mod names;
+pub(crate) mod open;
 pub(crate) mod pack;
 pub(crate) mod pubsub;
 pub(crate) mod script;
@@ -62,7 +67,7 @@ pub(crate) mod stats;
 pub(crate) mod wait;
 pub(crate) mod watchdog;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -94,6 +99,10 @@ pub(crate) struct Engine {
     /// Cleared when the runtime the client was built on shuts down.
     runtime_alive: Arc<AtomicBool>,
     shut_down: AtomicBool,
+    /// The runtime the client was built on.
+    runtime: tokio::runtime::Handle,
+    /// How many reasons keep the connections open (`open.rs`).
+    users: AtomicUsize,
 }
 
 /// `WAIT` after each acquire.
@@ -241,6 +250,8 @@ impl Engine {
             replicas: options.replicas,
             runtime_alive,
             shut_down: AtomicBool::new(false),
+            runtime: runtime.clone(),
+            users: AtomicUsize::new(0),
             conn,
         });
         runtime.spawn(check_on_reconnect(Arc::downgrade(&engine), reconnects));
@@ -289,19 +300,24 @@ impl Engine {
         drained
     }
 
-    /// Closes the connections of a client dropped without `shutdown`.
-    pub(crate) fn close_in_background(&self) {
+    /// Closes the connections once every background job is done (bounded
+    /// by the command timeout), unless `shutdown` did: nothing keeps them
+    /// open any more (`open.rs`). On the client's runtime: the last reason
+    /// may go outside any.
+    fn close_when_idle(&self) {
         if self.is_shut_down() {
             return;
         }
-        if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            let conn = self.conn.clone();
-            let pubsub = self.pubsub.clone();
-            handle.spawn(async move {
-                pubsub.quit().await;
-                conn.close().await;
-            });
-        }
+        let (conn, pubsub) = (self.conn.clone(), self.pubsub.clone());
+        let background = self.background.clone();
+        let bound = self.conn.settings.command_timeout;
+        // A runtime that has shut down drops the task unrun: its
+        // connection tasks are gone with it.
+        drop(self.runtime.spawn(async move {
+            let _ = tokio::time::timeout(bound, background.idle()).await;
+            pubsub.quit().await;
+            conn.close().await;
+        }));
     }
 }
 

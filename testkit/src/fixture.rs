@@ -92,3 +92,34 @@ pub fn lock_keys(server: &RedisServer) -> Vec<String> {
         .map(str::to_owned)
         .collect()
 }
+
+/// What is left of lock state on `server`, for a failure message: each of
+/// [`lock_keys`] with its type, its PTTL and its contents (a hash's fields
+/// and values, a list's elements, a sorted set's members and scores).
+///
+/// ```no_run
+/// # let server = leasehold_testkit::RedisServer::start();
+/// use leasehold_testkit::fixture::{dump_keys, lock_keys};
+/// assert!(lock_keys(&server).is_empty(), "left: {}", dump_keys(&server));
+/// ```
+pub fn dump_keys(server: &RedisServer) -> String {
+    let mut out = String::new();
+    for key in lock_keys(server) {
+        let kind = server.cmd(&["TYPE", &key]);
+        let kind = kind.trim();
+        let pttl = server.cmd(&["PTTL", &key]);
+        let contents = match kind {
+            "hash" => server.cmd(&["HGETALL", &key]),
+            "list" => server.cmd(&["LRANGE", &key, "0", "-1"]),
+            "zset" => server.cmd(&["ZRANGE", &key, "0", "-1", "WITHSCORES"]),
+            "string" => server.cmd(&["GET", &key]),
+            _ => String::new(),
+        };
+        let contents: Vec<&str> = contents.lines().filter(|l| !l.is_empty()).collect();
+        out.push_str(&format!(
+            "\n  {key} ({kind}, pttl {}): {contents:?}",
+            pttl.trim()
+        ));
+    }
+    out
+}
