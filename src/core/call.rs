@@ -146,7 +146,7 @@ impl Call {
         let rid = conn.rid();
         let latch = super::latch_key(key, &format!("{client}:call:{rid}"));
         match Call::new(conn, script, keys, args, &latch, rid)
-            .run(conn)
+            .run(conn, Instant::now())
             .await?
         {
             Outcome::Ran(reply) => Ok(reply),
@@ -168,10 +168,14 @@ impl Call {
     /// Errors that prove the script did not run (a script error, a wrong
     /// reply shape from a server that is not ours) are returned at once.
     ///
+    /// `first_sent`: when this request was first sent (by an earlier run,
+    /// or about now): the give-up bound counts from it, as the latch's
+    /// life does.
+    ///
     /// Cancel safe in the sense that matters: dropping it leaves the call's
     /// outcome unknown, and running the same `Call` again later resolves it.
-    pub(crate) async fn run(&self, conn: &Conn) -> FredResult<Outcome> {
-        let give_up = Instant::now() + conn.settings.latch_ttl / 2;
+    pub(crate) async fn run(&self, conn: &Conn, first_sent: Instant) -> FredResult<Outcome> {
+        let give_up = first_sent + conn.settings.latch_ttl / 2;
         let mut pause = RESEND_FIRST;
         loop {
             let sent = self

@@ -146,7 +146,7 @@ pub(crate) async fn acquire(
     let sent = Instant::now();
     lease.begin_call();
     let mut flight = InFlight::new(engine, lease, call, SettleKind::Acquire { sent, ttl }, turn);
-    let outcome = flight.call().run(&engine.conn).await;
+    let outcome = flight.call().run(&engine.conn, sent).await;
     let reply = match outcome {
         Ok(Outcome::Ran(reply)) => lease.kind.acquire_reply(&reply),
         Ok(Outcome::Stale) => {
@@ -459,7 +459,7 @@ impl Hold {
             SettleKind::Release { sent, ttl },
             turn,
         );
-        let outcome = flight.call().run(&engine.conn).await;
+        let outcome = flight.call().run(&engine.conn, sent).await;
         match outcome {
             Ok(Outcome::Ran(reply)) => {
                 flight.finish();
@@ -545,7 +545,7 @@ async fn send_give_back(
     let call = lease.kind.release_call(lease, count, ttl_ms, rid);
     let sent = Instant::now();
     lease.begin_call();
-    match call.run(conn).await {
+    match call.run(conn, sent).await {
         Ok(Outcome::Ran(reply)) => {
             lease.stats.released();
             let raw = reply;
@@ -680,7 +680,10 @@ impl Drop for Unsent {
 impl Job for Settle {
     fn run<'a>(&'a self, conn: &'a Arc<Conn>, _fallback: bool) -> BoxFuture<'a, ()> {
         Box::pin(async move {
-            let outcome = self.call.run(conn).await;
+            let first_sent = match self.kind {
+                SettleKind::Acquire { sent, .. } | SettleKind::Release { sent, .. } => sent,
+            };
+            let outcome = self.call.run(conn, first_sent).await;
             let lease = &self.lease;
             match (outcome, self.kind) {
                 (Ok(Outcome::Ran(reply)), SettleKind::Acquire { sent, ttl }) => {

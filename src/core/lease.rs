@@ -732,19 +732,22 @@ impl Lease {
     /// in ms; `fallback` when no live hold is left (the holds still counted
     /// are releases under way).
     pub(crate) fn requirement_ms(&self, fallback: Term) -> i64 {
-        let now = Instant::now();
+        // Read only if a fixed deadline needs it (a clock read costs more
+        // than the rest of this on a VM's clock source).
+        let mut now = None;
+        let mut now = || *now.get_or_insert_with(Instant::now);
         let s = self.state.lock();
         let mut need: Option<Duration> = None;
         if s.watched > 0 {
             need = Some(self.watchdog.timeout());
         }
         for deadline in s.fixed.iter() {
-            let left = deadline.saturating_duration_since(now);
+            let left = deadline.saturating_duration_since(now());
             need = Some(need.map_or(left, |n| n.max(left)));
         }
         let need = need.unwrap_or_else(|| match fallback {
             Term::Watchdog => self.watchdog.timeout(),
-            Term::Fixed(deadline) => deadline.saturating_duration_since(now),
+            Term::Fixed(deadline) => deadline.saturating_duration_since(now()),
         });
         (need.as_millis().clamp(1, i64::MAX as u128)) as i64
     }
