@@ -293,6 +293,54 @@ async fn a_waiter_dropped_mid_queue_leaves_it_at_once() {
     eventually(HANG, "no key left", || lock_keys(&server).is_empty()).await;
 }
 
+/// Two waits of one owner overlap, as when `timeout(lock.lock())` is
+/// retried at once: the cancelled wait leaves the queue in the background
+/// while the next one has already queued (same field, same entry). The
+/// old wait's leave must not take the new wait's place, or nobody tells
+/// the new waiter when the lock is freed (it would re-check only after
+/// its refresh found it gone). 10 rounds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_wait_does_not_unqueue_the_next_wait_of_its_owner() {
+    let server = RedisServer::start();
+    let (a, b) = (client(&server).await, client(&server).await);
+    for round in 0..10 {
+        let name = format!("overlap:{round}");
+        let lock = b.fair_lock(&name);
+        let holder = a.fair_lock(&name).lock().await.unwrap();
+        let owner = Owner::new();
+        let field = format!("{}:{}", b.id(), owner.id());
+        let grants = format!("leasehold_grant:{{{name}}}");
+        let entry = || server.cmd(&["HGET", &grants, &field]);
+        let first = {
+            let lock = lock.clone();
+            tokio::spawn(owner.scope(async move { lock.lock().await }))
+        };
+        queued(&server, &lock, 1).await;
+        let first_entry = entry();
+        let second = {
+            let lock = lock.clone();
+            tokio::spawn(owner.scope(async move { lock.lock().await.map(|g| !g.is_lost()) }))
+        };
+        // The second wait's try ran: it re-wrote the entry (its request id).
+        eventually(HANG, "the second wait queued", || {
+            let now = entry();
+            !now.is_empty() && now != first_entry
+        })
+        .await;
+        first.abort();
+        assert!(first.await.unwrap_err().is_cancelled());
+        // The first wait's leave runs in the background; give it time.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(queue(&server, &lock), vec![field.clone()], "round {round}");
+        holder.unlock().await.unwrap();
+        assert!(within(HANG, "the second wait", second)
+            .await
+            .unwrap()
+            .unwrap());
+        eventually(HANG, "no key left", || lock_keys(&server).is_empty()).await;
+    }
+}
+
 /// A client shut down while one of its tasks waits: the wait ends with
 /// `Error::Shutdown`, and the waiter's entry holds nobody up for longer
 /// than its timeout (it leaves the queue in the background; if shutdown

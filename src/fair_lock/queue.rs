@@ -14,11 +14,13 @@
 //! * **Leave** ([`Leave`]): an acquire that ends without the lock (timed
 //!   out, failed, dropped) removes its entry from the list and the zset at
 //!   once, as a background job if it was dropped, under the lease's turn
-//!   (so after an acquire call still being settled). If it headed the
-//!   queue of a free lock, the lock is handed to the next waiter. If a
-//!   release had granted it the lock and this client counts no hold of
-//!   the field (the wait was dropped as the grant ran), it gives the
-//!   grant back and hands the lock on.
+//!   (so after an acquire call still being settled), unless a newer wait
+//!   of the same owner has queued the field again since (a
+//!   `timeout(lock())` retried at once): the place is then that wait's.
+//!   If it headed the queue of a free lock, the lock is handed to the
+//!   next waiter. If a release had granted it the lock and this client
+//!   counts no hold of the field (the wait was dropped as the grant ran),
+//!   it gives the grant back and hands the lock on.
 //! * **Kick** ([`kick_later`]): a release (or leave, or force-unlock)
 //!   that told a head waiter nobody was listening for (PUBLISH reached no
 //!   connection: the waiter's process may be dead) checks again once that

@@ -1,10 +1,12 @@
 -- leave: a waiter that stopped waiting (timed out, failed, dropped) leaves
 -- the queue at once (Redisson's acquireFailed, without moving the others'
--- timeouts: leasehold's waiters keep their own fresh). If a release had
--- already granted it the lock and its client never counted that hold (a
--- wait dropped right as the grant ran), the hold is given back. If the
--- waiter headed the queue of a free lock (or gave it back), the lock is
--- handed to the new head (queue helpers: queue.lua).
+-- timeouts: leasehold's waiters keep their own fresh), unless a newer
+-- wait of the same owner has queued the field since (its try re-wrote the
+-- grant entry with a later request id: the place is that wait's). If a
+-- release had already granted it the lock and its client never counted
+-- that hold (a wait dropped right as the grant ran), the hold is given
+-- back. If the waiter headed the queue of a free lock (or gave it back),
+-- the lock is handed to the new head (queue helpers: queue.lua).
 --
 -- KEYS[1]  the lock hash
 -- KEYS[2]  the queue (list)
@@ -31,9 +33,16 @@
 -- grant is given back once: its marker goes with it).
 local now = tonumber(ARGV[2])
 local head = redis.call('lindex', KEYS[2], 0)
-redis.call('lrem', KEYS[2], 0, ARGV[1])
-redis.call('zrem', KEYS[3], ARGV[1])
-redis.call('hdel', KEYS[5], ARGV[1])
+-- The entry is this wait's unless a try of a newer wait of the same owner
+-- wrote it (its request id is past this wait's last): then the place in
+-- the queue is that wait's, and stays.
+local entry = redis.call('hget', KEYS[5], ARGV[1])
+local written = entry and tonumber(string.match(entry, ':(%d+)$'))
+if not (written and written > tonumber(ARGV[8])) then
+    redis.call('lrem', KEYS[2], 0, ARGV[1])
+    redis.call('zrem', KEYS[3], ARGV[1])
+    redis.call('hdel', KEYS[5], ARGV[1])
+end
 local status = 1
 local granted, nonce = granted_to(KEYS[5])
 if ARGV[4] ~= '1' and granted == ARGV[1] and nonce and nonce >= tonumber(ARGV[7])
