@@ -101,6 +101,11 @@ impl Background {
         drop(self.runtime.spawn(tracked.run()));
     }
 
+    /// The client's runtime (jobs run on it).
+    pub(crate) fn runtime(&self) -> &tokio::runtime::Handle {
+        &self.runtime
+    }
+
     /// Completes once no job is pending.
     pub(crate) async fn idle(&self) {
         loop {

@@ -100,6 +100,15 @@ enum SettleKind {
     Release { sent: Instant, ttl: Duration },
 }
 
+impl SettleKind {
+    /// When the call was first sent.
+    fn sent(self) -> Instant {
+        match self {
+            SettleKind::Acquire { sent, .. } | SettleKind::Release { sent, .. } => sent,
+        }
+    }
+}
+
 /// A hold whose release is not sent yet. Dropped (an `unlock` cancelled
 /// while it waits for the turn, or called outside a runtime), it hands the
 /// hold to a background release, as a dropped guard does.
@@ -680,10 +689,7 @@ impl Drop for Unsent {
 impl Job for Settle {
     fn run<'a>(&'a self, conn: &'a Arc<Conn>, _fallback: bool) -> BoxFuture<'a, ()> {
         Box::pin(async move {
-            let first_sent = match self.kind {
-                SettleKind::Acquire { sent, .. } | SettleKind::Release { sent, .. } => sent,
-            };
-            let outcome = self.call.run(conn, first_sent).await;
+            let outcome = self.call.run(conn, self.kind.sent()).await;
             let lease = &self.lease;
             match (outcome, self.kind) {
                 (Ok(Outcome::Ran(reply)), SettleKind::Acquire { sent, ttl }) => {

@@ -99,8 +99,6 @@ pub(crate) struct Engine {
     /// Cleared when the runtime the client was built on shuts down.
     runtime_alive: Arc<AtomicBool>,
     shut_down: AtomicBool,
-    /// The runtime the client was built on.
-    runtime: tokio::runtime::Handle,
     /// How many reasons keep the connections open (`open.rs`).
     users: AtomicUsize,
 }
@@ -250,7 +248,6 @@ impl Engine {
             replicas: options.replicas,
             runtime_alive,
             shut_down: AtomicBool::new(false),
-            runtime: runtime.clone(),
             users: AtomicUsize::new(0),
             conn,
         });
@@ -313,7 +310,7 @@ impl Engine {
         let bound = self.conn.settings.command_timeout;
         // A runtime that has shut down drops the task unrun: its
         // connection tasks are gone with it.
-        drop(self.runtime.spawn(async move {
+        drop(self.background.runtime().spawn(async move {
             let _ = tokio::time::timeout(bound, background.idle()).await;
             pubsub.quit().await;
             conn.close().await;

@@ -24,7 +24,8 @@ use super::Engine;
 pub(crate) struct Open(Arc<Engine>);
 
 impl Open {
-    /// The first reason: the client handle.
+    /// One more reason: a client handle, or a hold (see the type's docs
+    /// for when one may be made).
     pub(crate) fn new(engine: Arc<Engine>) -> Open {
         engine.users.fetch_add(1, Ordering::Relaxed);
         Open(engine)
