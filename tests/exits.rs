@@ -243,6 +243,20 @@ const LONG_LEASE: Duration = Duration::from_secs(120);
 /// The bound on a background release (catches a hang or a lost release).
 const RELEASED: Duration = Duration::from_secs(30);
 
+/// A client whose watchdog leases are `LONG_LEASE`.
+async fn long_lease_client(server: &RedisServer) -> Client {
+    support::fixture::client_with(server, |b| b.watchdog_timeout(LONG_LEASE)).await
+}
+
+/// Waits (up to `RELEASED`) until no lock key is left: what `name`'s
+/// round held or queued was given back.
+async fn nothing_left(server: &RedisServer, name: &str) {
+    eventually(RELEASED, &format!("{name}: nothing left"), || {
+        lock_keys(server).is_empty()
+    })
+    .await;
+}
+
 /// The usual end of a task that owns its client: the guard is dropped,
 /// then at once the client. The guard's release runs in the background;
 /// the client's connections must stay open until it is written, or the
@@ -252,7 +266,7 @@ const RELEASED: Duration = Duration::from_secs(30);
 async fn client_dropped_right_after_its_guard_still_releases_it() {
     let server = RedisServer::start();
     for round in 0..60u32 {
-        let a = support::fixture::client_with(&server, |b| b.watchdog_timeout(LONG_LEASE)).await;
+        let a = long_lease_client(&server).await;
         let name = format!("gone:{round}");
         let guard = if round % 2 == 0 {
             a.lock(&name).lock().await.unwrap()
@@ -261,10 +275,7 @@ async fn client_dropped_right_after_its_guard_still_releases_it() {
         };
         drop(guard);
         drop(a);
-        eventually(RELEASED, &format!("{name} released"), || {
-            lock_keys(&server).is_empty()
-        })
-        .await;
+        nothing_left(&server, &name).await;
     }
 }
 
@@ -277,7 +288,7 @@ async fn client_dropped_right_after_its_guard_still_releases_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fair_waiter_cancelled_as_its_client_drops_leaves_the_queue() {
     let server = RedisServer::start();
-    let holder = support::fixture::client_with(&server, |b| b.watchdog_timeout(LONG_LEASE)).await;
+    let holder = long_lease_client(&server).await;
     for round in 0..60u64 {
         let name = format!("queue:{round}");
         let guard = holder.fair_lock(&name).lock().await.unwrap();
@@ -291,10 +302,7 @@ async fn fair_waiter_cancelled_as_its_client_drops_leaves_the_queue() {
         waiting.abort();
         let _ = waiting.await;
         guard.unlock().await.unwrap();
-        eventually(RELEASED, &format!("{name}: nothing left"), || {
-            lock_keys(&server).is_empty()
-        })
-        .await;
+        nothing_left(&server, &name).await;
     }
 }
 
@@ -305,7 +313,7 @@ async fn fair_waiter_cancelled_as_its_client_drops_leaves_the_queue() {
 async fn guard_outliving_its_client_still_unlocks() {
     let server = RedisServer::start();
     for round in 0..10u32 {
-        let a = support::fixture::client_with(&server, |b| b.watchdog_timeout(LONG_LEASE)).await;
+        let a = long_lease_client(&server).await;
         let name = format!("outlives:{round}");
         let guard = a.lock(&name).lock().await.unwrap();
         drop(a);
@@ -316,9 +324,6 @@ async fn guard_outliving_its_client_still_unlocks() {
         } else {
             drop(guard);
         }
-        eventually(RELEASED, &format!("{name} released"), || {
-            lock_keys(&server).is_empty()
-        })
-        .await;
+        nothing_left(&server, &name).await;
     }
 }
