@@ -150,6 +150,52 @@ async fn no_stranding_without_a_message() {
     quick.shutdown().await.unwrap();
 }
 
+/// The waiters of one channel share its re-check clock: a waiter parked
+/// with the long default bound (a key with no TTL) is re-checked as soon
+/// as a later waiter asks for an earlier one (the key now expires soon).
+/// Whichever of the two takes the lock after the silent expiry, it takes it
+/// long before the 30 s recheck interval.
+#[tokio::test]
+async fn an_earlier_recheck_moves_the_channel_clock_for_every_waiter() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    server.cmd(&["HSET", "shared-clock", "gone:1", "1"]);
+    let mut first = {
+        let l = c.lock("shared-clock");
+        tokio::spawn(async move { l.lock().await })
+    };
+    // The first waiter parks with the 30 s recheck interval.
+    within(Duration::from_secs(10), "first waiter parked", async {
+        while c.stats().busy_attempts < 2 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    server.cmd(&["PEXPIRE", "shared-clock", "400"]);
+    let mut second = {
+        let l = c.lock("shared-clock");
+        tokio::spawn(async move { l.lock().await })
+    };
+    let (g, other) = within(Duration::from_secs(10), "a waiter after the expiry", async {
+        tokio::select! {
+            g = &mut first => (g, true),
+            g = &mut second => (g, false),
+        }
+    })
+    .await;
+    let other = if other { second } else { first };
+    g.unwrap().unwrap().unlock().await.unwrap();
+    // The unlock's message lets the other in.
+    within(Duration::from_secs(10), "the other waiter", other)
+        .await
+        .unwrap()
+        .unwrap()
+        .unlock()
+        .await
+        .unwrap();
+    c.shutdown().await.unwrap();
+}
+
 /// `try_lock_for(w)` on a held lock gives up no sooner than `w`, and not
 /// much later.
 #[tokio::test]

@@ -75,6 +75,7 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::future::Future;
 use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
@@ -87,7 +88,8 @@ use fred::types::{ClusterHash, ClusterStateChange, Value};
 use futures_util::task::AtomicWaker;
 use parking_lot::Mutex;
 use tokio::sync::broadcast::{error::RecvError, Receiver as Broadcast};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, watch, Notify};
+use tokio::time::Instant;
 
 use crate::error::{Error, Result};
 
@@ -208,6 +210,8 @@ struct Channel {
     refreshed: Mutex<std::time::Instant>,
     /// Whether Redis confirmed the SUBSCRIBE. Written by the `run_ops` task.
     ready: watch::Sender<Ready>,
+    /// Tells the channel's clock task that `recheck_at` moved earlier.
+    clock: Notify,
     /// Everything else, changed only under this lock.
     state: Mutex<ChannelState>,
 }
@@ -228,6 +232,11 @@ struct ChannelState {
     permits: usize,
     /// Set when `refs` reached zero; the entry is leaving the map.
     closed: bool,
+    /// The earliest re-check a parked waiter asked for: the channel's clock
+    /// wakes every queued waiter then (see [`Subscription::wait`]).
+    recheck_at: Option<Instant>,
+    /// The channel's clock task is running (it ends when nothing is due).
+    clock_running: bool,
     /// The last `OneWith` message delivered, until its second copy comes
     /// (see the module docs, "Messages handed over in this process").
     handed_last: Option<Box<[u8]>>,
@@ -251,6 +260,9 @@ struct Waiter {
     queued: AtomicBool,
     /// Its subscription was dropped while it was queued (under the lock).
     gone: AtomicBool,
+    /// The channel's clock passed a re-check time while it was queued:
+    /// its wait ends without a wake-up (set under the channel lock).
+    rechecked: AtomicBool,
     /// The message handed over with the wake-up ([`Wake::OneWith`]).
     handed: Mutex<Option<Box<[u8]>>>,
     /// The task waiting in [`Subscription::wait`], woken after `woken` is
@@ -500,16 +512,40 @@ impl Shared {
 // === impl Subscription ===
 
 impl Subscription {
-    /// Waits for a wake-up (a message, a reconnect) or for `bound` to
-    /// pass, whichever is first. Returns whether it was woken; a woken
+    /// Waits for a wake-up (a message, a reconnect) or for about `bound`
+    /// to pass, whichever is first. Returns whether it was woken; a woken
     /// waiter holds the wake-up until [`consumed`](Self::consumed).
+    ///
+    /// The bound is kept by the channel's clock, not by a timer in each
+    /// waiter: the clock wakes every queued waiter of the channel at the
+    /// earliest re-check any of them asked for. The waiters of one channel
+    /// wait on the same thing and ask for about the same bound (the recheck
+    /// interval, or the lock's remaining TTL), so one clock per channel
+    /// re-checks as often as one timer per waiter did, and a parked waiter
+    /// carries no timer. A waiter woken early that way re-checks once more
+    /// than it asked for; a wait that must end at its own time (a
+    /// deadline) uses [`woken`](Self::woken) under its own timer.
     ///
     /// # Cancel safety
     ///
     /// Cancel safe. A wake-up delivered to a cancelled wait stays with this
     /// subscription: the next `wait` returns at once, or dropping the
     /// subscription passes it on.
-    pub(crate) async fn wait(&self, bound: Duration) -> bool {
+    pub(crate) fn wait(&self, bound: Duration) -> impl Future<Output = bool> + '_ {
+        self.park(Some(bound))
+    }
+
+    /// Waits for a wake-up only; it may also end (returning `false`) when
+    /// the channel's clock re-checks every waiter for another one.
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`wait`](Self::wait).
+    pub(crate) fn woken(&self) -> impl Future<Output = bool> + '_ {
+        self.park(None)
+    }
+
+    async fn park(&self, recheck: Option<Duration>) -> bool {
         {
             let mut state = self.channel.state.lock();
             if self.waiter.woken.load(Ordering::Acquire) {
@@ -525,19 +561,29 @@ impl Subscription {
                 self.waiter.queued.store(true, Ordering::Relaxed);
                 state.queue.push_front(self.waiter.clone());
             }
+            if recheck == Some(Duration::ZERO) {
+                return false;
+            }
+            // A re-check passed before this wait is not this wait's: the
+            // attempt just made was the re-check.
+            self.waiter.rechecked.store(false, Ordering::Relaxed);
+            if let Some(bound) = recheck {
+                state.recheck_by(&self.channel, Instant::now() + bound);
+            }
         }
-        let woken = std::future::poll_fn(|cx| {
-            // Registered before the flag is read: a waker that sets the
-            // flag after the read wakes this registration.
+        std::future::poll_fn(|cx| {
+            // Registered before the flags are read: a waker that sets one
+            // after the read wakes this registration.
             self.waiter.waker.register(cx.waker());
             if self.waiter.woken.load(Ordering::Acquire) {
-                Poll::Ready(())
+                Poll::Ready(true)
+            } else if self.waiter.rechecked.load(Ordering::Acquire) {
+                Poll::Ready(false)
             } else {
                 Poll::Pending
             }
-        });
-        tokio::time::timeout(bound, woken).await.is_ok()
-            || self.waiter.woken.load(Ordering::Acquire)
+        })
+        .await
     }
 
     /// The attempt a wake-up led to has concluded (the lock was taken, by
@@ -648,6 +694,10 @@ impl Shared {
             return;
         }
         state.closed = true;
+        // Nothing left to re-check: the clock ends now, not at its time.
+        if state.recheck_at.take().is_some() {
+            channel.clock.notify_one();
+        }
         drop(state);
         let name = &channel.name;
         let ops = &self.ops;
@@ -672,6 +722,7 @@ impl Channel {
             policy,
             refreshed: Mutex::new(std::time::Instant::now()),
             ready: watch::Sender::new(Ready::Pending),
+            clock: Notify::new(),
             state: Mutex::new(ChannelState::default()),
         }
     }
@@ -700,6 +751,33 @@ impl ChannelState {
                     self.permits = (self.permits + 1).min(self.refs.max(1));
                     return;
                 }
+            }
+        }
+    }
+
+    /// Asks the channel's clock to re-check every queued waiter at `at`
+    /// (or earlier, if another waiter asked for that), starting the clock
+    /// if it is not running.
+    fn recheck_by(&mut self, channel: &Arc<Channel>, at: Instant) {
+        if self.recheck_at.is_some_and(|due| due <= at) {
+            return;
+        }
+        self.recheck_at = Some(at);
+        if self.clock_running {
+            channel.clock.notify_one();
+        } else {
+            self.clock_running = true;
+            tokio::spawn(run_clock(channel.clone()));
+        }
+    }
+
+    /// The clock's time came: every queued waiter re-checks.
+    fn recheck_all(&mut self) {
+        self.recheck_at = None;
+        for waiter in &self.queue {
+            if !waiter.gone.load(Ordering::Relaxed) {
+                waiter.rechecked.store(true, Ordering::Release);
+                waiter.waker.wake();
             }
         }
     }
@@ -745,6 +823,36 @@ impl ChannelState {
 }
 
 // === background tasks ===
+
+/// A channel's clock: sleeps until the earliest re-check its waiters asked
+/// for, then wakes every queued waiter (see [`Subscription::wait`]); ends
+/// when nothing is due (the next wait that asks starts it again).
+async fn run_clock(channel: Arc<Channel>) {
+    loop {
+        let moved = channel.clock.notified();
+        let mut moved = std::pin::pin!(moved);
+        // Enabled before `recheck_at` is read: a move after the read is seen.
+        moved.as_mut().enable();
+        let due = {
+            let mut state = channel.state.lock();
+            match state.recheck_at {
+                Some(due) => due,
+                None => {
+                    state.clock_running = false;
+                    return;
+                }
+            }
+        };
+        tokio::select! {
+            () = tokio::time::sleep_until(due) => {}
+            () = moved => continue,
+        }
+        let mut state = channel.state.lock();
+        if state.recheck_at.is_some_and(|due| due <= Instant::now()) {
+            state.recheck_all();
+        }
+    }
+}
 
 /// Runs subscription commands in order, batching runs of the same kind.
 async fn run_ops(
@@ -1204,6 +1312,61 @@ mod tests {
         state.wake(Wake::N(usize::MAX));
         assert_eq!(woken(&waiters), 5);
         assert_eq!(state.permits, 5);
+    }
+
+    /// A parked waiter is re-checked by its channel's clock at its bound,
+    /// without a message; a second waiter asking for an earlier re-check
+    /// moves the clock earlier for both. The clock ends when nothing is due.
+    #[tokio::test(start_paused = true)]
+    async fn the_channel_clock_rechecks_parked_waiters_at_the_earliest_bound() {
+        let (_shared, mut subs) = channel_with(2);
+        let w2 = subs.pop().unwrap();
+        let w1 = subs.pop().unwrap();
+        let start = Instant::now();
+        assert!(!w1.wait(Duration::from_secs(1)).await, "no message came");
+        assert_eq!(start.elapsed(), Duration::from_secs(1));
+
+        let start = Instant::now();
+        let long = tokio::spawn(async move {
+            let woken = w1.wait(Duration::from_secs(60)).await;
+            (woken, w1)
+        });
+        tokio::task::yield_now().await;
+        assert!(!w2.wait(Duration::from_millis(100)).await);
+        let (woken, w1) = long.await.unwrap();
+        assert!(!woken);
+        assert_eq!(
+            start.elapsed(),
+            Duration::from_millis(100),
+            "the earlier bound did not move the clock"
+        );
+        // Nothing is due: the clock has ended.
+        tokio::task::yield_now().await;
+        let state = w1.channel.state.lock();
+        assert!(state.recheck_at.is_none() && !state.clock_running);
+    }
+
+    /// A message wakes a parked waiter before its re-check. The re-check
+    /// still due then comes at its own time (one early re-check for the
+    /// next wait), not at once.
+    #[tokio::test(start_paused = true)]
+    async fn a_message_wakes_before_the_recheck_and_the_next_wait_parks_again() {
+        let (shared, mut subs) = channel_with(1);
+        let w = Arc::new(subs.pop().unwrap());
+        let parked = {
+            let w = w.clone();
+            tokio::spawn(async move { w.wait(Duration::from_secs(10)).await })
+        };
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        shared.deliver("c", b"0");
+        assert!(parked.await.unwrap(), "the message did not wake it");
+        w.consumed();
+        let start = Instant::now();
+        assert!(!w.wait(Duration::from_secs(30)).await);
+        assert!(
+            start.elapsed() >= Duration::from_secs(9),
+            "the re-check still due ended the new wait at once"
+        );
     }
 
     /// Waiters dropped while queued are skipped by wake-ups (the next live

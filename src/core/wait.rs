@@ -8,7 +8,10 @@
 //! 3. Try again: it catches a release published before step 2.
 //! 4. Sleep until woken by a message, or for `min(retry hint, time left,
 //!    recheck interval)`; then go to 3. A busy attempt with no known expiry
-//!    is re-checked every recheck interval, never waited on forever.
+//!    is re-checked every recheck interval, never waited on forever. The
+//!    re-check is kept by the channel's clock (one per channel, see
+//!    `Subscription::wait`), so a parked waiter carries no timer; only the
+//!    last wait before a deadline has its own (boxed) timer.
 //! 5. Leave: drop the subscription reference (the last one unsubscribes).
 //!
 //! A woken waiter holds its wake-up through its attempt and gives it up
@@ -125,13 +128,17 @@ where
                     // Subscribe, then try again at once. A subscription that
                     // cannot be confirmed before the deadline (the subscriber
                     // is reconnecting) ends the wait.
-                    let subscribing = Box::pin(engine.pubsub.subscribe(channel, policy));
+                    // Boxed: a parked waiter's future has no room for a
+                    // subscribe (most waiters join a confirmed channel).
                     let subscribed = match deadline {
-                        Some(d) => match tokio::time::timeout_at(d, subscribing).await {
-                            Ok(subscribed) => subscribed,
-                            Err(_) => return Ok(None),
-                        },
-                        None => subscribing.await,
+                        Some(d) => {
+                            let subscribing = engine.pubsub.subscribe(channel, policy);
+                            match Box::pin(tokio::time::timeout_at(d, subscribing)).await {
+                                Ok(subscribed) => subscribed,
+                                Err(_) => return Ok(None),
+                            }
+                        }
+                        None => Box::pin(engine.pubsub.subscribe(channel, policy)).await,
                     };
                     match subscribed {
                         Ok(s) => {
@@ -161,20 +168,37 @@ where
                     Some(e)
                 }
             };
+            // Whether the deadline comes before any re-check.
+            let mut ends = false;
             if let Some(deadline) = deadline {
                 let left = deadline.saturating_duration_since(Instant::now());
                 if left.is_zero() {
                     return last_error.map_or(Ok(None), |e| Err(*e));
                 }
-                bound = bound.min(left);
+                if left <= bound {
+                    bound = left;
+                    ends = true;
+                }
             }
             match &subscription {
                 Some(s) => {
-                    if !s.wait(bound).await {
+                    let woken = if ends {
+                        // This wait's own timer, not the channel's clock
+                        // (which would re-check every waiter at this
+                        // waiter's deadline); boxed, as only the last wait
+                        // of a timed acquire needs it.
+                        let woken = Box::pin(tokio::time::timeout(bound, s.woken())).await;
+                        woken.unwrap_or(false) || s.holds_wake_up()
+                    } else {
+                        s.wait(bound).await
+                    };
+                    if !woken {
                         s.refresh();
                     }
                 }
-                None => tokio::time::sleep(bound).await,
+                // Not subscribed (it failed): back-off, boxed for the same
+                // reason as the subscribe.
+                None => Box::pin(tokio::time::sleep(bound)).await,
             }
         }
     }
