@@ -176,12 +176,16 @@ async fn an_earlier_recheck_moves_the_channel_clock_for_every_waiter() {
         let l = c.lock("shared-clock");
         tokio::spawn(async move { l.lock().await })
     };
-    let (g, other) = within(Duration::from_secs(10), "a waiter after the expiry", async {
-        tokio::select! {
-            g = &mut first => (g, true),
-            g = &mut second => (g, false),
-        }
-    })
+    let (g, other) = within(
+        Duration::from_secs(10),
+        "a waiter after the expiry",
+        async {
+            tokio::select! {
+                g = &mut first => (g, true),
+                g = &mut second => (g, false),
+            }
+        },
+    )
     .await;
     let other = if other { second } else { first };
     g.unwrap().unwrap().unlock().await.unwrap();

@@ -71,11 +71,14 @@
 //!   and re-subscribing follows the slot to its new owner. A lagging message stream
 //!   (tokio broadcast `Lagged`) also wakes every waiter.
 //! * The caller bounds every wait by the lock's remaining TTL, so even a
-//!   lost message cannot strand a waiter past the lease.
+//!   lost message cannot strand a waiter past the lease. The bound is kept
+//!   by one clock per channel (a task that runs while a re-check is due),
+//!   not by a timer in each parked waiter: it re-checks every queued
+//!   waiter at the earliest bound any of them asked for.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
@@ -545,45 +548,44 @@ impl Subscription {
         self.park(None)
     }
 
-    async fn park(&self, recheck: Option<Duration>) -> bool {
-        {
-            let mut state = self.channel.state.lock();
-            if self.waiter.woken.load(Ordering::Acquire) {
-                return true;
-            }
-            if state.permits > 0 {
-                state.permits -= 1;
-                self.waiter.woken.store(true, Ordering::Release);
-                return true;
-            }
-            if !self.waiter.queued.load(Ordering::Relaxed) {
-                // Woken before and lost the race: keep the place at the front.
-                self.waiter.queued.store(true, Ordering::Relaxed);
-                state.queue.push_front(self.waiter.clone());
-            }
-            if recheck == Some(Duration::ZERO) {
-                return false;
-            }
-            // A re-check passed before this wait is not this wait's: the
-            // attempt just made was the re-check.
-            self.waiter.rechecked.store(false, Ordering::Relaxed);
-            if let Some(bound) = recheck {
-                state.recheck_by(&self.channel, Instant::now() + bound);
-            }
+    /// A wait, as a plain future (an `async fn` would keep `recheck`
+    /// twice in every parked waiter).
+    fn park(&self, recheck: Option<Duration>) -> Park<'_> {
+        Park {
+            sub: self,
+            recheck,
+            parked: false,
         }
-        std::future::poll_fn(|cx| {
-            // Registered before the flags are read: a waker that sets one
-            // after the read wakes this registration.
-            self.waiter.waker.register(cx.waker());
-            if self.waiter.woken.load(Ordering::Acquire) {
-                Poll::Ready(true)
-            } else if self.waiter.rechecked.load(Ordering::Acquire) {
-                Poll::Ready(false)
-            } else {
-                Poll::Pending
-            }
-        })
-        .await
+    }
+
+    /// The first poll of a wait: returns at once if a wake-up is here
+    /// (held, or a permit), else queues the waiter (if it is not) and asks
+    /// the clock for the re-check. `None`: parked.
+    fn start_wait(&self, recheck: Option<Duration>) -> Option<bool> {
+        let mut state = self.channel.state.lock();
+        if self.waiter.woken.load(Ordering::Acquire) {
+            return Some(true);
+        }
+        if state.permits > 0 {
+            state.permits -= 1;
+            self.waiter.woken.store(true, Ordering::Release);
+            return Some(true);
+        }
+        if !self.waiter.queued.load(Ordering::Relaxed) {
+            // Woken before and lost the race: keep the place at the front.
+            self.waiter.queued.store(true, Ordering::Relaxed);
+            state.queue.push_front(self.waiter.clone());
+        }
+        if recheck == Some(Duration::ZERO) {
+            return Some(false);
+        }
+        // A re-check passed before this wait is not this wait's: the
+        // attempt just made was the re-check.
+        self.waiter.rechecked.store(false, Ordering::Relaxed);
+        if let Some(bound) = recheck {
+            state.recheck_by(&self.channel, Instant::now() + bound);
+        }
+        None
     }
 
     /// The attempt a wake-up led to has concluded (the lock was taken, by
@@ -646,6 +648,37 @@ impl Drop for Subscription {
 impl Drop for Pin {
     fn drop(&mut self) {
         self.shared.release(&self.channel);
+    }
+}
+
+/// A waiter's wait (see [`Subscription::wait`]).
+pub(crate) struct Park<'a> {
+    sub: &'a Subscription,
+    recheck: Option<Duration>,
+    parked: bool,
+}
+
+impl Future for Park<'_> {
+    type Output = bool;
+
+    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> Poll<bool> {
+        if !self.parked {
+            if let Some(woken) = self.sub.start_wait(self.recheck) {
+                return Poll::Ready(woken);
+            }
+            self.parked = true;
+        }
+        let waiter = &self.sub.waiter;
+        // Registered before the flags are read: a waker that sets one
+        // after the read wakes this registration.
+        waiter.waker.register(cx.waker());
+        if waiter.woken.load(Ordering::Acquire) {
+            Poll::Ready(true)
+        } else if waiter.rechecked.load(Ordering::Acquire) {
+            Poll::Ready(false)
+        } else {
+            Poll::Pending
+        }
     }
 }
 
@@ -797,6 +830,11 @@ impl ChannelState {
             if self.stale >= 32 && self.stale * 2 >= self.queue.len() {
                 self.queue.retain(|w| !w.gone.load(Ordering::Relaxed));
                 self.stale = 0;
+                // A crowd that left gives its memory back (the channel
+                // may stay open a while: a pin, a lingering hold).
+                if self.queue.capacity() > 4 * self.queue.len().max(16) {
+                    self.queue.shrink_to_fit();
+                }
             }
         }
     }

@@ -75,7 +75,7 @@ impl Lock {
     /// ```
     pub async fn holders(&self) -> Result<Vec<Holder>> {
         self.check()?;
-        holders_of(self.redis(), &self.key).await
+        holders_of(self.redis(), &self.inner.key).await
     }
 }
 

@@ -34,7 +34,7 @@ pub(crate) use holders::holders_of;
 pub use holders::Holder;
 
 use std::future::Future;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use fred::bytes_utils::Str;
@@ -91,6 +91,14 @@ use crate::owner::Owner;
 /// ```
 #[derive(Clone, Debug)]
 pub struct Lock {
+    /// One pointer: a handle cloned into every task that waits costs 8 B
+    /// there, and a clone is one reference count.
+    inner: Arc<Names>,
+}
+
+/// What a [`Lock`] handle names: its client, key and channel.
+#[derive(Debug)]
+struct Names {
     client: Client,
     /// The key, then the channel, in one buffer
     /// (`core::key_then_channel`); `key`, `channel_key` and the strings
@@ -197,10 +205,12 @@ impl Client {
     pub fn lock(&self, name: &str) -> Lock {
         let (text, key_len) = key_then_channel(self.key_prefix(), name, "redisson_lock__channel");
         Lock {
-            client: self.clone(),
-            key: Key::from(text.slice(..key_len)),
-            channel_key: Key::from(text.slice(key_len..)),
-            text,
+            inner: Arc::new(Names {
+                client: self.clone(),
+                key: Key::from(text.slice(..key_len)),
+                channel_key: Key::from(text.slice(key_len..)),
+                text,
+            }),
         }
     }
 }
@@ -218,7 +228,7 @@ impl Lock {
     /// # }
     /// ```
     pub fn name(&self) -> &str {
-        &self.key()[self.client.key_prefix().len()..]
+        &self.key()[self.inner.client.key_prefix().len()..]
     }
 
     /// The Redis key of the lock hash (prefix included).
@@ -231,7 +241,7 @@ impl Lock {
     /// # }
     /// ```
     pub fn key(&self) -> &str {
-        &self.text[..self.key.as_bytes().len()]
+        &self.inner.text[..self.inner.key.as_bytes().len()]
     }
 
     /// The unlock channel: `redisson_lock__channel:{<key>}`, or
@@ -246,7 +256,7 @@ impl Lock {
     /// # }
     /// ```
     pub fn channel(&self) -> &str {
-        &self.text[self.key.as_bytes().len()..]
+        &self.inner.text[self.inner.key.as_bytes().len()..]
     }
 
     /// Runs `work` under the lock: waits for it (as [`lock`](Self::lock),
@@ -468,7 +478,7 @@ impl Lock {
     /// ```
     pub async fn is_locked(&self) -> Result<bool> {
         self.check()?;
-        let n: i64 = self.redis().exists(self.key.clone()).await?;
+        let n: i64 = self.redis().exists(self.inner.key.clone()).await?;
         Ok(n > 0)
     }
 
@@ -507,8 +517,8 @@ impl Lock {
     /// ```
     pub async fn hold_count(&self) -> Result<u32> {
         self.check()?;
-        let field = self.client.field(Owner::current().id(), "");
-        let count: Option<i64> = self.redis().hget(self.key.clone(), field).await?;
+        let field = self.inner.client.field(Owner::current().id(), "");
+        let count: Option<i64> = self.redis().hget(self.inner.key.clone(), field).await?;
         Ok(count.unwrap_or(0).clamp(0, u32::MAX as i64) as u32)
     }
 
@@ -528,7 +538,7 @@ impl Lock {
     /// ```
     pub async fn remaining_lease(&self) -> Result<Option<Duration>> {
         self.check()?;
-        let ttl: i64 = self.redis().pttl(self.key.clone()).await?;
+        let ttl: i64 = self.redis().pttl(self.inner.key.clone()).await?;
         Ok((ttl >= 0).then(|| Duration::from_millis(ttl as u64)))
     }
 
@@ -550,17 +560,17 @@ impl Lock {
     /// ```
     pub async fn force_unlock(&self) -> Result<bool> {
         self.check()?;
-        let engine = self.client.engine();
+        let engine = self.inner.client.engine();
         let deleted: i64 = scripts()
             .force_unlock
             .run(
                 &engine.conn.redis,
-                &[self.key.clone(), self.channel_key.clone()],
+                &[self.inner.key.clone(), self.inner.channel_key.clone()],
                 &["0".into(), engine.conn.publish_command().into()],
             )
             .await?;
         if deleted == 1 {
-            engine.leases.key_gone(&self.key, "force-unlocked");
+            engine.leases.key_gone(&self.inner.key, "force-unlocked");
         }
         Ok(deleted == 1)
     }
@@ -568,15 +578,15 @@ impl Lock {
     /// The client the lock is taken through (`MultiLock` orders its
     /// members by client id).
     pub(crate) fn client(&self) -> &Client {
-        &self.client
+        &self.inner.client
     }
 
     pub(crate) fn redis(&self) -> &fred::clients::Client {
-        &self.client.engine().conn.redis
+        &self.inner.client.engine().conn.redis
     }
 
     pub(crate) fn check(&self) -> Result<()> {
-        self.client.engine().check()?;
+        self.inner.client.engine().check()?;
         if self.name().is_empty() {
             return Err(Error::invalid("lock name is empty"));
         }
@@ -613,11 +623,16 @@ impl Lock {
             self.check()?;
             let owner = Owner::current();
             let init = || {
-                let field = self.client.field(owner.id(), "");
-                LeaseInit::new(&LockKind, self.key(), &field, self.channel_key.as_bytes())
+                let field = self.inner.client.field(owner.id(), "");
+                LeaseInit::new(
+                    &LockKind,
+                    self.key(),
+                    &field,
+                    self.inner.channel_key.as_bytes(),
+                )
             };
             let spec = Spec {
-                key: &self.key,
+                key: &self.inner.key,
                 tag: TAG,
                 owner: owner.id(),
                 init: &init,
@@ -626,7 +641,7 @@ impl Lock {
                 lease,
                 wait,
             };
-            let hold = acquire(self.client.engine(), spec, &|lease, lease_ms, rid| {
+            let hold = acquire(self.inner.client.engine(), spec, &|lease, lease_ms, rid| {
                 Call::new(
                     &lease.conn,
                     script,
@@ -637,7 +652,7 @@ impl Lock {
                 )
             })
             .await?;
-            Ok(hold.map(|hold| LockGuard::new(hold, self.client.key_prefix().len(), owner)))
+            Ok(hold.map(|hold| LockGuard::new(hold, self.inner.client.key_prefix().len(), owner)))
         }
     }
 }
