@@ -189,15 +189,24 @@ impl LockGuard {
     /// guard.unlock().await?;
     /// # Ok(()) }
     /// ```
-    pub async fn unlock(self) -> Result<()> {
+    // A plain `fn`: an `async fn` would keep the guard twice in the
+    // caller's future (a task that waits, then unlocks, carries it).
+    pub fn unlock(self) -> impl Future<Output = Result<()>> + Send + 'static {
         // A counted reference (the record may go with the hold).
         let key = self.hold.key();
-        match self.hold.release().await {
-            Ok(true) => Ok(()),
-            Ok(false) => Err(Error::NotHeld {
-                name: key_text(&key).to_owned(),
-            }),
-            Err(e) => Err(e),
+        let release = self.hold.release();
+        // The channel is kept until the release is done, as before.
+        let keep = self._keep;
+        async move {
+            let released = release.await;
+            drop(keep);
+            match released {
+                Ok(true) => Ok(()),
+                Ok(false) => Err(Error::NotHeld {
+                    name: key_text(&key).to_owned(),
+                }),
+                Err(e) => Err(e),
+            }
         }
     }
 

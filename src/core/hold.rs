@@ -29,6 +29,7 @@
 //! (`lock`, `owner`, `holds`, `outcome`); each release call that ran is
 //! counted in the client's counters.
 
+use std::future::Future;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -418,23 +419,23 @@ impl Hold {
     ///
     /// Cancel safe: dropped before the release is sent, it is sent in the
     /// background; dropped while under way, a background job settles it.
-    pub(crate) async fn release(self) -> Result<bool> {
+    /// (Nothing runs until the future is polled; dropped unpolled, the
+    /// hold's drop gives it back.)
+    pub(crate) fn release(self) -> impl Future<Output = Result<bool>> + Send + 'static {
         let span = match &self.parts {
             Some(parts) => release_span(&parts.lease, 1),
             None => Span::none(),
         };
         // Boxed: the release (turn, call, settle guard) is several KiB,
         // and every caller's future (a task that waits, then unlocks)
-        // would otherwise carry it inline while it waits. Boxed before it
-        // is instrumented: wrapping moves the future, and a box moves as
-        // one pointer.
-        Box::pin(self.release_in(&span))
-            .instrument(span.clone())
-            .await
+        // would otherwise carry it inline while it waits. A plain `fn`,
+        // not an `async fn`: that would keep the hold twice, and the span
+        // twice, in every caller's future.
+        Box::pin(self.release_in(span.clone())).instrument(span)
     }
 
     /// [`release`](Self::release), recording its outcome in `span`.
-    async fn release_in(self, span: &Span) -> Result<bool> {
+    async fn release_in(self, span: Span) -> Result<bool> {
         // Kept open until the release is written (the guard's hold goes
         // with `into_parts`).
         let open = self.engine.clone();
@@ -452,7 +453,7 @@ impl Hold {
         let turn = unsent.lease().turn().await;
         let parts = unsent.take();
         if !parts.lease.is_current(parts.incarnation) {
-            record_release(span, Ok(ReleaseReply::NotHeld));
+            record_release(&span, Ok(ReleaseReply::NotHeld));
             return Ok(false);
         }
         let rid = parts.lease.conn.rid();
@@ -477,17 +478,17 @@ impl Hold {
                 let reply = parts.lease.kind.release_reply(&raw);
                 parts.lease.released(reply, 1, sent, ttl);
                 parts.lease.kind.after_release(&parts.lease, &raw);
-                record_release(span, Ok(reply));
+                record_release(&span, Ok(reply));
                 Ok(reply != ReleaseReply::NotHeld)
             }
             Ok(Outcome::Stale) => {
                 flight.finish();
-                record_release(span, Err(()));
+                record_release(&span, Err(()));
                 Err(Error::Redis(protocol("a fresh release was reported stale")))
             }
             // A background job keeps resolving it.
             Err(e) => {
-                record_release(span, Err(()));
+                record_release(&span, Err(()));
                 Err(Error::Redis(e))
             }
         }

@@ -5,6 +5,7 @@
 //! the background; [`Permit::release`] gives it back and reports the
 //! outcome.
 
+use std::future::Future;
 use std::sync::Arc;
 
 use crate::core::hold::Hold;
@@ -102,12 +103,19 @@ impl Permit {
     /// permit.release().await?;
     /// # Ok(()) }
     /// ```
-    pub async fn release(self) -> Result<()> {
-        let name = self.key.to_string();
-        match self.hold.release().await {
-            Ok(true) => Ok(()),
-            Ok(false) => Err(Error::NotHeld { name }),
-            Err(e) => Err(e),
+    // A plain `fn`: an `async fn` would keep the permit twice in the
+    // caller's future.
+    pub fn release(self) -> impl Future<Output = Result<()>> + Send + 'static {
+        let key = self.key;
+        let release = self.hold.release();
+        async move {
+            match release.await {
+                Ok(true) => Ok(()),
+                Ok(false) => Err(Error::NotHeld {
+                    name: key.to_string(),
+                }),
+                Err(e) => Err(e),
+            }
         }
     }
 
