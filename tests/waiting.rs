@@ -165,10 +165,8 @@ async fn an_earlier_recheck_moves_the_channel_clock_for_every_waiter() {
         tokio::spawn(async move { l.lock().await })
     };
     // The first waiter parks with the 30 s recheck interval.
-    within(Duration::from_secs(10), "first waiter parked", async {
-        while c.stats().busy_attempts < 2 {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+    eventually(Duration::from_secs(10), "first waiter parked", || {
+        c.stats().busy_attempts >= 2
     })
     .await;
     server.cmd(&["PEXPIRE", "shared-clock", "400"]);

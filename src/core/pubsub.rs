@@ -652,7 +652,7 @@ impl Drop for Pin {
 }
 
 /// A waiter's wait (see [`Subscription::wait`]).
-pub(crate) struct Park<'a> {
+struct Park<'a> {
     sub: &'a Subscription,
     recheck: Option<Duration>,
     parked: bool,
