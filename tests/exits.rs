@@ -327,3 +327,50 @@ async fn guard_outliving_its_client_still_unlocks() {
         nothing_left(&server, &name).await;
     }
 }
+
+/// `unlock()` and `release()` build their future when called and send
+/// nothing until it is polled. Dropped unpolled, or after one poll (the
+/// release under way), the lock or permit still comes back: another
+/// client gets it long before the 120 s lease could run out. 40 rounds:
+/// each kind, unpolled and polled once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unlock_or_release_dropped_early_still_gives_back() {
+    let server = RedisServer::start();
+    let a = long_lease_client(&server).await;
+    let b = client(&server).await;
+    for round in 0..40u32 {
+        let polled = round % 2 == 1;
+        let name = format!("dropped-unlock:{round}");
+        if round % 4 < 2 {
+            let guard = a.lock(&name).lock().await.unwrap();
+            drop_early(guard.unlock(), polled).await;
+            let taken = b.lock(&name).try_lock_for(RELEASED).await.unwrap();
+            taken.expect("the lock came back").unlock().await.unwrap();
+        } else {
+            let sem = a.semaphore(&name);
+            assert!(sem.try_set_permits(1).await.unwrap());
+            let permit = sem.acquire().await.unwrap();
+            drop_early(permit.release(), polled).await;
+            let taken = b.semaphore(&name).try_acquire_for(RELEASED).await.unwrap();
+            taken
+                .expect("the permit came back")
+                .release()
+                .await
+                .unwrap();
+            assert_eq!(sem.available_permits().await.unwrap(), 1);
+            // The count stays by design; the test removes it.
+            server.cmd(&["DEL", sem.key()]);
+        }
+        nothing_left(&server, &name).await;
+    }
+}
+
+/// Drops `release` without polling it, or after polling it once.
+async fn drop_early<F: Future>(release: F, polled: bool) {
+    if polled {
+        // `timeout` polls the future once before it looks at the clock.
+        let _ = tokio::time::timeout(Duration::ZERO, release).await;
+    } else {
+        drop(release);
+    }
+}
