@@ -36,7 +36,7 @@
 //! Redis may still count holds for them.
 
 use std::hash::{BuildHasher, BuildHasherDefault, Hasher, RandomState};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
@@ -170,6 +170,12 @@ pub(crate) struct Lease {
     /// only under `state`'s lock, like the state (kept here, where it costs
     /// no room).
     registered: AtomicBool,
+    /// Waits of this owner for the key in progress (see
+    /// [`Lease::wait_began`]): a primitive that keeps one place per owner
+    /// in a queue leaves it only when the owner's last wait ends. 16 bits
+    /// fit in the record's padding; the count saturates (65,535 waits of
+    /// one owner for one key at once).
+    waits: AtomicU16,
     pub(crate) watchdog: Watchdog,
     /// The client's counters (renewals and losses are counted per lease).
     pub(crate) stats: Arc<Counters>,
@@ -357,6 +363,7 @@ impl Leases {
                     tag,
                     users: AtomicU32::new(0),
                     registered: AtomicBool::new(false),
+                    waits: AtomicU16::new(0),
                     watchdog: watchdog.clone(),
                     stats: self.stats.clone(),
                     turn: tokio::sync::Semaphore::const_new(1),
@@ -707,6 +714,28 @@ impl Lease {
     pub(crate) fn move_deadline(&self, from: Instant, to: Instant) {
         let mut s = self.state.lock();
         s.fixed.replace(from, to);
+    }
+
+    /// A wait of this owner for the key began; [`Lease::wait_ended`] must
+    /// follow once it ends, however it ends.
+    pub(crate) fn wait_began(&self) {
+        let _ = self
+            .waits
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_add(1));
+    }
+
+    /// A wait that [`Lease::wait_began`] counted ended.
+    pub(crate) fn wait_ended(&self) {
+        let _ = self
+            .waits
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+    }
+
+    /// Waits of this owner for the key in progress now (two overlap when
+    /// tasks share an owner, or a wait is retried while the dropped one
+    /// still leaves in the background).
+    pub(crate) fn waits(&self) -> u16 {
+        self.waits.load(Ordering::Relaxed)
     }
 
     /// Live guards of this lease (their holds need the key; a guard

@@ -129,14 +129,14 @@ impl FairLock {
             &init,
         )?;
         let field_str = lease_ref.field();
-        let mut queued = Queued {
-            engine: engine.clone(),
-            job: Some(Leave {
+        let mut queued = Queued::new(
+            engine.clone(),
+            Leave {
                 lease: lease_ref,
                 names: self.names.clone(),
                 tries: calls.tries.clone(),
-            }),
-        };
+            },
+        );
         let outcome = {
             let acquiring = acquire_handed(engine, spec, &build, Some(&handoff));
             let refreshing = queue::refresh(

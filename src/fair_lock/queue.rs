@@ -16,7 +16,10 @@
 //!   once, as a background job if it was dropped, under the lease's turn
 //!   (so after an acquire call still being settled), unless a newer wait
 //!   of the same owner has queued the field again since (a
-//!   `timeout(lock())` retried at once): the place is then that wait's.
+//!   `timeout(lock())` retried at once), or another wait of the same owner
+//!   is still in progress in this process (tasks sharing an owner; counted
+//!   on the lease, read under its turn): the place is then that wait's,
+//!   whichever of the two tried last.
 //!   If it headed the queue of a free lock, the lock is handed to the
 //!   next waiter. If a release had granted it the lock and this client
 //!   counts no hold of the field (the wait was dropped as the grant ran),
@@ -139,6 +142,13 @@ pub(crate) struct Leave {
 
 impl Leave {
     async fn leave(&self, conn: &Arc<Conn>) {
+        if self.lease.waits() > 0 {
+            // Another wait of this owner is in progress (tasks sharing an
+            // owner, or a wait retried at once): the place in the queue,
+            // and a grant made to it, are that wait's now. Read under the
+            // turn, so no try of that wait is in flight.
+            return;
+        }
         let keys = self.names.script_keys();
         // Under the lease's turn: whether this client counts holds of the
         // field (an adopted grant must never be given back here).
@@ -185,21 +195,49 @@ impl Job for Leave {
 }
 
 /// An acquire that may be queued: dropped armed, it leaves the queue in
-/// the background.
+/// the background. It counts as one of its owner's waits (see
+/// [`Lease::wait_began`](crate::core::lease::Lease::wait_began)) from
+/// [`Queued::new`] until it is disarmed, leaves or is dropped.
 pub(crate) struct Queued {
-    pub(crate) engine: Arc<Engine>,
-    pub(crate) job: Option<Leave>,
+    engine: Arc<Engine>,
+    job: Option<Leave>,
+    /// Still counted among the owner's waits.
+    counted: bool,
 }
 
 impl Queued {
+    pub(crate) fn new(engine: Arc<Engine>, job: Leave) -> Queued {
+        job.lease.wait_began();
+        Queued {
+            engine,
+            job: Some(job),
+            counted: true,
+        }
+    }
+
+    /// The wait is over (its leave, if any, must not count it).
+    fn uncount(&mut self) {
+        if let Some(job) = self.job.as_ref().filter(|_| self.counted) {
+            job.lease.wait_ended();
+        }
+        self.counted = false;
+    }
+
     /// The acquire got the lock: its entry is gone already.
     pub(crate) fn disarm(&mut self) {
+        self.uncount();
         self.job = None;
     }
 
-    /// The acquire ended without the lock: leave now (a drop half-way
-    /// leaves in the background).
+    /// The acquire ended without the lock: leave now.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: the job stays armed until the leave has run, so a
+    /// drop half-way leaves in the background (again: the leave is
+    /// idempotent).
     pub(crate) async fn leave_now(&mut self) {
+        self.uncount();
         if let Some(job) = &self.job {
             job.run(&self.engine.conn, false).await;
         }
@@ -209,6 +247,7 @@ impl Queued {
 
 impl Drop for Queued {
     fn drop(&mut self) {
+        self.uncount();
         if let Some(job) = self.job.take() {
             self.engine.background.spawn(job);
         }
