@@ -172,6 +172,11 @@ impl Owner {
     pub fn id(&self) -> u64 {
         self.0
     }
+
+    /// The owner with `id` (an id [`Owner::id`] gave).
+    pub(crate) fn from_id(id: u64) -> Owner {
+        Owner(id)
+    }
 }
 
 #[cfg(test)]

@@ -1,23 +1,26 @@
 //! The acquire every lock kind uses: the current owner's lease, the one
 //! wait loop, one latched script call per try.
 //!
-//! A primitive describes what it acquires ([`Spec`]: the key and tag of its
-//! leases, the channel its releases are announced on and what a message
-//! there wakes) and how one try is sent ([`Build`]: its acquire script's
+//! A primitive describes what it acquires and how one try is sent (a
+//! [`Target`]: the key and tag of its leases, the channel its releases
+//! are announced on and what a message there wakes, its acquire script's
 //! call); the engine does the rest — lease records, turns, unknown
-//! outcomes, cancellation, waiting (see `hold.rs` and `wait.rs`).
+//! outcomes, cancellation, waiting (see `hold.rs` and `wait.rs`). The
+//! target is kept by value in the wait loop's future, the only layer of an
+//! acquire: a parked waiter carries its arguments once.
 //!
-//! A primitive whose releases may hand the lock straight to a waiter
-//! ([`acquire_handed`]) also says how to read a message handed to the
-//! waiter with its wake-up ([`Handoff`]): a message that grants this wait
-//! the hold is *adopted* instead of sending a try (`hold::adopt`), with the
-//! lease's signal counted from a time the primitive proves was before the
-//! grant ([`Granted::since`]), never from when the message arrived.
+//! A primitive whose releases may hand the lock straight to a waiter also
+//! says how to read a message handed to the waiter with its wake-up
+//! ([`Target::handoff`]): a message that grants this wait the hold is
+//! *adopted* instead of sending a try (`hold::adopt`), with the lease's
+//! signal counted from a time the primitive proves was before the grant
+//! ([`Granted::since`]), never from when the message arrived.
 //!
 //! Each acquire runs in an `acquire` span (`lock`, `owner`, then
 //! `outcome`, `attempts`, `wait_ms` when it concludes) and is counted once
 //! in the client's [`Counters`] when it concludes; a dropped acquire
-//! records `outcome = "cancelled"` and counts nothing.
+//! records `outcome = "cancelled"` and counts nothing. Its tries run in
+//! the span (events of the parked wait itself do not).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -26,7 +29,7 @@ use std::time::Duration;
 use fred::types::Key;
 use tokio::time::Instant;
 use tracing::field::Empty;
-use tracing::Span;
+use tracing::{Instrument, Span};
 
 use super::call::Call;
 use super::hold::{self, Attempt, Hold, Request};
@@ -37,23 +40,47 @@ use super::wait::{self, Step};
 use super::{lease_millis, Engine};
 use crate::error::Result;
 
-/// What to acquire, for whom, how long to wait and keep it.
-pub(crate) struct Spec<'a> {
+/// What a primitive acquires, and how one try of it is sent: the one
+/// thing a primitive tells the engine (see the module docs). The acquire
+/// keeps it by value in its future: a primitive's target is a few
+/// references, so a parked waiter carries them once.
+pub(crate) trait Target: Send + Sync {
+    /// The owner the acquire is for, read once at its first poll (the
+    /// owner of the task that polls it).
+    fn owner(&self) -> u64;
+
+    /// Checks the primitive's own arguments (a name, a lease), once at
+    /// the first poll.
+    fn check(&self) -> Result<()> {
+        Ok(())
+    }
+
     /// The key the lease is of.
-    pub(crate) key: &'a Key,
+    fn key(&self) -> &Key;
+
     /// Tells this primitive's leases on the key from others'.
-    pub(crate) tag: u8,
-    /// The owner id (see `Owner`).
-    pub(crate) owner: u64,
-    /// Makes the lease record, the first time this owner acquires.
-    pub(crate) init: &'a (dyn Fn() -> Result<LeaseInit> + Sync),
-    /// Where releases are announced, and what a message there wakes.
-    pub(crate) channel: &'a str,
-    pub(crate) policy: Policy,
-    /// A fixed lease; `None`: the watchdog keeps it.
-    pub(crate) lease: Option<Duration>,
-    /// How long to wait; `None`: forever; zero: one try.
-    pub(crate) wait: Option<Duration>,
+    fn tag(&self) -> u8;
+
+    /// Where releases are announced.
+    fn channel(&self) -> &str;
+
+    /// What a message on the channel wakes.
+    fn policy(&self) -> Policy;
+
+    /// Makes the lease record of `owner`, the first time it acquires.
+    fn init(&self, owner: u64) -> Result<LeaseInit>;
+
+    /// One try's call, from the lease record, the lease in milliseconds
+    /// and the request id.
+    fn build(&self, lease: &Lease, lease_ms: i64, rid: u64) -> Call;
+
+    /// Reads a message handed to a waiter with its wake-up: `Some` if it
+    /// grants this very wait the hold (it is then adopted, see
+    /// [`Granted`]); `None` (the default) makes the waiter try as for any
+    /// wake-up.
+    fn handoff(&self, _message: &[u8]) -> Option<Granted> {
+        None
+    }
 }
 
 /// A hold a message handed to a waiter: the primitive's script made the
@@ -66,15 +93,6 @@ pub(crate) struct Granted {
     pub(crate) ttl: Duration,
 }
 
-/// Reads a message handed to a waiter with its wake-up: `Some` if it
-/// grants this very wait the hold; `None` makes the waiter try as for any
-/// wake-up.
-pub(crate) type Handoff<'a> = &'a (dyn Fn(&[u8]) -> Option<Granted> + Sync);
-
-/// Builds one try's call from the lease record, the lease in milliseconds
-/// and the request id.
-pub(crate) type Build<'a> = &'a (dyn Fn(&Lease, i64, u64) -> Call + Sync);
-
 /// One acquire's span and counts; dropped before `end`, it records the
 /// acquire as cancelled.
 struct Observed {
@@ -82,117 +100,95 @@ struct Observed {
     /// 40 B in every waiting task's future.
     span: Option<Box<Span>>,
     started: Instant,
-    /// Tries so far (bumped by the wait loop's attempt closure).
+    /// Tries so far.
     attempts: u32,
     ended: bool,
 }
 
-/// Acquires per `spec`; `Ok(None)` when the wait ran out.
+/// Acquires `target` with a fixed `lease` (`None`: the watchdog keeps
+/// it), waiting up to `wait` (`None`: forever; zero: one try); `Ok(None)`
+/// when the wait ran out. A message the target reads as a grant (see
+/// [`Target::handoff`]) is adopted instead of trying again, unless the
+/// client has a replicas requirement (the grant's replication cannot be
+/// waited for here).
 ///
 /// # Cancel safety
 ///
 /// Cancel safe: a dropped acquire holds nothing (an acquire under way is
 /// settled in the background and a hold it took given back), leaves the
-/// channel's queue and passes on a wake-up it held.
-pub(crate) fn acquire<'a>(
+/// channel's queue and passes on a wake-up it held. A wait dropped after
+/// a grant to it ran but before it was adopted holds nothing locally: the
+/// primitive gives the grant back.
+pub(crate) fn acquire<'a, T: Target + 'a>(
     engine: &'a Arc<Engine>,
-    spec: Spec<'a>,
-    build: Build<'a>,
-) -> impl Future<Output = Result<Option<Hold>>> + 'a {
-    // Not an `async fn` around it: that would carry a second copy of the
-    // arguments in every waiting task's future.
-    acquire_handed(engine, spec, build, None)
-}
-
-/// [`acquire`], adopting a hold a message hands the waiter (see
-/// [`Handoff`]) instead of trying again. Not with a replicas requirement
-/// (the grant's replication cannot be waited for here): then the waiter
-/// tries as for any wake-up.
-///
-/// # Cancel safety
-///
-/// As for [`acquire`]. A wait dropped after its grant ran but before it
-/// was adopted holds nothing locally: the primitive gives the grant back.
-// Written out on purpose (see the comment in the body).
-#[allow(clippy::manual_async_fn)]
-pub(crate) fn acquire_handed<'a>(
-    engine: &'a Arc<Engine>,
-    spec: Spec<'a>,
-    build: Build<'a>,
-    handoff: Option<Handoff<'a>>,
-) -> impl Future<Output = Result<Option<Hold>>> + 'a {
-    // An `async` block, not an `async fn`: an `async fn` keeps its
-    // arguments twice in its future (as captures and as locals), 128 B
-    // more in every waiting task. The arguments are one value, so each
-    // try's closure refers to them with one pointer, not one per field.
-    let acquiring = Acquiring {
+    target: T,
+    lease: Option<Duration>,
+    wait: Option<Duration>,
+) -> impl Future<Output = Result<Option<Hold>>> + Send + 'a {
+    // The wait loop's future is the acquire's: one layer, the arguments
+    // kept once (in `Acquiring`).
+    wait::wait_with(
         engine,
-        spec,
-        build,
-        handoff,
-    };
-    async move {
-        let acquiring = &acquiring;
-        let (engine, spec) = (acquiring.engine, &acquiring.spec);
-        engine.check()?;
-        lease_millis(acquiring.lease())?;
-        let mut observed = Observed::start(spec);
-        let attempts = &mut observed.attempts;
-        let result = {
-            let wait = wait::wait_for_handed(
-                engine,
-                spec.channel,
-                spec.policy,
-                spec.wait,
-                move |handed| {
-                    *attempts += 1;
-                    acquiring.attempt(handed)
-                },
-            );
-            // In the acquire's span, entered at each poll (as
-            // `Instrument` does, without a second copy of the span).
-            let mut wait = std::pin::pin!(wait);
-            let span = observed.span.as_deref();
-            std::future::poll_fn(|cx| {
-                let _entered = span.map(Span::enter);
-                wait.as_mut().poll(cx)
-            })
-            .await
-        };
-        observed.end(
-            &engine.stats,
-            match &result {
-                Ok(Some(_)) => Outcome::Acquired,
-                Ok(None) => Outcome::Timeout,
-                Err(_) => Outcome::Error,
-            },
-        );
-        result
-    }
+        wait,
+        Acquiring {
+            engine,
+            target,
+            lease,
+            owner: 0,
+            observed: None,
+        },
+    )
 }
 
-/// An acquire's arguments, kept together in its future.
-struct Acquiring<'a> {
+/// An acquire's attempts (see [`wait::Attempts`]).
+struct Acquiring<'a, T> {
     engine: &'a Arc<Engine>,
-    spec: Spec<'a>,
-    build: Build<'a>,
-    handoff: Option<Handoff<'a>>,
+    target: T,
+    lease: Option<Duration>,
+    /// Read at the start.
+    owner: u64,
+    /// Made at the start.
+    observed: Option<Observed>,
 }
 
-impl<'a> Acquiring<'a> {
-    /// The lease a hold is taken for: the spec's, or the watchdog's.
-    fn lease(&self) -> Duration {
-        self.spec.lease.unwrap_or(self.engine.watchdog.timeout())
+impl<T: Target> Acquiring<'_, T> {
+    /// The lease a hold is taken for: the target's, or the watchdog's.
+    fn lease_ms(&self) -> Result<i64> {
+        lease_millis(self.lease.unwrap_or(self.engine.watchdog.timeout()))
+    }
+}
+
+impl<T: Target> wait::Attempts for Acquiring<'_, T> {
+    type Output = Hold;
+
+    fn start(&mut self) -> Result<()> {
+        self.engine.check()?;
+        self.target.check()?;
+        self.lease_ms()?;
+        self.owner = self.target.owner();
+        self.observed = Some(Observed::start(self.target.key(), self.owner));
+        Ok(())
     }
 
-    /// One try, given the message handed to the waiter with its wake-up.
+    fn channel(&self) -> &str {
+        self.target.channel()
+    }
+
+    fn policy(&self) -> Policy {
+        self.target.policy()
+    }
+
     fn attempt(
-        &'a self,
+        &mut self,
         handed: Option<Box<[u8]>>,
-    ) -> std::pin::Pin<Box<dyn Future<Output = Result<Step<Hold>>> + Send + 'a>> {
-        let (engine, spec) = (self.engine, &self.spec);
-        let granted = match (handed, self.handoff) {
-            (Some(message), Some(read)) if engine.replicas.is_none() => read(&message),
+    ) -> impl Future<Output = Result<Step<Hold>>> + Send + '_ {
+        if let Some(observed) = &mut self.observed {
+            observed.attempts += 1;
+        }
+        let this = &*self;
+        let engine = this.engine;
+        let granted = match handed {
+            Some(message) if engine.replicas.is_none() => this.target.handoff(&message),
             _ => None,
         };
         // The lease record is taken per try, not for the whole wait: a
@@ -202,35 +198,56 @@ impl<'a> Acquiring<'a> {
         let lease = engine.leases.get(
             &engine.conn,
             &engine.watchdog,
-            spec.key,
-            spec.owner,
-            spec.tag,
-            spec.init,
+            this.target.key(),
+            this.owner,
+            this.target.tag(),
+            &|| this.target.init(this.owner),
         );
-        Box::pin(async move {
+        let attempt = async move {
             let lease = lease?;
             match granted {
-                Some(granted) => adopt(engine, &lease, spec.lease, granted).await,
+                Some(granted) => adopt(engine, &lease, this.lease, granted).await,
                 None => {
-                    let lease_ms = lease_millis(self.lease())?;
-                    attempt(engine, &lease, spec.lease.is_some(), lease_ms, self.build).await
+                    let lease_ms = this.lease_ms()?;
+                    attempt(engine, &lease, this.lease.is_some(), lease_ms, &this.target).await
                 }
             }
-        })
+        };
+        // Boxed: a try's future is several KiB, and a parked waiter has
+        // no room for it. In the acquire's span when it is enabled.
+        let span = this.observed.as_ref().and_then(|o| o.span.as_deref());
+        let boxed: std::pin::Pin<Box<dyn Future<Output = _> + Send + '_>> = match span {
+            Some(span) => Box::pin(attempt.instrument(span.clone())),
+            None => Box::pin(attempt),
+        };
+        boxed
+    }
+
+    fn concluded(&mut self, outcome: &Result<Option<Hold>>) {
+        if let Some(observed) = &mut self.observed {
+            observed.end(
+                &self.engine.stats,
+                match outcome {
+                    Ok(Some(_)) => Outcome::Acquired,
+                    Ok(None) => Outcome::Timeout,
+                    Err(_) => Outcome::Error,
+                },
+            );
+        }
     }
 }
 
 /// One try. Cancel safe (see `hold::acquire`).
-async fn attempt(
+async fn attempt<T: Target>(
     engine: &Arc<Engine>,
     lease: &LeaseRef,
     fixed: bool,
     lease_ms: i64,
-    build: Build<'_>,
+    target: &T,
 ) -> Result<Step<Hold>> {
     let ttl = Duration::from_millis(lease_ms as u64);
     let attempt = hold::acquire(engine, lease, |rid| Request {
-        call: build(lease, lease_ms, rid),
+        call: target.build(lease, lease_ms, rid),
         term: if fixed {
             Term::Fixed(Instant::now() + ttl)
         } else {
@@ -267,11 +284,11 @@ async fn adopt(
 // === impl Observed ===
 
 impl Observed {
-    fn start(spec: &Spec<'_>) -> Observed {
+    fn start(key: &Key, owner: u64) -> Observed {
         let span = tracing::debug_span!(
             "acquire",
-            lock = %KeyName(spec.key.as_bytes()),
-            owner = spec.owner,
+            lock = %KeyName(key.as_bytes()),
+            owner = owner,
             outcome = Empty,
             attempts = Empty,
             wait_ms = Empty,

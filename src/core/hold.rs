@@ -335,6 +335,11 @@ impl Hold {
         self.lease_record().key()
     }
 
+    /// The owner whose hold this is.
+    pub(crate) fn owner(&self) -> u64 {
+        self.lease_record().owner
+    }
+
     /// The key of the lock this hold is on, as text.
     pub(crate) fn key_str(&self) -> &str {
         self.lease_record().key_str()

@@ -45,6 +45,39 @@ const RETRY_FIRST: Duration = Duration::from_millis(50);
 /// Longest pause between such retries.
 const RETRY_MAX: Duration = Duration::from_secs(1);
 
+/// What a wait tries, and where it listens between tries: the one thing
+/// a caller of the wait loop ([`wait_with`]) describes. The loop keeps it
+/// by value in its future, so a parked waiter carries one copy of it and
+/// nothing borrowed from the caller's own future.
+pub(crate) trait Attempts: Send {
+    /// What a successful attempt gives.
+    type Output: Send;
+
+    /// Runs once, at the wait's first poll, before any attempt; an error
+    /// ends the wait (with no call to [`concluded`](Self::concluded)).
+    fn start(&mut self) -> Result<()> {
+        Ok(())
+    }
+
+    /// The channel the wait listens on (shared with every other waiter of
+    /// the client on it).
+    fn channel(&self) -> &str;
+
+    /// What a message on [`channel`](Self::channel) wakes.
+    fn policy(&self) -> Policy;
+
+    /// One try, given the message handed to the waiter with the wake-up it
+    /// holds, if any (see `pubsub::Wake::OneWith`). The wait loop keeps
+    /// the future inline while it runs: box a large one.
+    fn attempt(
+        &mut self,
+        handed: Option<Box<[u8]>>,
+    ) -> impl Future<Output = Result<Step<Self::Output>>> + Send + '_;
+
+    /// The wait concluded with `outcome` (not called when it is dropped).
+    fn concluded(&mut self, _outcome: &Result<Option<Self::Output>>) {}
+}
+
 /// Waits until `attempt` succeeds, for up to `wait` (`None`: forever;
 /// zero: one try). `Ok(None)` when the time ran out.
 ///
@@ -57,150 +90,192 @@ pub(crate) fn wait_for<'a, T, F, Fut>(
     channel: &'a str,
     policy: Policy,
     wait: Option<Duration>,
-    mut attempt: F,
-) -> impl Future<Output = Result<Option<T>>> + 'a
+    attempt: F,
+) -> impl Future<Output = Result<Option<T>>> + Send + 'a
 where
-    F: FnMut() -> Fut + 'a,
-    Fut: Future<Output = Result<Step<T>>> + 'a,
-    T: 'a,
+    F: FnMut() -> Fut + Send + 'a,
+    Fut: Future<Output = Result<Step<T>>> + Send + 'a,
+    T: Send + 'a,
 {
-    // Not an `async fn` around it: no second future layer per waiter.
-    wait_for_handed(engine, channel, policy, wait, move |_| attempt())
+    wait_with(
+        engine,
+        wait,
+        Closure {
+            channel,
+            policy,
+            attempt,
+        },
+    )
 }
 
-/// [`wait_for`], giving each attempt the message handed to the waiter
-/// with the wake-up it holds, if any (see `pubsub::Wake::OneWith`).
+/// [`wait_for`]'s attempts: a closure.
+struct Closure<'a, F> {
+    channel: &'a str,
+    policy: Policy,
+    attempt: F,
+}
+
+impl<'a, T, F, Fut> Attempts for Closure<'a, F>
+where
+    F: FnMut() -> Fut + Send,
+    Fut: Future<Output = Result<Step<T>>> + Send + 'a,
+    T: Send,
+{
+    type Output = T;
+
+    fn channel(&self) -> &str {
+        self.channel
+    }
+
+    fn policy(&self) -> Policy {
+        self.policy
+    }
+
+    fn attempt(
+        &mut self,
+        _handed: Option<Box<[u8]>>,
+    ) -> impl Future<Output = Result<Step<T>>> + Send + '_ {
+        (self.attempt)()
+    }
+}
+
+/// Waits until an attempt of `attempts` succeeds, for up to `wait`
+/// (`None`: forever; zero: one try). `Ok(None)` when the time ran out.
 ///
 /// # Cancel safety
 ///
 /// As for [`wait_for`].
 // Written out on purpose (see the comment in the body).
 #[allow(clippy::manual_async_fn)]
-pub(crate) fn wait_for_handed<'a, T, F, Fut>(
+pub(crate) fn wait_with<'a, A: Attempts + 'a>(
     engine: &'a Arc<Engine>,
-    channel: &'a str,
-    policy: Policy,
     wait: Option<Duration>,
-    mut attempt: F,
-) -> impl Future<Output = Result<Option<T>>> + 'a
-where
-    F: FnMut(Option<Box<[u8]>>) -> Fut + 'a,
-    Fut: Future<Output = Result<Step<T>>> + 'a,
-    T: 'a,
-{
+    mut attempts: A,
+) -> impl Future<Output = Result<Option<A::Output>>> + Send + 'a {
     // An `async` block, not an `async fn`: no second copy of the
     // arguments in every waiting task's future.
     async move {
-        let deadline = wait.and_then(|w| Instant::now().checked_add(w));
-        let once = wait == Some(Duration::ZERO);
-        // Already subscribed (another waiter, or a pin): no second try needed.
-        let mut subscription = if once {
-            None
-        } else {
-            engine.pubsub.join_subscribed(channel)
-        };
-        let mut backoff = RETRY_FIRST;
-        loop {
-            engine.check()?;
-            // The attempt and its outcome are scoped to this block, read
-            // in a plain function: nothing of them stays in this future
-            // while it waits (a parked waiter carries only the wait's own
-            // state).
-            let then = {
-                let held = subscription.as_ref().is_some_and(|s| s.holds_wake_up());
-                let handed = subscription
-                    .as_ref()
-                    .filter(|_| held)
-                    .and_then(|s| s.take_handed());
-                let outcome = attempt(handed).await;
-                if let Some(s) = subscription.as_ref().filter(|_| held) {
-                    s.consumed_by(&outcome);
-                }
-                match next(engine, outcome, subscription.is_none() && !once, once) {
-                    Ok(ControlFlow::Break(value)) => return Ok(Some(value)),
-                    Ok(ControlFlow::Continue(then)) => then,
-                    Err(e) => return Err(e),
-                }
+        let result = 'wait: {
+            // Not started: nothing to conclude.
+            attempts.start()?;
+            let deadline = wait.and_then(|w| Instant::now().checked_add(w));
+            let once = wait == Some(Duration::ZERO);
+            // Already subscribed (another waiter, or a pin): no second try
+            // needed.
+            let mut subscription = if once {
+                None
+            } else {
+                engine.pubsub.join_subscribed(attempts.channel())
             };
-            let mut bound = engine.recheck_interval;
-            let last_error = match then {
-                Then::Subscribe => {
-                    // Subscribe, then try again at once. A subscription that
-                    // cannot be confirmed before the deadline (the subscriber
-                    // is reconnecting) ends the wait.
-                    // Boxed: a parked waiter's future has no room for a
-                    // subscribe (most waiters join a confirmed channel).
-                    let subscribed = match deadline {
-                        Some(d) => {
-                            let subscribing = engine.pubsub.subscribe(channel, policy);
-                            match Box::pin(tokio::time::timeout_at(d, subscribing)).await {
-                                Ok(subscribed) => subscribed,
-                                Err(_) => return Ok(None),
+            let mut backoff = RETRY_FIRST;
+            loop {
+                if let Err(e) = engine.check() {
+                    break 'wait Err(e);
+                }
+                // The attempt and its outcome are scoped to this block,
+                // read in a plain function: nothing of them stays in this
+                // future while it waits (a parked waiter carries only the
+                // wait's own state).
+                let then = {
+                    let held = subscription.as_ref().is_some_and(|s| s.holds_wake_up());
+                    let handed = subscription
+                        .as_ref()
+                        .filter(|_| held)
+                        .and_then(|s| s.take_handed());
+                    let outcome = attempts.attempt(handed).await;
+                    if let Some(s) = subscription.as_ref().filter(|_| held) {
+                        s.consumed_by(&outcome);
+                    }
+                    match next(engine, outcome, subscription.is_none() && !once, once) {
+                        Ok(ControlFlow::Break(value)) => break 'wait Ok(Some(value)),
+                        Ok(ControlFlow::Continue(then)) => then,
+                        Err(e) => break 'wait Err(e),
+                    }
+                };
+                let mut bound = engine.recheck_interval;
+                let last_error = match then {
+                    Then::Subscribe => {
+                        // Subscribe, then try again at once. A subscription
+                        // that cannot be confirmed before the deadline (the
+                        // subscriber is reconnecting) ends the wait. Boxed: a
+                        // parked waiter's future has no room for a subscribe
+                        // (most waiters join a confirmed channel).
+                        let subscribing = engine
+                            .pubsub
+                            .subscribe(attempts.channel(), attempts.policy());
+                        let subscribed = match deadline {
+                            Some(d) => {
+                                match Box::pin(tokio::time::timeout_at(d, subscribing)).await {
+                                    Ok(subscribed) => subscribed,
+                                    Err(_) => break 'wait Ok(None),
+                                }
                             }
+                            None => Box::pin(subscribing).await,
+                        };
+                        match subscribed {
+                            Ok(s) => {
+                                engine.stats.subscribed();
+                                subscription = Some(s);
+                                continue;
+                            }
+                            Err(e) if e.is_transient() => {
+                                bound = bound.min(backoff);
+                                backoff = (backoff * 2).min(RETRY_MAX);
+                                Some(Box::new(e))
+                            }
+                            Err(e) => break 'wait Err(e),
                         }
-                        None => Box::pin(engine.pubsub.subscribe(channel, policy)).await,
-                    };
-                    match subscribed {
-                        Ok(s) => {
-                            engine.stats.subscribed();
-                            subscription = Some(s);
-                            continue;
+                    }
+                    Then::Busy(retry) => {
+                        backoff = RETRY_FIRST;
+                        if let Some(retry) = retry {
+                            bound = bound.min(retry);
                         }
-                        Err(e) if e.is_transient() => {
-                            bound = bound.min(backoff);
-                            backoff = (backoff * 2).min(RETRY_MAX);
-                            Some(Box::new(e))
-                        }
-                        Err(e) => return Err(e),
+                        None
+                    }
+                    Then::Retry(e) => {
+                        tracing::debug!(channel = %attempts.channel(), error = %e, "retrying after a connection error");
+                        bound = bound.min(backoff);
+                        backoff = (backoff * 2).min(RETRY_MAX);
+                        Some(e)
+                    }
+                };
+                // Whether the deadline comes before any re-check.
+                let mut ends = false;
+                if let Some(deadline) = deadline {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        break 'wait last_error.map_or(Ok(None), |e| Err(*e));
+                    }
+                    if left <= bound {
+                        bound = left;
+                        ends = true;
                     }
                 }
-                Then::Busy(retry) => {
-                    backoff = RETRY_FIRST;
-                    if let Some(retry) = retry {
-                        bound = bound.min(retry);
+                match &subscription {
+                    Some(s) => {
+                        let woken = if ends {
+                            // This wait's own timer, not the channel's clock
+                            // (which would re-check every waiter at this
+                            // waiter's deadline); boxed, as only the last
+                            // wait of a timed acquire needs it.
+                            let woken = Box::pin(tokio::time::timeout(bound, s.woken())).await;
+                            woken.unwrap_or(false) || s.holds_wake_up()
+                        } else {
+                            s.wait(bound).await
+                        };
+                        if !woken {
+                            s.refresh();
+                        }
                     }
-                    None
-                }
-                Then::Retry(e) => {
-                    tracing::debug!(channel = %channel, error = %e, "retrying after a connection error");
-                    bound = bound.min(backoff);
-                    backoff = (backoff * 2).min(RETRY_MAX);
-                    Some(e)
-                }
-            };
-            // Whether the deadline comes before any re-check.
-            let mut ends = false;
-            if let Some(deadline) = deadline {
-                let left = deadline.saturating_duration_since(Instant::now());
-                if left.is_zero() {
-                    return last_error.map_or(Ok(None), |e| Err(*e));
-                }
-                if left <= bound {
-                    bound = left;
-                    ends = true;
+                    // Not subscribed (it failed): back-off, boxed for the
+                    // same reason as the subscribe.
+                    None => Box::pin(tokio::time::sleep(bound)).await,
                 }
             }
-            match &subscription {
-                Some(s) => {
-                    let woken = if ends {
-                        // This wait's own timer, not the channel's clock
-                        // (which would re-check every waiter at this
-                        // waiter's deadline); boxed, as only the last wait
-                        // of a timed acquire needs it.
-                        let woken = Box::pin(tokio::time::timeout(bound, s.woken())).await;
-                        woken.unwrap_or(false) || s.holds_wake_up()
-                    } else {
-                        s.wait(bound).await
-                    };
-                    if !woken {
-                        s.refresh();
-                    }
-                }
-                // Not subscribed (it failed): back-off, boxed for the same
-                // reason as the subscribe.
-                None => Box::pin(tokio::time::sleep(bound)).await,
-            }
-        }
+        };
+        attempts.concluded(&result);
+        result
     }
 }
 

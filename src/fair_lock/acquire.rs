@@ -6,18 +6,18 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use fred::types::Value;
+use fred::types::{Key, Value};
 use parking_lot::Mutex;
 use tokio::time::Instant;
 
 use super::kind::{scripts, waiter_channel, FairKind, LINGER, TAG};
 use super::queue::{self, now_ms, Leave, Queued, THREAD_WAIT};
 use super::FairLock;
-use crate::core::acquire::{acquire, acquire_handed, Granted, Spec};
+use crate::core::acquire::{acquire, Granted, Target};
 use crate::core::call::Call;
 use crate::core::hold::Hold;
 use crate::core::lease::{Lease, LeaseInit};
-use crate::core::pubsub::Wake;
+use crate::core::pubsub::{Policy, Wake};
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::owner::Owner;
@@ -62,58 +62,19 @@ impl FairLock {
         let field = self.client.field(owner.id(), "");
         let waits = wait != Some(Duration::ZERO);
         let own_channel: Arc<str> = waiter_channel(&self.channel, &field).into();
-        let init = || {
-            LeaseInit::new(
-                &FairKind,
-                &self.key_str,
-                &field,
-                self.names.channel.as_bytes(),
-            )
-        };
-        let spec = Spec {
-            key: &self.names.key,
-            tag: TAG,
-            owner: owner.id(),
-            init: &init,
-            channel: &own_channel,
-            policy: wake_or_grant,
-            lease,
-            wait,
-        };
         let calls = Calls::default();
-        let thread_wait = THREAD_WAIT.as_millis() as i64;
-        let build = |lease: &Lease, lease_ms: i64, rid: u64| {
-            // Under the lease's turn: built before it is sent.
-            *calls.last_try.lock() = Some((rid, Instant::now()));
-            let mut tries = calls.tries.lock();
-            *tries = Some((tries.map_or(rid, |(first, _)| first), rid));
-            drop(tries);
-            Call::new(
-                &lease.conn,
-                &scripts().acquire,
-                [
-                    self.names.key.clone(),
-                    self.names.queue.clone(),
-                    self.names.timeouts.clone(),
-                    self.names.grants.clone(),
-                ],
-                [
-                    lease_ms.into(),
-                    Value::String(lease.field()),
-                    now_ms().into(),
-                    thread_wait.into(),
-                    i64::from(waits).into(),
-                    i64::from(lease.holds() > 0).into(),
-                ],
-                &lease.latch(),
-                rid,
-            )
+        let target = FairTarget {
+            lock: self,
+            owner: owner.id(),
+            field: &field,
+            own_channel: &own_channel,
+            calls: &calls,
+            waits,
         };
         if !waits {
-            let hold = acquire(engine, spec, &build).await?;
+            let hold = acquire(engine, target, lease, wait).await?;
             return Ok(hold.map(|h| self.guard(h, owner)));
         }
-        let handoff = |message: &[u8]| calls.granted(message);
         // The waiter's channel stays subscribed from now until a moment
         // after the hold it gets ends, so an owner that locks again and
         // again queues and is told with one script call each.
@@ -126,7 +87,7 @@ impl FairLock {
             &self.names.key,
             owner.id(),
             TAG,
-            &init,
+            &|| target.init(owner.id()),
         )?;
         let field_str = lease_ref.field();
         let mut queued = Queued::new(
@@ -138,7 +99,7 @@ impl FairLock {
             },
         );
         let outcome = {
-            let acquiring = acquire_handed(engine, spec, &build, Some(&handoff));
+            let acquiring = acquire(engine, target, lease, wait);
             let refreshing = queue::refresh(
                 &engine.conn,
                 &self.names.timeouts,
@@ -166,6 +127,83 @@ impl FairLock {
 
     fn guard(&self, hold: Hold, owner: Owner) -> LockGuard {
         LockGuard::new(hold, self.client.key_prefix().len(), owner)
+    }
+}
+
+/// What one wait of a fair lock takes (see `core::acquire::Target`).
+#[derive(Clone, Copy)]
+struct FairTarget<'a> {
+    lock: &'a FairLock,
+    owner: u64,
+    field: &'a str,
+    own_channel: &'a str,
+    calls: &'a Calls,
+    /// Queue if busy (not a single try).
+    waits: bool,
+}
+
+impl Target for FairTarget<'_> {
+    fn owner(&self) -> u64 {
+        self.owner
+    }
+
+    fn key(&self) -> &Key {
+        &self.lock.names.key
+    }
+
+    fn tag(&self) -> u8 {
+        TAG
+    }
+
+    fn channel(&self) -> &str {
+        self.own_channel
+    }
+
+    fn policy(&self) -> Policy {
+        wake_or_grant
+    }
+
+    fn init(&self, _owner: u64) -> Result<LeaseInit> {
+        LeaseInit::new(
+            &FairKind,
+            &self.lock.key_str,
+            self.field,
+            self.lock.names.channel.as_bytes(),
+        )
+    }
+
+    fn build(&self, lease: &Lease, lease_ms: i64, rid: u64) -> Call {
+        // Under the lease's turn: built before it is sent.
+        let calls = self.calls;
+        *calls.last_try.lock() = Some((rid, Instant::now()));
+        let mut tries = calls.tries.lock();
+        *tries = Some((tries.map_or(rid, |(first, _)| first), rid));
+        drop(tries);
+        let names = &self.lock.names;
+        Call::new(
+            &lease.conn,
+            &scripts().acquire,
+            [
+                names.key.clone(),
+                names.queue.clone(),
+                names.timeouts.clone(),
+                names.grants.clone(),
+            ],
+            [
+                lease_ms.into(),
+                Value::String(lease.field()),
+                now_ms().into(),
+                (THREAD_WAIT.as_millis() as i64).into(),
+                i64::from(self.waits).into(),
+                i64::from(lease.holds() > 0).into(),
+            ],
+            &lease.latch(),
+            rid,
+        )
+    }
+
+    fn handoff(&self, message: &[u8]) -> Option<Granted> {
+        self.calls.granted(message)
     }
 }
 

@@ -40,14 +40,15 @@ use std::time::Duration;
 use fred::bytes_utils::Str;
 use fred::interfaces::{HashesInterface, KeysInterface};
 use fred::types::{Key, Value};
+use futures_util::FutureExt;
 use tokio::time::Instant;
 
 use crate::client::Client;
-use crate::core::acquire::{acquire, Spec};
+use crate::core::acquire::{acquire, Target};
 use crate::core::call::Call;
 use crate::core::key_then_channel;
 use crate::core::lease::{AcquireReply, Kind, Lease, LeaseInit, ReleaseReply};
-use crate::core::pubsub::wake_one;
+use crate::core::pubsub::{wake_one, Policy};
 use crate::core::script::Script;
 use crate::core::watchdog::{Packed, Renewal};
 use crate::error::{Error, Result};
@@ -608,52 +609,81 @@ impl Lock {
     /// its reply (the fenced lock's). Holds taken either way are holds of
     /// the same field, counted in one lease record with one turn and one
     /// latch, so they may be mixed freely by one owner.
-    // Written out on purpose (see the comment in the body).
-    #[allow(clippy::manual_async_fn)]
     pub(crate) fn acquire_with<'a>(
         &'a self,
         script: &'static Script,
         extra_keys: &'a [Key],
         lease: Option<Duration>,
         wait: Option<Duration>,
-    ) -> impl Future<Output = Result<Option<LockGuard>>> + 'a {
-        // An `async` block, not an `async fn`: no second copy of the
-        // arguments in every waiting task's future.
-        async move {
-            self.check()?;
-            let owner = Owner::current();
-            let init = || {
-                let field = self.inner.client.field(owner.id(), "");
-                LeaseInit::new(
-                    &LockKind,
-                    self.key(),
-                    &field,
-                    self.inner.channel_key.as_bytes(),
-                )
-            };
-            let spec = Spec {
-                key: &self.inner.key,
-                tag: TAG,
-                owner: owner.id(),
-                init: &init,
-                channel: self.channel(),
-                policy: wake_one,
-                lease,
-                wait,
-            };
-            let hold = acquire(self.inner.client.engine(), spec, &|lease, lease_ms, rid| {
-                Call::new(
-                    &lease.conn,
-                    script,
-                    std::iter::once(lease.key()).chain(extra_keys.iter().cloned()),
-                    [lease_ms.into(), Value::String(lease.field())],
-                    &lease.latch(),
-                    rid,
-                )
-            })
-            .await?;
-            Ok(hold.map(|hold| LockGuard::new(hold, self.inner.client.key_prefix().len(), owner)))
-        }
+    ) -> impl Future<Output = Result<Option<LockGuard>>> + Send + 'a {
+        // No `async` layer of its own: the engine's future is the whole
+        // acquire, and the guard is made from what its hold knows.
+        let name_at = self.inner.client.key_prefix().len();
+        let target = LockTarget {
+            lock: self,
+            script,
+            extra_keys,
+        };
+        acquire(self.inner.client.engine(), target, lease, wait).map(move |hold| {
+            Ok(hold?.map(|hold| {
+                let owner = Owner::from_id(hold.owner());
+                LockGuard::new(hold, name_at, owner)
+            }))
+        })
+    }
+}
+
+/// What a lock's acquire takes (see `core::acquire::Target`).
+struct LockTarget<'a> {
+    lock: &'a Lock,
+    script: &'static Script,
+    extra_keys: &'a [Key],
+}
+
+impl Target for LockTarget<'_> {
+    fn owner(&self) -> u64 {
+        Owner::current().id()
+    }
+
+    fn check(&self) -> Result<()> {
+        self.lock.check()
+    }
+
+    fn key(&self) -> &Key {
+        &self.lock.inner.key
+    }
+
+    fn tag(&self) -> u8 {
+        TAG
+    }
+
+    fn channel(&self) -> &str {
+        self.lock.channel()
+    }
+
+    fn policy(&self) -> Policy {
+        wake_one
+    }
+
+    fn init(&self, owner: u64) -> Result<LeaseInit> {
+        let field = self.lock.inner.client.field(owner, "");
+        LeaseInit::new(
+            &LockKind,
+            self.lock.key(),
+            &field,
+            self.lock.inner.channel_key.as_bytes(),
+        )
+    }
+
+    fn build(&self, lease: &Lease, lease_ms: i64, rid: u64) -> Call {
+        Call::new(
+            &lease.conn,
+            self.script,
+            std::iter::once(lease.key()).chain(self.extra_keys.iter().cloned()),
+            [lease_ms.into(), Value::String(lease.field())],
+            &lease.latch(),
+            rid,
+        )
     }
 }
 

@@ -120,11 +120,11 @@ use fred::interfaces::{HashesInterface, KeysInterface};
 use fred::types::{Key, Value};
 
 use crate::client::Client;
-use crate::core::acquire::{acquire, Spec};
+use crate::core::acquire::{acquire, Target};
 use crate::core::call::Call;
 use crate::core::lease::{AcquireReply, Kind, Lease, LeaseInit, ReleaseReply};
 use crate::core::prefix_name;
-use crate::core::pubsub::wake_all_on_one;
+use crate::core::pubsub::{wake_all_on_one, Policy};
 use crate::core::script::Script;
 use crate::core::watchdog::Renewal;
 use crate::error::{Error, Result};
@@ -476,21 +476,13 @@ impl Names {
             )));
         }
         let field = self.client.field(owner.id(), mode.suffix());
-        let init = || self.lease_init(mode, &field);
-        let spec = Spec {
-            key: &self.key,
-            tag: mode.tag(),
-            owner: owner.id(),
-            init: &init,
-            channel: &self.channel,
-            policy: wake_all_on_one,
-            lease,
-            wait,
+        let target = RwTarget {
+            names: self,
+            mode,
+            owner,
+            field: &field,
         };
-        let hold = acquire(self.client.engine(), spec, &|lease, lease_ms, rid| {
-            mode.acquire_call(lease, lease_ms, rid)
-        })
-        .await?;
+        let hold = acquire(self.client.engine(), target, lease, wait).await?;
         Ok(hold.map(|hold| LockGuard::new(hold, self.client.key_prefix().len(), owner)))
     }
 
@@ -565,6 +557,44 @@ impl Names {
 fn must_acquire(guard: Option<LockGuard>) -> LockGuard {
     // `acquire` with no deadline only returns once it holds the lock.
     guard.unwrap_or_else(|| unreachable!("acquire without a deadline returned no guard"))
+}
+
+/// What one acquire of a half takes (see `core::acquire::Target`).
+struct RwTarget<'a> {
+    names: &'a Names,
+    mode: Mode,
+    owner: Owner,
+    field: &'a str,
+}
+
+impl Target for RwTarget<'_> {
+    fn owner(&self) -> u64 {
+        self.owner.id()
+    }
+
+    fn key(&self) -> &Key {
+        &self.names.key
+    }
+
+    fn tag(&self) -> u8 {
+        self.mode.tag()
+    }
+
+    fn channel(&self) -> &str {
+        &self.names.channel
+    }
+
+    fn policy(&self) -> Policy {
+        wake_all_on_one
+    }
+
+    fn init(&self, _owner: u64) -> Result<LeaseInit> {
+        self.names.lease_init(self.mode, self.field)
+    }
+
+    fn build(&self, lease: &Lease, lease_ms: i64, rid: u64) -> Call {
+        self.mode.acquire_call(lease, lease_ms, rid)
+    }
 }
 
 // === impl Mode ===

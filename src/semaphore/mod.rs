@@ -80,10 +80,10 @@ use fred::bytes::Bytes;
 use fred::types::{Key, Value};
 
 use crate::client::Client;
-use crate::core::acquire::{acquire, Spec};
+use crate::core::acquire::{acquire, Target};
 use crate::core::call::Call;
 use crate::core::lease::{AcquireReply, Kind, Lease, LeaseInit, ReleaseReply};
-use crate::core::pubsub::wake_count;
+use crate::core::pubsub::{wake_count, Policy};
 use crate::core::script::Script;
 use crate::core::watchdog::Renewal;
 use crate::core::{prefix_name, suffix_name};
@@ -562,39 +562,75 @@ impl Semaphore {
     ) -> Result<Option<Permit>> {
         self.check()?;
         let id: Arc<str> = new_id().into();
-        let member = id_bytes(&id);
-        let init = || LeaseInit::new(&PermitKind, &self.key_str, &id, self.channel_key.as_bytes());
-        let spec = Spec {
-            key: &self.key,
-            tag: TAG,
+        let target = PermitTarget {
+            semaphore: self,
+            id: &id,
+            member: id_bytes(&id),
             owner: NEXT_OWNER.fetch_add(1, Ordering::Relaxed),
-            init: &init,
-            channel: &self.channel,
-            policy: wake_count,
-            lease,
-            wait,
         };
-        let hold = acquire(self.client.engine(), spec, &|lease, lease_ms, rid| {
-            let now = now_ms();
-            // Rounded up: the permit never expires before `sent + lease`,
-            // the engine's idea of its end (`now` is floored).
-            let expiry = now.saturating_add(lease_ms).saturating_add(1);
-            Call::new(
-                &lease.conn,
-                &scripts().acquire,
-                [lease.key(), self.timeout_key.clone(), lease.channel()],
-                [
-                    expiry.into(),
-                    now.into(),
-                    lease.conn.publish_command().into(),
-                    member.clone(),
-                ],
-                &lease.latch(),
-                rid,
-            )
-        })
-        .await?;
+        let hold = acquire(self.client.engine(), target, lease, wait).await?;
         Ok(hold.map(|hold| Permit::new(hold, id, self.name.clone(), self.key_str.clone())))
+    }
+}
+
+/// What one acquire of a permit takes (see `core::acquire::Target`).
+struct PermitTarget<'a> {
+    semaphore: &'a Semaphore,
+    /// The permit's id, and as the member of the semaphore's zset.
+    id: &'a str,
+    member: Value,
+    /// A fresh owner per acquire: a permit is one hold.
+    owner: u64,
+}
+
+impl Target for PermitTarget<'_> {
+    fn owner(&self) -> u64 {
+        self.owner
+    }
+
+    fn key(&self) -> &Key {
+        &self.semaphore.key
+    }
+
+    fn tag(&self) -> u8 {
+        TAG
+    }
+
+    fn channel(&self) -> &str {
+        &self.semaphore.channel
+    }
+
+    fn policy(&self) -> Policy {
+        wake_count
+    }
+
+    fn init(&self, _owner: u64) -> Result<LeaseInit> {
+        let s = self.semaphore;
+        LeaseInit::new(&PermitKind, &s.key_str, self.id, s.channel_key.as_bytes())
+    }
+
+    fn build(&self, lease: &Lease, lease_ms: i64, rid: u64) -> Call {
+        let now = now_ms();
+        // Rounded up: the permit never expires before `sent + lease`, the
+        // engine's idea of its end (`now` is floored).
+        let expiry = now.saturating_add(lease_ms).saturating_add(1);
+        Call::new(
+            &lease.conn,
+            &scripts().acquire,
+            [
+                lease.key(),
+                self.semaphore.timeout_key.clone(),
+                lease.channel(),
+            ],
+            [
+                expiry.into(),
+                now.into(),
+                lease.conn.publish_command().into(),
+                self.member.clone(),
+            ],
+            &lease.latch(),
+            rid,
+        )
     }
 }
 
