@@ -301,10 +301,30 @@ async fn a_waiter_dropped_mid_queue_leaves_it_at_once() {
 /// its refresh found it gone). 10 rounds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancelled_wait_does_not_unqueue_the_next_wait_of_its_owner() {
+    overlapping_waits("overlap", false).await;
+}
+
+/// Two waits of one owner overlap and the *older* one tries last (it was
+/// woken after the newer one queued: here by a re-check message on the
+/// owner's channel, in production by a late subscribe confirmation or a
+/// re-check). Cancelled, the older wait must still leave the place to the
+/// newer one: the entry is the owner's, and another wait of it is still
+/// waiting. 10 rounds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_wait_that_tried_last_leaves_the_place_to_a_live_wait_of_its_owner() {
+    overlapping_waits("overlap-late", true).await;
+}
+
+/// 10 rounds of: a holder on another client; a first wait of one owner
+/// queues, then a second wait of the same owner (its try re-writes the
+/// owner's grant entry); if `first_tries_last`, the first wait is woken
+/// and tries again after the second; the first wait is cancelled, and the
+/// owner must still be queued, and the second wait get the lock.
+async fn overlapping_waits(prefix: &str, first_tries_last: bool) {
     let server = RedisServer::start();
     let (a, b) = (client(&server).await, client(&server).await);
     for round in 0..10 {
-        let name = format!("overlap:{round}");
+        let name = format!("{prefix}:{round}");
         let lock = b.fair_lock(&name);
         let holder = a.fair_lock(&name).lock().await.unwrap();
         let owner = Owner::new();
@@ -327,61 +347,18 @@ async fn a_cancelled_wait_does_not_unqueue_the_next_wait_of_its_owner() {
             !now.is_empty() && now != first_entry
         })
         .await;
+        if first_tries_last {
+            let second_entry = entry();
+            // "0" wakes one waiter of the owner's channel: the first (it
+            // queued first). Its try re-writes the entry after the second
+            // wait's.
+            let channel = format!("{}:{field}", lock.channel());
+            server.cmd(&["PUBLISH", &channel, "0"]);
+            eventually(HANG, "a wait tried again", || entry() != second_entry).await;
+        }
         first.abort();
         assert!(first.await.unwrap_err().is_cancelled());
         // The first wait's leave runs in the background; give it time.
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        assert_eq!(queue(&server, &lock), vec![field.clone()], "round {round}");
-        holder.unlock().await.unwrap();
-        assert!(within(HANG, "the second wait", second)
-            .await
-            .unwrap()
-            .unwrap());
-        eventually(HANG, "no key left", || lock_keys(&server).is_empty()).await;
-    }
-}
-
-/// Two waits of one owner overlap and the *older* one tries last (it was
-/// woken after the newer one queued: here by a re-check message on the
-/// owner's channel, in production by a late subscribe confirmation or a
-/// re-check). Cancelled, the older wait must still leave the place to the
-/// newer one: the entry is the owner's, and another wait of it is still
-/// waiting. 10 rounds.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cancelled_wait_that_tried_last_leaves_the_place_to_a_live_wait_of_its_owner() {
-    let server = RedisServer::start();
-    let (a, b) = (client(&server).await, client(&server).await);
-    for round in 0..10 {
-        let name = format!("overlap-late:{round}");
-        let lock = b.fair_lock(&name);
-        let holder = a.fair_lock(&name).lock().await.unwrap();
-        let owner = Owner::new();
-        let field = format!("{}:{}", b.id(), owner.id());
-        let grants = format!("leasehold_grant:{{{name}}}");
-        let entry = || server.cmd(&["HGET", &grants, &field]);
-        let first = {
-            let lock = lock.clone();
-            tokio::spawn(owner.scope(async move { lock.lock().await }))
-        };
-        queued(&server, &lock, 1).await;
-        let first_entry = entry();
-        let second = {
-            let lock = lock.clone();
-            tokio::spawn(owner.scope(async move { lock.lock().await.map(|g| !g.is_lost()) }))
-        };
-        eventually(HANG, "the second wait queued", || {
-            let now = entry();
-            !now.is_empty() && now != first_entry
-        })
-        .await;
-        let second_entry = entry();
-        // "0" wakes one waiter of the owner's channel: the first (it queued
-        // first). Its try re-writes the entry after the second wait's.
-        let channel = format!("{}:{field}", lock.channel());
-        server.cmd(&["PUBLISH", &channel, "0"]);
-        eventually(HANG, "a wait tried again", || entry() != second_entry).await;
-        first.abort();
-        assert!(first.await.unwrap_err().is_cancelled());
         tokio::time::sleep(Duration::from_millis(300)).await;
         assert_eq!(queue(&server, &lock), vec![field.clone()], "round {round}");
         holder.unlock().await.unwrap();
