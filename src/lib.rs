@@ -173,13 +173,24 @@ pub mod __bench {
         crate::lock::script_sources()
     }
 
-    /// The lease records `client` keeps (one per lock key and owner that
-    /// holds, waits or has a call or release under way): 0 once nothing
-    /// is held, waited for or being settled. For tests that nothing is
-    /// left behind.
+    /// The lease records `client` keeps in use (one per lock key and owner
+    /// that holds, waits or has a call or release under way): 0 once
+    /// nothing is held, waited for or being settled. The idle records it
+    /// keeps parked for their next acquire are not counted (see
+    /// [`parked_records`]); a record idle but not parked is (a leak). For
+    /// tests that nothing is left behind.
     pub fn lease_records(client: &crate::Client) -> usize {
-        client.engine().leases.records()
+        client.engine().leases.records_in_use()
     }
+
+    /// The idle lease records `client` keeps parked for their next acquire:
+    /// at most [`IDLE_RECORDS`].
+    pub fn parked_records(client: &crate::Client) -> usize {
+        client.engine().leases.parked()
+    }
+
+    /// How many idle lease records a client keeps at most.
+    pub const IDLE_RECORDS: usize = crate::core::lease::IDLE_RECORDS;
 }
 
 /// The Redis client crate leasehold is built on, for configuration

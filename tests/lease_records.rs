@@ -33,6 +33,12 @@ async fn assert_no_records(client: &Client, what: &str) {
     loop {
         let left = leasehold::__bench::lease_records(client);
         if left == 0 {
+            // Idle records kept for their next acquire are bounded.
+            let parked = leasehold::__bench::parked_records(client);
+            assert!(
+                parked <= leasehold::__bench::IDLE_RECORDS,
+                "{what}: {parked} idle records parked"
+            );
             return;
         }
         assert!(

@@ -33,10 +33,19 @@
 //!
 //! Records live in the client's [`Leases`] table while anything refers to
 //! them ([`LeaseRef`]: guards, waiters, calls in flight, background jobs) or
-//! Redis may still count holds for them.
+//! Redis may still count holds for them. A record whose holds were all
+//! given back stays a while longer, *parked*: the table keeps the last
+//! [`IDLE_RECORDS`] such records, so a lock taken again and again (the
+//! common case: the same names, over and over) finds its record, names and
+//! signal ready instead of making them anew on every acquire. A parked
+//! record is in the state any record is between two incarnations (no
+//! holds, its last signal lost), the state a waiter's record is in while
+//! its owner waits; the next acquire starts a new incarnation in it as it
+//! would in a new record.
 
+use std::collections::VecDeque;
 use std::hash::{BuildHasher, BuildHasherDefault, Hasher, RandomState};
-use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
@@ -165,11 +174,8 @@ pub(crate) struct Lease {
     /// registry and the batches it has in flight) do not keep it there.
     /// Goes from 0 to 1 only under the table's lock on the key.
     users: AtomicU32,
-    /// Registered with the watchdog (`watched > 0`, or the release of the
-    /// last watchdog hold not landed yet; and not lost). Read and written
-    /// only under `state`'s lock, like the state (kept here, where it costs
-    /// no room).
-    registered: AtomicBool,
+    /// [`REGISTERED`] and [`PARKED`] (one byte, where the record has room).
+    flags: AtomicU8,
     /// Waits of this owner for the key in progress (see
     /// [`Lease::wait_began`]): a primitive that keeps one place per owner
     /// in a queue leaves it only when the owner's last wait ends. 16 bits
@@ -255,6 +261,20 @@ impl Deadlines {
     }
 }
 
+/// Flag: registered with the watchdog (`watched > 0`, or the release of
+/// the last watchdog hold not landed yet; and not lost). Read and written
+/// only under `state`'s lock, like the state.
+const REGISTERED: u8 = 1;
+/// Flag: in the table's ring of idle records (see [`Leases::park`]). Set
+/// by the last user going, cleared when the ring lets the record go.
+const PARKED: u8 = 2;
+
+/// How many idle records a client keeps for their next acquire (see the
+/// module docs): about 90 KiB at most (a record with its names and signal
+/// is about 350 bytes), and enough for the locks a busy service takes
+/// over and over.
+pub(crate) const IDLE_RECORDS: usize = 256;
+
 /// Identity of a lease within a client.
 #[derive(Debug)]
 pub(crate) struct LeaseInit {
@@ -280,7 +300,7 @@ impl LeaseInit {
 }
 
 /// The client's leases, by lock key.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Leases {
     /// By a hash of the key (`keys`): the slot keeps no copy of the key,
     /// and a lookup compares the records' own keys. Most keys have one
@@ -288,12 +308,30 @@ pub(crate) struct Leases {
     map: DashMap<u64, SmallVec<[Arc<Lease>; 1]>, BuildHasherDefault<Prehashed>>,
     /// Hashes the keys for `map`.
     keys: RandomState,
+    /// Parked records, oldest first (see [`Leases::park`]); at most
+    /// `idle_capacity`.
+    idle: Mutex<VecDeque<Arc<Lease>>>,
+    idle_capacity: usize,
     /// Tests only: every key hashes alike, so records of different keys
     /// share entries.
     #[cfg(test)]
     all_collide: bool,
     /// The client's counters, given to every lease.
     pub(crate) stats: Arc<Counters>,
+}
+
+impl Default for Leases {
+    fn default() -> Leases {
+        Leases {
+            map: DashMap::default(),
+            keys: RandomState::new(),
+            idle: Mutex::new(VecDeque::new()),
+            idle_capacity: IDLE_RECORDS,
+            #[cfg(test)]
+            all_collide: false,
+            stats: Arc::default(),
+        }
+    }
 }
 
 /// A counted reference to a lease in a table; the last one (when no hold
@@ -346,10 +384,18 @@ impl Leases {
         init: &(dyn Fn() -> Result<LeaseInit> + Sync),
     ) -> Result<LeaseRef> {
         let key = key.as_bytes();
-        let mut entry = self.map.entry(self.hash(key)).or_default();
-        let found = entry
-            .iter()
-            .find(|l| l.owner == owner && l.tag == tag && l.key_bytes() == key);
+        let hash = self.hash(key);
+        let matches = |l: &&Arc<Lease>| l.owner == owner && l.tag == tag && l.key_bytes() == key;
+        // Found (a parked or used record: the common case) under the
+        // entry's shared lock, which also keeps `remove_idle` out while
+        // the user is counted.
+        if let Some(entry) = self.map.get(&hash) {
+            if let Some(lease) = entry.iter().find(matches) {
+                return Ok(LeaseRef::new(lease.clone(), Arc::downgrade(self)));
+            }
+        }
+        let mut entry = self.map.entry(hash).or_default();
+        let found = entry.iter().find(matches);
         let lease = match found {
             Some(lease) => lease.clone(),
             None => {
@@ -362,7 +408,7 @@ impl Leases {
                     owner,
                     tag,
                     users: AtomicU32::new(0),
-                    registered: AtomicBool::new(false),
+                    flags: AtomicU8::new(0),
                     waits: AtomicU16::new(0),
                     watchdog: watchdog.clone(),
                     stats: self.stats.clone(),
@@ -406,9 +452,67 @@ impl Leases {
         out
     }
 
-    /// How many records the table keeps.
+    /// How many records the table keeps, parked ones included.
+    #[cfg(test)]
     pub(crate) fn records(&self) -> usize {
         self.map.iter().map(|entry| entry.len()).sum()
+    }
+
+    /// How many records the table keeps that are not parked idle ones: in
+    /// use, holding, or (a leak) neither and not parked.
+    pub(crate) fn records_in_use(&self) -> usize {
+        self.map
+            .iter()
+            .map(|entry| entry.iter().filter(|l| !l.is_idle_parked()).count())
+            .sum()
+    }
+
+    /// Tests: lets every parked record go.
+    #[cfg(test)]
+    fn park_none(&self) {
+        let all: Vec<Arc<Lease>> = self.idle.lock().drain(..).collect();
+        for old in all {
+            old.flags.fetch_and(!PARKED, Ordering::AcqRel);
+            let hash = self.hash(old.key_bytes());
+            drop(old);
+            self.remove_idle(hash);
+        }
+    }
+
+    /// How many records are parked (at most [`IDLE_RECORDS`]).
+    pub(crate) fn parked(&self) -> usize {
+        self.idle.lock().len()
+    }
+
+    /// Keeps `lease`, whose last user just went, for its next acquire if it
+    /// held and gave everything back; otherwise drops it (and any other
+    /// idle record of its key) from the table. The ring keeps the last
+    /// `idle_capacity` parked records: the oldest goes when it is full (if
+    /// it is in use again, it stays in the table, and is parked anew when
+    /// its last user goes).
+    fn park(&self, lease: Arc<Lease>) {
+        let evicted = if lease.settled_after_holding()
+            && lease.flags.fetch_or(PARKED, Ordering::AcqRel) & PARKED == 0
+        {
+            let mut idle = self.idle.lock();
+            idle.push_back(lease);
+            if idle.len() > self.idle_capacity {
+                idle.pop_front()
+            } else {
+                None
+            }
+        } else if lease.is_parked() {
+            // Already in the ring.
+            None
+        } else {
+            Some(lease)
+        };
+        if let Some(old) = evicted {
+            old.flags.fetch_and(!PARKED, Ordering::AcqRel);
+            let hash = self.hash(old.key_bytes());
+            drop(old);
+            self.remove_idle(hash);
+        }
     }
 
     /// Every lease with holds counted (shutdown, reconnect checks).
@@ -464,7 +568,9 @@ impl Leases {
     /// drops only idle ones, so it holds for them too.
     fn remove_idle(&self, hash: u64) {
         self.map.remove_if_mut(&hash, |_, leases| {
-            leases.retain(|l| l.users.load(Ordering::Acquire) > 0 || l.state.lock().holds > 0);
+            leases.retain(|l| {
+                l.users.load(Ordering::Acquire) > 0 || l.is_parked() || l.state.lock().holds > 0
+            });
             // A burst of owners on one key (many tasks trying it at once)
             // leaves no large buffer behind while the key stays held.
             if leases.capacity() > 4 * leases.len().max(1) {
@@ -555,11 +661,11 @@ impl Drop for LeaseRef {
         let Some(lease) = self.lease.take() else {
             return;
         };
-        if lease.users.fetch_sub(1, Ordering::AcqRel) == 1 {
+        // A parked record stays in the ring: nothing to do (the common
+        // case, a lock taken again and again).
+        if lease.users.fetch_sub(1, Ordering::AcqRel) == 1 && !lease.is_parked() {
             if let Some(table) = self.table.upgrade() {
-                let hash = table.hash(lease.key_bytes());
-                drop(lease);
-                table.remove_idle(hash);
+                table.park(lease);
             }
         }
     }
@@ -663,9 +769,9 @@ impl Lease {
                 Term::Watchdog => s.watched += 1,
                 Term::Fixed(deadline) => s.fixed.push(deadline),
             }
-            let register = s.watched > 0 && !self.registered.load(Ordering::Relaxed);
+            let register = s.watched > 0 && !self.is_registered();
             if register {
-                self.registered.store(true, Ordering::Relaxed);
+                self.flags.fetch_or(REGISTERED, Ordering::Relaxed);
             }
             register
         };
@@ -698,9 +804,9 @@ impl Lease {
     pub(crate) fn release_done(&self) {
         let deregister = {
             let s = self.state.lock();
-            let deregister = s.watched == 0 && self.registered.load(Ordering::Relaxed);
+            let deregister = s.watched == 0 && self.is_registered();
             if deregister {
-                self.registered.store(false, Ordering::Relaxed);
+                self.unregister();
             }
             deregister
         };
@@ -736,6 +842,37 @@ impl Lease {
     /// still leaves in the background).
     pub(crate) fn waits(&self) -> u16 {
         self.waits.load(Ordering::Relaxed)
+    }
+
+    /// Whether the lease is registered with the watchdog (read under
+    /// `state`'s lock).
+    fn is_registered(&self) -> bool {
+        self.flags.load(Ordering::Relaxed) & REGISTERED != 0
+    }
+
+    /// Clears the registered flag (under `state`'s lock); whether it was
+    /// set (then the caller deregisters the lease from the watchdog).
+    fn unregister(&self) -> bool {
+        self.flags.fetch_and(!REGISTERED, Ordering::Relaxed) & REGISTERED != 0
+    }
+
+    /// Whether the record is in its table's ring of idle records.
+    fn is_parked(&self) -> bool {
+        self.flags.load(Ordering::Acquire) & PARKED != 0
+    }
+
+    /// Parked, and nothing uses or holds it (what `records_in_use` leaves
+    /// out).
+    fn is_idle_parked(&self) -> bool {
+        self.users.load(Ordering::Acquire) == 0 && self.is_parked() && self.state.lock().holds == 0
+    }
+
+    /// Whether the record may be parked now: its holds were all given back
+    /// (nothing is counted in Redis) after it held (a waiter's record that
+    /// never held goes at once, as before: parked waiters keep none).
+    fn settled_after_holding(&self) -> bool {
+        let s = self.state.lock();
+        s.holds == 0 && s.incarnation > 0
     }
 
     /// Live guards of this lease (their holds need the key; a guard
@@ -817,10 +954,7 @@ impl Lease {
             }
             s.incarnation += 1;
             s.holds = 0;
-            (
-                s.signal.clone(),
-                self.registered.swap(false, Ordering::Relaxed),
-            )
+            (s.signal.clone(), self.unregister())
         };
         if deregister {
             self.watchdog.deregister(self);
@@ -839,10 +973,7 @@ impl Lease {
                 return;
             }
             self.report_lost(why);
-            (
-                s.signal.clone(),
-                self.registered.swap(false, Ordering::Relaxed),
-            )
+            (s.signal.clone(), self.unregister())
         };
         if deregister {
             self.watchdog.deregister(self);
@@ -868,12 +999,7 @@ impl Lease {
             // Guards dropped later give back nothing: the drain does, under
             // the new incarnation.
             s.incarnation += 1;
-            (
-                holds,
-                s.incarnation,
-                s.signal.clone(),
-                self.registered.swap(false, Ordering::Relaxed),
-            )
+            (holds, s.incarnation, s.signal.clone(), self.unregister())
         };
         if deregister {
             self.watchdog.deregister(self);
@@ -1203,12 +1329,89 @@ mod tests {
         assert!(signal_a.is_lost());
         assert!(!signal_b.is_lost());
 
-        // `b` holds nothing once drained; dropping its last user drops its
-        // record only.
+        // `b` holds nothing once drained; dropping its last user parks its
+        // record (it held), and the ring letting it go drops it only.
         b.drain();
         drop(b);
+        assert_eq!((table.records(), table.records_in_use()), (2, 1));
+        table.park_none();
         assert_eq!(table.records(), 1);
         assert_eq!(get("a").key_bytes(), b"a");
+    }
+
+    /// Gets the record of `key` (owner 1) in `table`, takes a fixed hold
+    /// and gives it back: the record settled after holding, its user still
+    /// live.
+    fn held_and_settled(
+        table: &Arc<Leases>,
+        conn: &Arc<Conn>,
+        watchdog: &Watchdog,
+        key: &'static str,
+    ) -> LeaseRef {
+        let lease = table
+            .get(conn, watchdog, &Key::from(key), 1, 0, &|| {
+                LeaseInit::new(&Offline, key, "f", b"c")
+            })
+            .expect("short names");
+        let start = Instant::now();
+        let term = Term::Fixed(start + Duration::from_secs(30));
+        lease.acquired(1, term, start, Duration::from_secs(30));
+        lease.retire(term);
+        lease.released(ReleaseReply::Freed, 1, start, Duration::ZERO);
+        lease.release_done();
+        lease
+    }
+
+    /// A record that held and gave everything back is parked when its last
+    /// user goes, and found again by the next acquire; the ring keeps at
+    /// most its capacity, oldest out; a record that never held (a waiter's
+    /// busy try) goes at once; a parked record in use when the ring lets it
+    /// go stays while used, and is parked anew when its last user goes.
+    #[test]
+    fn idle_records_are_parked_and_the_ring_is_bounded() {
+        let table = Arc::new(Leases {
+            idle_capacity: 2,
+            ..Leases::default()
+        });
+        let conn = Arc::new(Conn::offline());
+        let watchdog = Watchdog::new(Duration::from_secs(30)).unwrap();
+
+        let first = held_and_settled(&table, &conn, &watchdog, "k0");
+        let record = Arc::downgrade(first.lease());
+        drop(first);
+        assert_eq!(
+            (table.records(), table.parked(), table.records_in_use()),
+            (1, 1, 0)
+        );
+        let again = held_and_settled(&table, &conn, &watchdog, "k0");
+        assert!(
+            std::ptr::eq(Arc::as_ptr(again.lease()), record.as_ptr()),
+            "found again"
+        );
+        assert_eq!(table.records_in_use(), 1);
+
+        // k0 in use while k1 and k2 push it out of the ring: it stays.
+        for key in ["k1", "k2"] {
+            drop(held_and_settled(&table, &conn, &watchdog, key));
+        }
+        assert_eq!((table.records(), table.parked()), (3, 2));
+        // Its last user goes: parked anew, the oldest (k1) goes.
+        drop(again);
+        assert_eq!((table.records(), table.parked()), (2, 2));
+        assert!(record.upgrade().is_some(), "k0 parked anew");
+
+        // A record that never held goes at once.
+        let waiter = table
+            .get(&conn, &watchdog, &Key::from("w"), 1, 0, &|| {
+                LeaseInit::new(&Offline, "w", "f", b"c")
+            })
+            .expect("short names");
+        assert_eq!(table.records(), 3);
+        drop(waiter);
+        assert_eq!(
+            (table.records(), table.parked(), table.records_in_use()),
+            (2, 2, 0)
+        );
     }
 
     /// A renewal that overtook a release on the wire (the release's call
