@@ -174,10 +174,14 @@ pub(crate) async fn acquire(
     let hold = Hold::counted(engine, lease, count, term, sent, ttl, token);
     let hold = hold.unless_shut_down().await?;
     if let Some(wait) = engine.replicas {
-        let acked = engine
-            .conn
-            .wait_replicas(&lease.key(), wait.replicas, wait.timeout)
-            .await;
+        // Boxed: fred's future is about 5 KiB, and inline it would make
+        // every try's future (boxed and copied per try) as large.
+        let acked = Box::pin(
+            engine
+                .conn
+                .wait_replicas(&lease.key(), wait.replicas, wait.timeout),
+        )
+        .await;
         let missing = match acked {
             Ok(acked) if acked >= wait.replicas => None,
             Ok(acked) => Some(Error::ReplicasMissing {

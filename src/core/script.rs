@@ -138,17 +138,24 @@ impl Script {
         // Borrowed, and copied into each send: keys and arguments are
         // reference-counted, so a copy is one vector, not their bytes.
         // (`Value::Array` hands fred the vector as it is.)
+        //
+        // fred's future is boxed where it is made: it is about 5 KiB, and
+        // every layer above that moves its own future (an `.await` of a
+        // returned future, a `Box::pin` of a try) would copy it whole
+        // (about 2,500 instructions per lock + unlock; one allocation
+        // costs a tenth of that).
         let seen = self.loads_of(client);
         let send = || {
-            client.evalsha::<R, _, _, _>(
+            Box::pin(client.evalsha::<R, _, _, _>(
                 self.sha1.clone(),
                 keys.to_vec(),
                 Value::Array(args.to_vec()),
-            )
+            ))
         };
         match send().await {
             Err(error) if is_noscript(&error) => {
-                self.reload(client, seen).await?;
+                // Boxed too (rare, and as large).
+                Box::pin(self.reload(client, seen)).await?;
                 send().await
             }
             result => result,
