@@ -125,17 +125,41 @@ fn only_throughput() -> bool {
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let peer = args.first().is_some_and(|a| a == "--handoff-peer");
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .expect("runtime");
-    if peer {
-        runtime.block_on(across::peer(&args[1..]));
-    } else {
-        runtime.block_on(run());
+    match args.first().map(String::as_str) {
+        Some("--handoff-peer") => runtime.block_on(across::peer(&args[1..])),
+        Some("--pairs") => runtime.block_on(pairs(&args[1..])),
+        _ => runtime.block_on(run()),
     }
+}
+
+/// `--pairs <contender> <N>` (`leasehold`, `rawfred`, ...: see
+/// `Kind::short`): `N` uncontended lock + unlock pairs from one task, as
+/// the throughput rows make them, against a loopback `redis-server` it
+/// starts. Run under callgrind by `compare/instructions.sh`, which takes
+/// the difference of an `N` and a `2N` run as the cost of `N` pairs
+/// (start-up and shutdown cancel out): instruction counts do not move with
+/// the machine's load, so a change to the lock path shows in them where
+/// the throughput rounds are too noisy to tell.
+async fn pairs(args: &[String]) {
+    let (Some(kind), Some(Ok(n))) = (
+        args.first().and_then(|k| Kind::from_short(k)),
+        args.get(1).map(|n| n.parse::<u64>()),
+    ) else {
+        eprintln!("usage: leasehold-compare --pairs leasehold|rawfred N");
+        std::process::exit(2);
+    };
+    let server = RedisServer::start();
+    let handle = Handle::connect(kind, &server.url()).await;
+    for _ in 0..n {
+        let guard = handle.lock("pairs").await;
+        handle.unlock(guard).await;
+    }
+    handle.close().await;
 }
 
 async fn run() {

@@ -472,11 +472,18 @@ impl Leases {
     fn park_none(&self) {
         let all: Vec<Arc<Lease>> = self.idle.lock().drain(..).collect();
         for old in all {
-            old.flags.fetch_and(!PARKED, Ordering::AcqRel);
-            let hash = self.hash(old.key_bytes());
-            drop(old);
-            self.remove_idle(hash);
+            self.let_go(old);
         }
+    }
+
+    /// `old` is no longer kept (out of the ring, or never parked): dropped
+    /// from the table with any other idle record of its key, unless in use
+    /// or holding.
+    fn let_go(&self, old: Arc<Lease>) {
+        old.flags.fetch_and(!PARKED, Ordering::AcqRel);
+        let hash = self.hash(old.key_bytes());
+        drop(old);
+        self.remove_idle(hash);
     }
 
     /// How many records are parked (at most [`IDLE_RECORDS`]).
@@ -508,10 +515,7 @@ impl Leases {
             Some(lease)
         };
         if let Some(old) = evicted {
-            old.flags.fetch_and(!PARKED, Ordering::AcqRel);
-            let hash = self.hash(old.key_bytes());
-            drop(old);
-            self.remove_idle(hash);
+            self.let_go(old);
         }
     }
 
