@@ -315,6 +315,17 @@ async fn a_cancelled_wait_that_tried_last_leaves_the_place_to_a_live_wait_of_its
     overlapping_waits("overlap-late", true).await;
 }
 
+/// As above, and then the newer wait is cancelled too: it is the owner's
+/// last wait, so its leave must take the owner out of the queue, although
+/// the entry carries the older wait's (later) request id. Before, it kept
+/// the entry as if a newer wait had written it: the next release granted
+/// the lock to a field nobody waited for, and everyone else waited for the
+/// grant to run out (5 s), then for their own re-check. 10 rounds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_last_of_two_cancelled_waits_of_one_owner_leaves_the_queue() {
+    overlapping_waits("overlap-both", true).await;
+}
+
 /// 10 rounds of: a holder on another client; a first wait of one owner
 /// queues, then a second wait of the same owner (its try re-writes the
 /// owner's grant entry); if `first_tries_last`, the first wait is woken
@@ -361,6 +372,25 @@ async fn overlapping_waits(prefix: &str, first_tries_last: bool) {
         // The first wait's leave runs in the background; give it time.
         tokio::time::sleep(Duration::from_millis(300)).await;
         assert_eq!(queue(&server, &lock), vec![field.clone()], "round {round}");
+        if prefix == "overlap-both" {
+            second.abort();
+            assert!(second.await.unwrap_err().is_cancelled());
+            eventually(HANG, "the owner's last wait left the queue", || {
+                queue(&server, &lock).is_empty()
+                    && server.cmd(&["HEXISTS", &grants, &field]).trim() == "0"
+            })
+            .await;
+            holder.unlock().await.unwrap();
+            // Nobody was granted the lock: it is free for anyone at once.
+            let next = a.fair_lock(&name).try_lock().await.unwrap();
+            assert!(
+                next.is_some(),
+                "round {round}: granted to a wait that had gone"
+            );
+            next.unwrap().unlock().await.unwrap();
+            eventually(HANG, "no key left", || lock_keys(&server).is_empty()).await;
+            continue;
+        }
         holder.unlock().await.unwrap();
         assert!(within(HANG, "the second wait", second)
             .await

@@ -81,10 +81,13 @@
 //!
 //! * **Cancelled**: a wait dropped after the grant ran (whether or not it
 //!   saw the message) leaves in the background (`Leave`, under the
-//!   lease's turn), which gives the grant back at once — only a grant
-//!   whose nonce is one of that wait's own tries: the leave of an older,
-//!   dropped wait of the same owner, running late, must not give back a
-//!   grant a newer wait is about to adopt.
+//!   lease's turn), which gives the grant back at once. While another
+//!   wait of the same owner is in progress, the leave leaves the entry
+//!   and any grant to that wait (it is about to adopt it); the leave of
+//!   the owner's last wait gives back whatever grant is left, whichever
+//!   of the owner's waits it was made to. Only a leave that could not
+//!   take the turn (at shutdown) is limited to grants whose nonce is one
+//!   of its own wait's tries.
 //! * **Gone**: a granted waiter that died holds the lock at most the grant
 //!   lease; the releasing client, seeing the message reached nobody,
 //!   kicks once the grant has run out (the next waiter also re-checks at

@@ -141,7 +141,9 @@ pub(crate) struct Leave {
 }
 
 impl Leave {
-    async fn leave(&self, conn: &Arc<Conn>) {
+    /// `under_turn`: run under the lease's turn (not the fallback of a
+    /// shutdown that found the turn taken).
+    async fn leave(&self, conn: &Arc<Conn>, under_turn: bool) {
         if self.lease.waits() > 0 {
             // Another wait of this owner is in progress (tasks sharing an
             // owner, or a wait retried at once): the place in the queue,
@@ -160,8 +162,22 @@ impl Leave {
             counted.into(),
         ];
         args.extend(Names::hand_over_args());
-        let (first, last) = self.tries.lock().unwrap_or((1, 0));
-        args.extend([(first as i64).into(), (last as i64).into()]);
+        // The request ids that count as this wait's: its own tries, or,
+        // under the turn, any. Then no try of the owner is in flight, no
+        // other wait of it is in progress (above) and no hold is counted
+        // (`counted`), so the entry and any grant to the field are left
+        // over from this wait or from an older one whose leave skipped
+        // while this one waited (its last try may be the later one):
+        // nobody in this process will take them up, and the leave of the
+        // owner's last wait gives them back.
+        let (first, last) = if under_turn {
+            (0, i64::MAX)
+        } else {
+            self.tries
+                .lock()
+                .map_or((1, 0), |(first, last)| (first as i64, last as i64))
+        };
+        args.extend([first.into(), last.into()]);
         match scripts()
             .leave
             .run::<Vec<i64>>(&conn.redis, &keys, &args)
@@ -180,12 +196,12 @@ impl Job for Leave {
         Box::pin(async move {
             // After any acquire of this lease still being settled: it may
             // queue the waiter again.
-            let _turn = if fallback {
+            let turn = if fallback {
                 self.lease.try_turn()
             } else {
                 Some(self.lease.turn().await)
             };
-            self.leave(conn).await;
+            self.leave(conn, turn.is_some()).await;
         })
     }
 

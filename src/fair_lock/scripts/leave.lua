@@ -23,7 +23,9 @@
 -- ARGV[8]  the last request id of this wait's tries (a grant is given
 --          back only if its nonce is one of this wait's: a leave of an
 --          older wait of the same owner must not give back a grant to a
---          newer one)
+--          newer one). The leave of the owner's last wait, run under the
+--          owner's turn, passes 0 and the largest id: whatever entry or
+--          grant of the field is left is its to give back.
 --
 -- Reply: {1, received, timeout, granted} the new head was told (see
 -- hand_over), {2, received, timeout, granted} a grant was given back and
