@@ -301,7 +301,7 @@ async fn a_waiter_dropped_mid_queue_leaves_it_at_once() {
 /// its refresh found it gone). 10 rounds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancelled_wait_does_not_unqueue_the_next_wait_of_its_owner() {
-    overlapping_waits("overlap", false).await;
+    overlapping_waits("overlap", false, Then::SecondGetsTheLock).await;
 }
 
 /// Two waits of one owner overlap and the *older* one tries last (it was
@@ -312,7 +312,7 @@ async fn a_cancelled_wait_does_not_unqueue_the_next_wait_of_its_owner() {
 /// waiting. 10 rounds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancelled_wait_that_tried_last_leaves_the_place_to_a_live_wait_of_its_owner() {
-    overlapping_waits("overlap-late", true).await;
+    overlapping_waits("overlap-late", true, Then::SecondGetsTheLock).await;
 }
 
 /// As above, and then the newer wait is cancelled too: it is the owner's
@@ -323,15 +323,25 @@ async fn a_cancelled_wait_that_tried_last_leaves_the_place_to_a_live_wait_of_its
 /// grant to run out (5 s), then for their own re-check. 10 rounds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_last_of_two_cancelled_waits_of_one_owner_leaves_the_queue() {
-    overlapping_waits("overlap-both", true).await;
+    overlapping_waits("overlap-both", true, Then::SecondCancelledToo).await;
+}
+
+/// What [`overlapping_waits`] does once the first wait was cancelled.
+#[derive(PartialEq)]
+enum Then {
+    /// The holder unlocks: the second wait must get the lock.
+    SecondGetsTheLock,
+    /// The second wait is cancelled too: the owner must leave the queue,
+    /// and the holder's unlock free the lock for anyone.
+    SecondCancelledToo,
 }
 
 /// 10 rounds of: a holder on another client; a first wait of one owner
 /// queues, then a second wait of the same owner (its try re-writes the
 /// owner's grant entry); if `first_tries_last`, the first wait is woken
 /// and tries again after the second; the first wait is cancelled, and the
-/// owner must still be queued, and the second wait get the lock.
-async fn overlapping_waits(prefix: &str, first_tries_last: bool) {
+/// owner must still be queued; then as `then` says.
+async fn overlapping_waits(prefix: &str, first_tries_last: bool, then: Then) {
     let server = RedisServer::start();
     let (a, b) = (client(&server).await, client(&server).await);
     for round in 0..10 {
@@ -372,7 +382,7 @@ async fn overlapping_waits(prefix: &str, first_tries_last: bool) {
         // The first wait's leave runs in the background; give it time.
         tokio::time::sleep(Duration::from_millis(300)).await;
         assert_eq!(queue(&server, &lock), vec![field.clone()], "round {round}");
-        if prefix == "overlap-both" {
+        if then == Then::SecondCancelledToo {
             second.abort();
             assert!(second.await.unwrap_err().is_cancelled());
             eventually(HANG, "the owner's last wait left the queue", || {

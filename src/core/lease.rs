@@ -1288,17 +1288,26 @@ mod tests {
         }
     }
 
+    /// The record of `key` (owner 1, field "f") in `table`, on `conn`.
+    fn offline_ref(
+        table: &Arc<Leases>,
+        conn: &Arc<Conn>,
+        watchdog: &Watchdog,
+        key: &'static str,
+    ) -> LeaseRef {
+        table
+            .get(conn, watchdog, &Key::from(key), 1, 0, &|| {
+                LeaseInit::new(&Offline, key, "f", b"c")
+            })
+            .expect("short names")
+    }
+
     /// A lease record on a connection that never connects, and its table.
     fn offline_lease() -> (Arc<Leases>, LeaseRef) {
         let table = Arc::new(Leases::default());
         let conn = Arc::new(Conn::offline());
         let watchdog = Watchdog::new(Duration::from_secs(30)).unwrap();
-        let key = Key::from("k");
-        let lease = table
-            .get(&conn, &watchdog, &key, 1, 0, &|| {
-                LeaseInit::new(&Offline, "k", "f", b"c")
-            })
-            .expect("short names");
+        let lease = offline_ref(&table, &conn, &watchdog, "k");
         (table, lease)
     }
 
@@ -1313,13 +1322,7 @@ mod tests {
         });
         let conn = Arc::new(Conn::offline());
         let watchdog = Watchdog::new(Duration::from_secs(30)).unwrap();
-        let get = |key: &'static str| {
-            table
-                .get(&conn, &watchdog, &Key::from(key), 1, 0, &|| {
-                    LeaseInit::new(&Offline, key, "f", b"c")
-                })
-                .expect("short names")
-        };
+        let get = |key: &'static str| offline_ref(&table, &conn, &watchdog, key);
         let (a, b) = (get("a"), get("b"));
         assert!(!Arc::ptr_eq(a.lease(), b.lease()));
         assert_eq!((a.key_bytes(), b.key_bytes()), (&b"a"[..], &b"b"[..]));
@@ -1352,11 +1355,7 @@ mod tests {
         watchdog: &Watchdog,
         key: &'static str,
     ) -> LeaseRef {
-        let lease = table
-            .get(conn, watchdog, &Key::from(key), 1, 0, &|| {
-                LeaseInit::new(&Offline, key, "f", b"c")
-            })
-            .expect("short names");
+        let lease = offline_ref(table, conn, watchdog, key);
         let start = Instant::now();
         let term = Term::Fixed(start + Duration::from_secs(30));
         lease.acquired(1, term, start, Duration::from_secs(30));
@@ -1405,11 +1404,7 @@ mod tests {
         assert!(record.upgrade().is_some(), "k0 parked anew");
 
         // A record that never held goes at once.
-        let waiter = table
-            .get(&conn, &watchdog, &Key::from("w"), 1, 0, &|| {
-                LeaseInit::new(&Offline, "w", "f", b"c")
-            })
-            .expect("short names");
+        let waiter = offline_ref(&table, &conn, &watchdog, "w");
         assert_eq!(table.records(), 3);
         drop(waiter);
         assert_eq!(
