@@ -289,3 +289,78 @@ async fn renewal_racing_a_reacquire_keeps_the_new_hold() {
     a.shutdown().await.unwrap();
     b.shutdown().await.unwrap();
 }
+
+/// Issue 29, item 1: the key of a held lock is deleted (an operator's
+/// `DEL`, an eviction) and another client takes the lock, while the
+/// holder's own task keeps trying the same lock (a retry loop, a nested
+/// `lock()`). Its own refused try proves its field is gone: the guard is
+/// told at once, not when its 30 s lease would have run out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_owners_own_tries_do_not_hide_a_lost_lease() {
+    let server = RedisServer::start();
+    let a = client_with(&server, |b| b.watchdog_timeout(Duration::from_secs(30))).await;
+    let b = client(&server).await;
+    for round in 0..5 {
+        let name = format!("own-tries-{round}");
+        let lock = a.lock(&name);
+        let guard = lock.lock().await.unwrap();
+        server.cmd(&["DEL", &name]);
+        let theirs = b.lock(&name).try_lock().await.unwrap();
+        let theirs = theirs.expect("the lock is free once its key is deleted");
+        // Well under the 30 s lease and its 10 s renewal interval.
+        within(
+            Duration::from_secs(8),
+            "the holder is told its lease is gone",
+            async {
+                while !guard.is_lost() {
+                    assert!(lock.try_lock().await.unwrap().is_none());
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            },
+        )
+        .await;
+        theirs.unlock().await.unwrap();
+        drop(guard);
+    }
+}
+
+/// Issue 29, item 4: short fixed re-entries in a loop under an outer
+/// watchdog guard (each one an acquire and a release of the owner) must
+/// not throw the watchdog's renewal verdicts away: Redis keeps renewing
+/// the lock, so the outer guard must not read lost. The client goes
+/// through a proxy that delays every chunk by 20 ms, so that a re-entry is
+/// always under way while a renewal's reply travels.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn short_fixed_re_entries_do_not_make_a_renewed_guard_read_lost() {
+    let server = RedisServer::start();
+    let proxy = support::Proxy::start(&server.addr()).await;
+    proxy.delay(Duration::from_millis(20));
+    let a = Client::builder()
+        .url(&proxy.url())
+        .watchdog_timeout(Duration::from_secs(2))
+        .build()
+        .await
+        .unwrap();
+    let b = client(&server).await;
+    let lock = a.lock("re-entries");
+    let outer = lock.lock().await.unwrap();
+    let end = tokio::time::Instant::now() + Duration::from_secs(6);
+    within(HANG, "the re-entry loop", async {
+        while tokio::time::Instant::now() < end {
+            let inner = lock
+                .lock_with_lease(Duration::from_millis(50))
+                .await
+                .unwrap();
+            inner.unlock().await.unwrap();
+            assert!(
+                !outer.is_lost(),
+                "the outer guard reads lost while the watchdog renews it (PTTL {})",
+                pttl(&server, "re-entries")
+            );
+        }
+    })
+    .await;
+    assert_exclusive(&b, "re-entries", &outer, "after the re-entries").await;
+    assert!(!outer.is_lost());
+    outer.unlock().await.unwrap();
+}

@@ -56,9 +56,19 @@ pub(crate) struct Call {
 pub(crate) struct Reply {
     ints: SmallVec<[i64; 4]>,
     text: Option<Box<str>>,
+    /// Replayed from the request record: it tells Redis as it was when
+    /// the request first ran, not as it is now.
+    replayed: bool,
 }
 
 impl Reply {
+    /// Whether the reply was replayed from the request record (a re-sent
+    /// request that had already run): it describes Redis at the first
+    /// run, so nothing may be concluded from it about what happened since.
+    pub(crate) fn is_replay(&self) -> bool {
+        self.replayed
+    }
+
     /// The string the reply ended with, if any. A latch's replay of a
     /// re-sent request keeps only the integers, so this is a hint: the
     /// integers are the reply.
@@ -80,6 +90,7 @@ impl FromIterator<i64> for Reply {
         Reply {
             ints: iter.into_iter().collect(),
             text: None,
+            replayed: false,
         }
     }
 }
@@ -236,12 +247,15 @@ impl Call {
                 .ok_or_else(|| out_of_step(format!("reply item {item:?}")))
         });
         let rid = ints.next().transpose()?;
+        // A replay from the request record carries the rid negated.
+        let replayed = rid.is_some_and(|rid| rid < 0);
         let rest = Reply {
             ints: ints.collect::<FredResult<_>>()?,
             text,
+            replayed,
         };
         match rid {
-            Some(rid) if rid == self.rid as i64 => {
+            Some(rid) if rid.unsigned_abs() == self.rid => {
                 if rest.first() == Some(&-1) {
                     Ok(Outcome::Stale)
                 } else {

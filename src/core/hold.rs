@@ -39,7 +39,7 @@ use tracing::{Instrument, Span};
 use super::background::{BoxFuture, Job};
 use super::call::{Call, Outcome};
 use super::conn::Conn;
-use super::lease::{AcquireReply, Lease, LeaseRef, ReleaseReply, Signal, Term, Turn};
+use super::lease::{AcquireReply, Lease, LeaseRef, ReleaseReply, Signal, Taken, Term, Turn};
 use super::open::Open;
 use super::stats::KeyName;
 use super::Engine;
@@ -95,8 +95,13 @@ struct Settle {
 
 #[derive(Clone, Copy, Debug)]
 enum SettleKind {
-    /// An acquire: a hold it took is given back.
-    Acquire { sent: Instant, ttl: Duration },
+    /// An acquire (sent in incarnation `began`): a hold it took is given
+    /// back.
+    Acquire {
+        sent: Instant,
+        ttl: Duration,
+        began: u64,
+    },
     /// A release of a hold of this term: applied to the lease.
     Release { sent: Instant, ttl: Duration },
 }
@@ -154,11 +159,17 @@ pub(crate) async fn acquire(
     let turn = lease.turn().await;
     let Request { call, term, ttl } = request(lease.conn.rid());
     let sent = Instant::now();
-    lease.begin_call();
-    let mut flight = InFlight::new(engine, lease, call, SettleKind::Acquire { sent, ttl }, turn);
+    let began = lease.begin_call();
+    let mut flight = InFlight::new(
+        engine,
+        lease,
+        call,
+        SettleKind::Acquire { sent, ttl, began },
+        turn,
+    );
     let outcome = flight.call().run(&engine.conn, sent).await;
-    let reply = match outcome {
-        Ok(Outcome::Ran(reply)) => lease.kind.acquire_reply(&reply),
+    let (reply, fresh) = match outcome {
+        Ok(Outcome::Ran(reply)) => (lease.kind.acquire_reply(&reply), !reply.is_replay()),
         Ok(Outcome::Stale) => {
             flight.finish();
             return Err(Error::Redis(protocol("a fresh acquire was reported stale")));
@@ -168,10 +179,16 @@ pub(crate) async fn acquire(
     };
     let turn = flight.finish();
     let (count, token) = match reply {
-        AcquireReply::Busy(retry) => return Ok(Attempt::Busy(retry)),
+        AcquireReply::Busy(retry) => {
+            // Under the turn: the refusal follows every earlier call of
+            // this owner, and proves its field is gone.
+            lease.busy_seen(began);
+            return Ok(Attempt::Busy(retry));
+        }
         AcquireReply::Held { count, token } => (count, token),
     };
-    let hold = Hold::counted(engine, lease, count, term, sent, ttl, token);
+    let taken = Taken { began, fresh };
+    let hold = Hold::counted(engine, lease, count, term, (sent, ttl), taken, token);
     let hold = hold.unless_shut_down().await?;
     if let Some(wait) = engine.replicas {
         // Boxed: fred's future is about 5 KiB, and inline it would make
@@ -223,8 +240,9 @@ pub(crate) async fn adopt(
     ttl: Duration,
 ) -> Result<Hold> {
     let turn = lease.turn().await;
-    lease.begin_call();
-    let hold = Hold::counted(engine, lease, 1, term, since, ttl, None);
+    let began = lease.begin_call();
+    let taken = Taken { began, fresh: true };
+    let hold = Hold::counted(engine, lease, 1, term, (since, ttl), taken, None);
     let hold = hold.unless_shut_down().await?;
     drop(turn);
     let need = Duration::from_millis(lease.requirement_ms(term) as u64);
@@ -276,11 +294,11 @@ impl Hold {
         lease: &LeaseRef,
         count: u32,
         term: Term,
-        sent: Instant,
-        ttl: Duration,
+        (sent, ttl): (Instant, Duration),
+        taken: Taken,
         token: Option<u64>,
     ) -> Hold {
-        let (signal, incarnation) = lease.acquired(count, term, sent, ttl);
+        let (signal, incarnation) = lease.acquired_by(count, term, sent, ttl, taken);
         Hold {
             parts: Some(HoldParts {
                 lease: lease.clone_ref(),
@@ -481,7 +499,9 @@ impl Hold {
         let outcome = flight.call().run(&engine.conn, sent).await;
         match outcome {
             Ok(Outcome::Ran(reply)) => {
-                flight.finish();
+                // The turn is kept until the reply is recorded: the next
+                // acquire or release of the owner must see it.
+                let _turn = flight.finish();
                 engine.stats.released();
                 let raw = reply;
                 let reply = parts.lease.kind.release_reply(&raw);
@@ -702,12 +722,17 @@ impl Job for Settle {
             let outcome = self.call.run(conn, self.kind.sent()).await;
             let lease = &self.lease;
             match (outcome, self.kind) {
-                (Ok(Outcome::Ran(reply)), SettleKind::Acquire { sent, ttl }) => {
+                (Ok(Outcome::Ran(reply)), SettleKind::Acquire { sent, ttl, began }) => {
                     if let AcquireReply::Held { count, .. } = lease.kind.acquire_reply(&reply) {
                         // It ran for a caller that has gone: count the hold
-                        // as a guard would, and give it back at once.
+                        // as a guard would, and give it back at once. Its
+                        // answer comes late: it ends no other owner's hold.
                         let term = Term::Fixed(Instant::now());
-                        let (_, incarnation) = lease.acquired(count, term, sent, ttl);
+                        let taken = Taken {
+                            began,
+                            fresh: false,
+                        };
+                        let (_, incarnation) = lease.acquired_by(count, term, sent, ttl, taken);
                         lease.retire(term);
                         let parts = HoldParts {
                             lease: lease.clone_ref(),

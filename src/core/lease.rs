@@ -23,11 +23,19 @@
 //!   ends: its signal is marked lost and its holds are no longer counted.
 //!   A guard of an older incarnation gives back nothing, so it can never
 //!   free a newer hold of the same owner.
-//! * **Turns and generations.** Acquires and releases of one lease run one
-//!   at a time (the *turn*), from sending the script to updating this record,
-//!   so the record follows Redis step by step. Each one bumps `gen`; a
-//!   renewal reply is applied only if `gen` did not move while it was on its
-//!   way (a newer acquire or release knows better).
+//! * **Turns.** Acquires and releases of one lease run one at a time (the
+//!   *turn*), from sending the script to updating this record, so the
+//!   record follows Redis step by step. Each one bumps `gen`.
+//! * **Every verdict counts.** A renewal's or a check's reply is applied if
+//!   the incarnation it was sent in is still current, however many calls
+//!   of the owner went by meanwhile (an owner retrying its own lock in a
+//!   loop must not hide that its field is gone, nor make a renewed lease
+//!   read lost): "gone" ends the incarnation, "renewed" raises the signal
+//!   no further than the live holds need *now*. A refused try of the owner
+//!   itself proves its field is gone ([`Lease::busy_seen`]); a re-entry
+//!   that ran before its field was found gone is lost from the start
+//!   ([`Lease::acquired`]). Only the early warning
+//!   ([`Sent::expires_before`]) still defers to a newer call (`gen`).
 //!
 //! # Lifetime
 //!
@@ -82,6 +90,14 @@ pub(crate) trait Kind: std::fmt::Debug + Send + Sync + 'static {
     fn after_release(&self, _lease: &Lease, _reply: &Reply) {}
     /// How the watchdog renews (or checks) this kind's leases.
     fn renewal(&self) -> &'static Renewal;
+    /// Whether a refused acquire of a lease proves that the lease's field
+    /// is missing from Redis (every lock kind: a try of an owner whose
+    /// field exists re-enters). Then an owner's own refused try ends the
+    /// holds it counted (see [`Lease::busy_seen`]). A semaphore's try is a
+    /// new permit, which proves nothing of the others.
+    fn busy_proves_gone(&self) -> bool {
+        true
+    }
     /// Whether holding `mine` proves that `other` (another owner's lease on
     /// the same key, of any kind) cannot be held: then a successful acquire
     /// of `mine` ends `other`'s incarnation at once.
@@ -332,6 +348,16 @@ impl Default for Leases {
             stats: Arc::default(),
         }
     }
+}
+
+/// How an acquire's hold was taken (see [`LeaseRef::acquired_by`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Taken {
+    /// The incarnation when the acquire was sent ([`Lease::begin_call`]).
+    pub(crate) began: u64,
+    /// The reply tells Redis as it is now (not a replay, not a settle
+    /// job's late answer).
+    pub(crate) fresh: bool,
 }
 
 /// A counted reference to a lease in a table; the last one (when no hold
@@ -597,6 +623,7 @@ impl LeaseRef {
     /// Counts a hold an acquire just took and returns its signal and
     /// incarnation (see [`Lease::acquired`]); other leases of this client
     /// that the hold excludes end at once.
+    #[cfg(test)]
     pub(crate) fn acquired(
         &self,
         count: u32,
@@ -604,10 +631,30 @@ impl LeaseRef {
         sent: Instant,
         ttl: Duration,
     ) -> (Arc<Signal>, u64) {
+        let began = self.state.lock().incarnation;
+        self.acquired_by(count, term, sent, ttl, Taken { began, fresh: true })
+    }
+
+    /// Counts a hold an acquire took (see [`Lease::acquired`]) and returns
+    /// its signal and incarnation. A `fresh` reply (Redis now, not a
+    /// replay of a first run nor a settle job's late answer) also ends the
+    /// other leases of this client that the hold excludes: a replay
+    /// describes Redis when the request first ran, and a newer hold of
+    /// another owner may have come since.
+    pub(crate) fn acquired_by(
+        &self,
+        count: u32,
+        term: Term,
+        sent: Instant,
+        ttl: Duration,
+        taken: Taken,
+    ) -> (Arc<Signal>, u64) {
         let lease = self.lease();
-        let out = lease.acquired(count, term, sent, ttl);
-        if let Some(table) = self.table.upgrade() {
-            table.exclude_others(lease);
+        let out = lease.acquired(count, term, sent, ttl, taken.began);
+        if taken.fresh {
+            if let Some(table) = self.table.upgrade() {
+                table.exclude_others(lease);
+            }
         }
         out
     }
@@ -746,16 +793,28 @@ impl Lease {
     /// Counts a hold an acquire (sent at `sent`, raising the TTL to at
     /// least `ttl`) just took; the field's count is now `count`. Returns
     /// the hold's signal and incarnation.
+    ///
+    /// `began`: the incarnation when the acquire was sent. A re-entry
+    /// (`count > 1`) whose incarnation ended while it was on its way ran
+    /// on a field that was found gone since: the field existed when the
+    /// re-entry ran (its count went up), so it is the later event, and the
+    /// new hold is lost from the start. (Only this owner creates its
+    /// field, and its acquires run one at a time: nothing of ours could
+    /// have re-created the field in between.)
     fn acquired(
         self: &Arc<Self>,
         count: u32,
         term: Term,
         sent: Instant,
         ttl: Duration,
+        began: u64,
     ) -> (Arc<Signal>, u64) {
         let register = {
             let mut s = self.state.lock();
-            if count == 1 || s.signal.is_lost() {
+            if count > 1 && s.incarnation != began {
+                Signal::renew_in(&mut s.signal, sent + ttl);
+                s.signal.mark_lost();
+            } else if count == 1 || s.signal.is_lost() {
                 // A fresh field (count 1: whatever we counted was gone), or
                 // trust lost: a new signal for the holds from here on.
                 if count == 1 && s.holds > 0 {
@@ -967,6 +1026,24 @@ impl Lease {
         signal.mark_lost();
     }
 
+    /// This owner's own try, sent in `incarnation`, was refused: for a
+    /// kind whose refusal proves the try's field is missing (see
+    /// [`Kind::busy_proves_gone`]), the holds of that incarnation are gone.
+    /// Tries of the owner run under the turn, one at a time, so the reply
+    /// follows every earlier call of this record.
+    pub(crate) fn busy_seen(&self, incarnation: u64) {
+        if !self.kind.busy_proves_gone() {
+            return;
+        }
+        let gone = {
+            let s = self.state.lock();
+            s.incarnation == incarnation && s.holds > 0
+        };
+        if gone {
+            self.field_gone("the owner's own try found its field gone");
+        }
+    }
+
     /// Declares the lease lost without knowing the field is gone (a renewal
     /// could not be confirmed in time). Holds stay counted: their releases
     /// are still sent.
@@ -1072,16 +1149,19 @@ impl Sent {
     /// least `ttl`. (Not counted in the stats: the caller counts, once
     /// per batch.)
     ///
-    /// The deadline rises no further than the live holds need now. A
-    /// release counted as sent before this renewal's snapshot (so `gen`
-    /// matches) may still reach Redis after the renewal, and it sets the
-    /// TTL to what the holds left after it need: the watchdog timeout
-    /// while a watchdog hold lives, else the latest fixed deadline. A
-    /// release that could cut below that has retired its hold before, so
-    /// it is seen here.
+    /// Applied while the incarnation it was sent in is current, whatever
+    /// acquires and releases of the owner went by (a newer acquire that
+    /// re-created the field ended that incarnation). The deadline rises no
+    /// further than the live holds need now: a release on its way (sent
+    /// before or after this renewal's snapshot) may reach Redis after the
+    /// renewal, and it sets the TTL to what the holds left after it need:
+    /// the watchdog timeout while a watchdog hold lives, else the latest
+    /// fixed deadline. A release that could cut below that has retired its
+    /// hold before it was sent, so it is seen here; a re-entry since only
+    /// raised the TTL.
     pub(crate) fn renewed(&self, sent: Instant, ttl: Duration) {
         let s = self.lease.state.lock();
-        if s.gen != self.gen || ttl.is_zero() {
+        if s.incarnation != self.incarnation || ttl.is_zero() {
             return;
         }
         let to = if s.watched > 0 {
@@ -1107,7 +1187,7 @@ impl Sent {
         // is renewed until they land): their replies settle the lease.
         let current = {
             let s = self.lease.state.lock();
-            s.gen == self.gen && s.incarnation == self.incarnation && s.has_live_holds()
+            s.incarnation == self.incarnation && s.has_live_holds()
         };
         if current {
             self.lease.field_gone("a renewal found the field gone");
@@ -1309,6 +1389,115 @@ mod tests {
         let watchdog = Watchdog::new(Duration::from_secs(30)).unwrap();
         let lease = offline_ref(&table, &conn, &watchdog, "k");
         (table, lease)
+    }
+
+    /// Issue 29, item 1: a renewal's "gone" verdict counts however many
+    /// calls of the owner (its own tries, each bumping `gen`) went by while
+    /// it was on its way.
+    #[tokio::test]
+    async fn a_gone_verdict_counts_after_the_owners_own_tries() {
+        let (_table, lease) = offline_lease();
+        let start = Instant::now();
+        let (signal, _) = lease.acquired(1, Term::Watchdog, start, Duration::from_secs(30));
+        let renewal = lease.lease().snapshot();
+        // The owner tries again and again meanwhile (refused: no hold).
+        for _ in 0..3 {
+            lease.begin_call();
+        }
+        renewal.gone();
+        assert!(signal.is_lost(), "the verdict was thrown away");
+        assert_eq!(lease.holds(), 0);
+    }
+
+    /// A refused try of the owner itself ends the holds of the incarnation
+    /// it was sent in, and only those.
+    #[tokio::test]
+    async fn a_refused_own_try_ends_the_holds_it_was_sent_under() {
+        let (_table, lease) = offline_lease();
+        let start = Instant::now();
+        let (signal, _) = lease.acquired(1, Term::Watchdog, start, Duration::from_secs(30));
+        let began = lease.begin_call();
+        lease.busy_seen(began);
+        assert!(signal.is_lost());
+        // A refusal sent in an incarnation that ended since says nothing
+        // of the newer holds.
+        let (newer, _) = lease.acquired(1, Term::Watchdog, start, Duration::from_secs(30));
+        lease.busy_seen(began);
+        assert!(!newer.is_lost());
+        lease.lease().watchdog.deregister(lease.lease());
+    }
+
+    /// Issue 29, item 4: a renewal sent in an incarnation that has ended
+    /// (the field was found gone, a new acquire re-created it) does not
+    /// raise the new incarnation's deadline.
+    #[tokio::test]
+    async fn a_renewal_of_an_ended_incarnation_raises_nothing() {
+        let (_table, lease) = offline_lease();
+        let start = Instant::now();
+        lease.acquired(1, Term::Watchdog, start, Duration::from_secs(30));
+        let renewal = lease.lease().snapshot();
+        lease.field_gone("test: found gone");
+        let deadline = start + Duration::from_secs(1);
+        let (signal, _) = lease.acquired(1, Term::Fixed(deadline), start, Duration::from_secs(1));
+        renewal.renewed(Instant::now(), Duration::from_secs(30));
+        assert_eq!(signal.until(), deadline);
+        lease.lease().watchdog.deregister(lease.lease());
+    }
+
+    /// A re-entry that ran before its field was found gone (its reply
+    /// comes after the verdict) is lost from the start.
+    #[tokio::test]
+    async fn a_re_entry_overtaken_by_a_gone_verdict_is_lost() {
+        let (_table, lease) = offline_lease();
+        let start = Instant::now();
+        let (first, _) = lease.acquired(1, Term::Watchdog, start, Duration::from_secs(30));
+        let renewal = lease.lease().snapshot();
+        let began = lease.begin_call();
+        renewal.gone();
+        assert!(first.is_lost());
+        let taken = Taken { began, fresh: true };
+        let (second, _) =
+            lease.acquired_by(2, Term::Watchdog, start, Duration::from_secs(30), taken);
+        assert!(second.is_lost(), "a hold on a field found gone reads held");
+        lease.lease().watchdog.deregister(lease.lease());
+    }
+
+    /// Issue 29, item 4: a replayed acquire reply (Redis at its first run)
+    /// does not end another owner's newer hold on the same key.
+    #[tokio::test]
+    async fn a_replayed_acquire_ends_no_other_owners_hold() {
+        let table = Arc::new(Leases::default());
+        let conn = Arc::new(Conn::offline());
+        let watchdog = Watchdog::new(Duration::from_secs(30)).unwrap();
+        let of = |owner: u64, field: &'static str| {
+            table
+                .get(&conn, &watchdog, &Key::from("k"), owner, 0, &|| {
+                    LeaseInit::new(&Offline, "k", field, b"c")
+                })
+                .expect("short names")
+        };
+        let (mine, theirs) = (of(1, "f1"), of(2, "f2"));
+        let start = Instant::now();
+        let (their_signal, _) = theirs.acquired(1, Term::Watchdog, start, Duration::from_secs(30));
+        let began = mine.begin_call();
+        let replay = Taken {
+            began,
+            fresh: false,
+        };
+        mine.acquired_by(1, Term::Watchdog, start, Duration::from_secs(30), replay);
+        assert!(
+            !their_signal.is_lost(),
+            "a replay ended another owner's hold"
+        );
+        let fresh = Taken { began, fresh: true };
+        mine.acquired_by(2, Term::Watchdog, start, Duration::from_secs(30), fresh);
+        assert!(
+            their_signal.is_lost(),
+            "a fresh acquire ends what it excludes"
+        );
+        for l in [&mine, &theirs] {
+            l.lease().watchdog.deregister(l.lease());
+        }
     }
 
     /// Records of keys whose hashes collide share one map entry: each is

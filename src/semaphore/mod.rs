@@ -658,6 +658,11 @@ impl Kind for PermitKind {
         )
     }
 
+    fn busy_proves_gone(&self) -> bool {
+        // A try is a new permit: a refusal says nothing of held ones.
+        false
+    }
+
     fn acquire_reply(&self, reply: &[i64]) -> AcquireReply {
         match reply {
             [1, ..] => AcquireReply::Held {

@@ -6,7 +6,8 @@
 -- ARGV[#ARGV] is the request id (rid), which only grows for one latch.
 --
 --   * rid equals the recorded one: a re-send of a call that already ran.
---     Its recorded reply is returned and nothing changes.
+--     Its recorded reply is returned, with the rid negated (a replay tells
+--     Redis as it was at the first run), and nothing changes.
 --   * rid is older than the recorded one: a call that arrived after a newer
 --     one of the same owner ran (e.g. delayed in a proxy). It never runs;
 --     the reply is {rid, -1}.
@@ -24,6 +25,7 @@ if latch then
         for n in string.gmatch(string.sub(latch, sep + 1), '[^,]+') do
             replay[#replay + 1] = tonumber(n)
         end
+        replay[1] = -replay[1]
         return replay
     end
     if tonumber(last) > tonumber(rid) then
