@@ -1030,3 +1030,35 @@ fn lock_queue(name: &str) -> String {
         format!("redisson_lock_queue:{{{name}}}")
     }
 }
+
+/// Issue 29, item 4: a force-unlock hands the fair lock to the head
+/// waiter, here a task of the very client that force-unlocks. Ending the
+/// client's holds of the key after the reply must not end the hold the
+/// same script just granted to that waiter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_force_unlock_keeps_the_grant_it_hands_to_a_local_waiter() {
+    let server = RedisServer::start();
+    let a = client(&server).await;
+    let b = client(&server).await;
+    for round in 0..10 {
+        let name = format!("granted-{round}");
+        let held = b.fair_lock(&name).lock().await.unwrap();
+        let lock = a.fair_lock(&name);
+        let waiting = tokio::spawn({
+            let lock = lock.clone();
+            async move { lock.lock().await.unwrap() }
+        });
+        queued(&server, &lock, 1).await;
+        assert!(lock.force_unlock().await.unwrap());
+        let granted = within(HANG, "the head waiter is handed the lock", waiting)
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(
+            !granted.is_lost(),
+            "round {round}: the force-unlock ended the hold it granted"
+        );
+        granted.unlock().await.unwrap();
+        drop(held);
+    }
+}

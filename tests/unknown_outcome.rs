@@ -185,3 +185,73 @@ async fn unlock_unknown_for_a_while_is_resolved_not_forgotten() {
         server.cmd(&["PTTL", "unknown-release"])
     );
 }
+
+/// The lock kinds whose `force_unlock` frees a held lock.
+#[derive(Clone, Copy, Debug)]
+enum Forced {
+    Plain,
+    Fair,
+    Write,
+}
+
+impl Forced {
+    async fn lock(self, c: &leasehold::Client, name: &str) -> leasehold::LockGuard {
+        match self {
+            Forced::Plain => c.lock(name).lock().await,
+            Forced::Fair => c.fair_lock(name).lock().await,
+            Forced::Write => c.read_write_lock(name).write().lock().await,
+        }
+        .unwrap()
+    }
+
+    async fn force_unlock(self, c: &leasehold::Client, name: &str) -> bool {
+        match self {
+            Forced::Plain => c.lock(name).force_unlock().await,
+            Forced::Fair => c.fair_lock(name).force_unlock().await,
+            Forced::Write => c.read_write_lock(name).write().force_unlock().await,
+        }
+        .unwrap()
+    }
+}
+
+/// Issue 29, item 2: a `force_unlock()` whose reply is lost with its
+/// connection is sent again by fred after the reconnect. The first run
+/// freed the lock and a waiter took it at once; the copy must not free the
+/// waiter's lock while its guard says it is not lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_force_unlock_whose_reply_is_lost_runs_once() {
+    let server = RedisServer::start();
+    let (proxy, forcer) = through_proxy(&server).await;
+    let holder = client_with(&server, |b| b).await;
+    let waiter = client_with(&server, |b| b).await;
+    for kind in [Forced::Plain, Forced::Fair, Forced::Write] {
+        for round in 0..3 {
+            let name = format!("forced-{kind:?}-{round}");
+            let held = kind.lock(&holder, &name).await;
+            let (w, n) = (waiter.clone(), name.clone());
+            let waiting = tokio::spawn(async move { kind.lock(&w, &n).await });
+            // The waiter is queued and subscribed before the force-unlock.
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            proxy.drop_replies_once();
+            let freed = within(HANG, "a force-unlock across a cut", async {
+                kind.force_unlock(&forcer, &name).await
+            })
+            .await;
+            assert!(freed, "{kind:?}: the first run freed the lock");
+            let taken = within(HANG, "the waiter takes the lock", waiting)
+                .await
+                .unwrap();
+            // Long after any copy of the force-unlock could have run again.
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let lost = taken.is_lost();
+            let on_server = server.cmd(&["EXISTS", &name]) == "1";
+            assert!(
+                !lost && on_server,
+                "{kind:?} round {round}: the waiter's lock was freed by a copy of the \
+                 force-unlock (key exists: {on_server}, guard lost: {lost})"
+            );
+            taken.unlock().await.unwrap();
+            drop(held);
+        }
+    }
+}

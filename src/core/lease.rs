@@ -360,6 +360,23 @@ pub(crate) struct Taken {
     pub(crate) fresh: bool,
 }
 
+/// Leases that held a key when a call that may delete it was sent (see
+/// [`Leases::holding`]).
+#[derive(Debug)]
+pub(crate) struct Holding(Vec<(Arc<Lease>, u64)>);
+
+impl Holding {
+    /// The key was deleted: the holds taken in are gone (those whose
+    /// incarnation is still the one seen; any later one came after).
+    pub(crate) fn gone(self, why: &str) {
+        for (lease, incarnation) in self.0 {
+            if lease.is_current(incarnation) {
+                lease.field_gone(why);
+            }
+        }
+    }
+}
+
 /// A counted reference to a lease in a table; the last one (when no hold
 /// is left) removes it.
 #[derive(Debug)]
@@ -572,20 +589,31 @@ impl Leases {
     }
 
     /// The key was deleted (force-unlocked by this client): every lease of
-    /// this client on it is gone.
+    /// this client holding it now is gone.
+    #[cfg(test)]
     pub(crate) fn key_gone(&self, key: &Key, why: &str) {
+        self.holding(key).gone(why);
+    }
+
+    /// The leases of this client that hold `key` now, each with its
+    /// incarnation: taken before a call that may delete the key (a
+    /// force-unlock), so that its reply ends exactly these holds. A hold
+    /// that comes after (the waiter the same script hands the lock to, a
+    /// newer hold after a replayed reply) is not among them.
+    pub(crate) fn holding(&self, key: &Key) -> Holding {
         let key = key.as_bytes();
-        let leases: Vec<Arc<Lease>> = match self.map.get(&self.hash(key)) {
-            Some(entry) => entry
-                .iter()
-                .filter(|l| l.key_bytes() == key)
-                .cloned()
-                .collect(),
-            None => return,
+        let Some(entry) = self.map.get(&self.hash(key)) else {
+            return Holding(Vec::new());
         };
-        for lease in leases {
-            lease.field_gone(why);
-        }
+        let held = entry
+            .iter()
+            .filter(|l| l.key_bytes() == key)
+            .filter_map(|l| {
+                let s = l.state.lock();
+                (s.holds > 0).then(|| (l.clone(), s.incarnation))
+            })
+            .collect();
+        Holding(held)
     }
 
     /// Drops the records of `key` that no [`LeaseRef`] uses and that hold

@@ -56,7 +56,7 @@ pub(super) fn scripts() -> &'static Scripts {
     SCRIPTS.get_or_init(|| Scripts {
         acquire: Script::latched("fair_lock.acquire", queued!("scripts/acquire.lua")),
         release: Script::latched("fair_lock.release", queued!("scripts/release.lua")),
-        force_unlock: Script::plain(
+        force_unlock: Script::latched(
             "fair_lock.force_unlock",
             queued!("scripts/force_unlock.lua"),
         ),

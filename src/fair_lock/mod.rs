@@ -164,6 +164,7 @@ use fred::interfaces::{HashesInterface, KeysInterface};
 use tokio::time::Instant;
 
 use crate::client::Client;
+use crate::core::call::Call;
 use crate::core::prefix_name;
 use crate::error::{Error, Result};
 use crate::guard::{LeaseSignal, LockGuard};
@@ -634,14 +635,25 @@ impl FairLock {
         let engine = self.client.engine();
         let mut args = vec![now_ms().into(), engine.conn.publish_command().into()];
         args.extend(Names::hand_over_args());
-        let reply: Vec<i64> = scripts()
-            .force_unlock
-            .run(&engine.conn.redis, &self.names.script_keys(), &args)
-            .await?;
-        kick_if_unheard(&engine.conn, &self.names, &reply);
+        // The holds this force-unlock can end: taken before it is sent, so
+        // that the waiter its script hands the lock to (it held nothing
+        // then) keeps the grant, and a replayed reply ends nothing newer.
+        let holding = engine.leases.holding(&self.names.key);
+        let reply = Call::run_once(
+            &engine.conn,
+            &scripts().force_unlock,
+            &self.key_str,
+            &self.client.id().to_string(),
+            self.names.script_keys(),
+            args,
+        )
+        .await?;
+        if !reply.is_replay() {
+            kick_if_unheard(&engine.conn, &self.names, &reply);
+        }
         let deleted = reply.first() == Some(&1);
         if deleted {
-            engine.leases.key_gone(&self.names.key, "force-unlocked");
+            holding.gone("force-unlocked");
         }
         Ok(deleted)
     }

@@ -143,7 +143,7 @@ fn scripts() -> &'static Scripts {
     SCRIPTS.get_or_init(|| Scripts {
         acquire: Script::latched("lock.acquire", include_str!("scripts/acquire.lua")),
         release: Script::latched("lock.release", include_str!("scripts/release.lua")),
-        force_unlock: Script::plain(
+        force_unlock: Script::latched(
             "lock.force_unlock",
             include_str!("scripts/force_unlock.lua"),
         ),
@@ -562,18 +562,23 @@ impl Lock {
     pub async fn force_unlock(&self) -> Result<bool> {
         self.check()?;
         let engine = self.inner.client.engine();
-        let deleted: i64 = scripts()
-            .force_unlock
-            .run(
-                &engine.conn.redis,
-                &[self.inner.key.clone(), self.inner.channel_key.clone()],
-                &["0".into(), engine.conn.publish_command().into()],
-            )
-            .await?;
-        if deleted == 1 {
-            engine.leases.key_gone(&self.inner.key, "force-unlocked");
+        // The holds this force-unlock can end: taken before it is sent, so
+        // that a replayed reply (Redis at the first run) ends nothing newer.
+        let holding = engine.leases.holding(&self.inner.key);
+        let reply = Call::run_once(
+            &engine.conn,
+            &scripts().force_unlock,
+            self.key(),
+            &self.inner.client.id().to_string(),
+            vec![self.inner.key.clone(), self.inner.channel_key.clone()],
+            vec!["0".into(), engine.conn.publish_command().into()],
+        )
+        .await?;
+        let deleted = reply.first() == Some(&1);
+        if deleted {
+            holding.gone("force-unlocked");
         }
-        Ok(deleted == 1)
+        Ok(deleted)
     }
 
     /// The client the lock is taken through (`MultiLock` orders its

@@ -281,7 +281,7 @@ fn scripts() -> &'static Scripts {
                 include_str!("scripts/write_release.lua")
             ),
         ),
-        force_unlock: Script::plain("rw.force_unlock", include_str!("scripts/force_unlock.lua")),
+        force_unlock: Script::latched("rw.force_unlock", include_str!("scripts/force_unlock.lua")),
         is_locked: Script::plain("rw.is_locked", include_str!("scripts/is_locked.lua")),
         renew_read: Script::plain("rw.renew_read", include_str!("scripts/renew_read.lua")),
         renew_read_node: Script::plain(
@@ -531,26 +531,29 @@ impl Names {
     async fn force_unlock(&self, mode: Mode) -> Result<bool> {
         self.check()?;
         let engine = self.client.engine();
-        let deleted: i64 = scripts()
-            .force_unlock
-            .run(
-                &engine.conn.redis,
-                &[
-                    self.key.clone(),
-                    self.channel_key.clone(),
-                    self.key_prefix.clone(),
-                ],
-                &[
-                    mode.as_str().into(),
-                    mode.message().into(),
-                    engine.conn.publish_command().into(),
-                ],
-            )
-            .await?;
-        if deleted == 1 {
-            engine.leases.key_gone(&self.key, "force-unlocked");
+        let holding = engine.leases.holding(&self.key);
+        let reply = Call::run_once(
+            &engine.conn,
+            &scripts().force_unlock,
+            &self.key_str,
+            &self.client.id().to_string(),
+            vec![
+                self.key.clone(),
+                self.channel_key.clone(),
+                self.key_prefix.clone(),
+            ],
+            vec![
+                mode.as_str().into(),
+                mode.message().into(),
+                engine.conn.publish_command().into(),
+            ],
+        )
+        .await?;
+        let deleted = reply.first() == Some(&1);
+        if deleted {
+            holding.gone("force-unlocked");
         }
-        Ok(deleted == 1)
+        Ok(deleted)
     }
 }
 
