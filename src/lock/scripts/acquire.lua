@@ -16,13 +16,20 @@
 -- Retry policy: idempotent by request id; re-sent with the same rid until
 -- a reply arrives (core/call.rs).
 local function body()
-    if (redis.call('exists', KEYS[1]) == 0)
-        or (redis.call('hexists', KEYS[1], ARGV[2]) == 1) then
+    -- One PTTL answers both "is the key there" and "for how long": a new
+    -- key costs PTTL, HINCRBY, PEXPIRE; a busy one PTTL, HEXISTS.
+    local pttl = redis.call('pttl', KEYS[1])
+    if pttl == -2 then
+        redis.call('hincrby', KEYS[1], ARGV[2], 1)
+        redis.call('pexpire', KEYS[1], ARGV[1])
+        return {1, 1}
+    end
+    if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
         local count = redis.call('hincrby', KEYS[1], ARGV[2], 1)
-        if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
+        if pttl < tonumber(ARGV[1]) then
             redis.call('pexpire', KEYS[1], ARGV[1])
         end
         return {1, count}
     end
-    return {0, redis.call('pttl', KEYS[1])}
+    return {0, pttl}
 end

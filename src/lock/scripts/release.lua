@@ -18,11 +18,15 @@
 -- Retry policy: idempotent by request id (a re-send never gives back a
 -- hold twice).
 local function body()
-    if redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
+    -- One HGET reads the count: the last hold costs HGET, DEL, PUBLISH;
+    -- an inner one HGET, HSET, PEXPIRE.
+    local count = redis.call('hget', KEYS[1], ARGV[2])
+    if not count then
         return {0}
     end
-    local left = redis.call('hincrby', KEYS[1], ARGV[2], -tonumber(ARGV[3]))
+    local left = tonumber(count) - tonumber(ARGV[3])
     if left > 0 then
+        redis.call('hset', KEYS[1], ARGV[2], left)
         redis.call('pexpire', KEYS[1], ARGV[1])
         return {1, left}
     end
