@@ -18,6 +18,27 @@
 //! ran. Replies start with the rid, so a reply meant for another command
 //! (a connection out of step) is never taken for ours.
 //!
+//! # Every script and its rule
+//!
+//! fred sends a command again after a reconnect (and after a cluster
+//! redirection), and [`Call::run`] sends a request again after a timeout.
+//! So every script either is *latched* (a copy replays the first run's
+//! reply, an older request never runs after a newer one of the same
+//! record) or is written so that a copy is harmless:
+//!
+//! | script | rule | why a copy is harmless |
+//! | --- | --- | --- |
+//! | `lock.acquire`, `fenced_lock.acquire`, `fair_lock.acquire`, `rw.read_acquire`, `rw.write_acquire`, `semaphore.acquire` | latched (the lease's record) | replay |
+//! | `lock.release`, `fair_lock.release`, `rw.read_release`, `rw.write_release`, `semaphore.release` | latched (the lease's record) | replay |
+//! | `lock.force_unlock`, `fair_lock.force_unlock`, `rw.force_unlock` | latched (a record per call, [`Call::run_once`]) | replay: a copy never frees a lock taken after the first run |
+//! | `latch.count_down`, `latch.try_set_count`, `semaphore.try_set_permits`, `semaphore.add_permits` | latched (a record per call) | replay |
+//! | `lock.renew`, `lock.renew_packed`, `lock.renew_node_packed`, `rw.renew_read`, `rw.renew_read_node`, `semaphore.renew` | plain | a renewal only raises the TTL of a field that still exists; a late copy raises it to at most send time + watchdog timeout, which the holder's own signal never counts beyond |
+//! | `fenced_lock.delete_token` | plain | deletes a counter only when no lock is held on the name; a second run finds nothing |
+//! | `semaphore.available` (reclaims expired permits) | plain | reclaiming what has expired twice finds nothing the second time |
+//! | `fair_lock.kick` | plain | at most one more `0` to a head waiter, which re-checks |
+//! | `fair_lock.leave` | plain | removing an absent queue entry changes nothing, and a grant is given back once (its marker goes with it); **open**: under the owner's turn it accepts any grant nonce, so a copy delayed past a later wait's adopted grant could give that grant back (issue 29, item 2: to be latched) |
+//! | `lock.holders`, `rw.is_locked` | read-only | nothing changes |
+//!
 //! # Bounds
 //!
 //! Re-sending stops after half the latch TTL; the outcome then stays
