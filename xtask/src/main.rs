@@ -4,6 +4,7 @@
 //! cargo xtask demo [ARGS…]   the seckill demo: cargo run --example seckill -- ARGS…
 //! cargo xtask test [ARGS…]   the whole test suite, then the feature-gated runs
 //!                            and the Redisson interop run
+//! cargo xtask interop [ARGS…] only the Redisson interop run
 //! cargo xtask help           usage
 //! ```
 //!
@@ -153,7 +154,9 @@ usage:
   cargo xtask demo [ARGS…]  the seckill demo: cargo run --example seckill -- ARGS…
   cargo xtask test [ARGS…]  the whole test suite; ARGS go to every run:";
 
-const USAGE_TAIL: &str = "  cargo xtask help          this text
+const USAGE_TAIL: &str =
+    "  cargo xtask interop [ARGS…]  only the Redisson interop run (the last above)
+  cargo xtask help          this text
 
 Both first make sure redis-server (test: also redis-cli and openssl) is on
 the PATH or where LEASEHOLD_REDIS_SERVER / LEASEHOLD_REDIS_CLI point. If one
@@ -181,9 +184,10 @@ fn main() {
         }
         Some("demo") => demo(&rest),
         Some("test") => test(&rest),
+        Some("interop") => interop(&rest),
         Some(other) => {
             eprintln!(
-                "error: unknown subcommand `{other}`; the subcommands are demo, test and help"
+                "error: unknown subcommand `{other}`; the subcommands are demo, test, interop and help"
             );
             2
         }
@@ -257,6 +261,29 @@ fn test(extra: &[OsString]) -> i32 {
         "xtask: all {total} test runs passed in {:.0} s",
         started.elapsed().as_secs_f64()
     );
+    0
+}
+
+/// `cargo xtask interop`: only the Redisson interop run of `cargo xtask
+/// test`, with `extra` appended; returns its exit code.
+fn interop(extra: &[OsString]) -> i32 {
+    if let Err(code) = ensure(&[&REDIS_SERVER]) {
+        return code;
+    }
+    let vars = match interop_env() {
+        Ok(Some(vars)) => vars,
+        Ok(None) => return 0,
+        Err(code) => return code,
+    };
+    let runs: Vec<TestRun> = test_runs(extra)
+        .into_iter()
+        .filter(|run| run.interop)
+        .collect();
+    for run in &runs {
+        if let Err(code) = cargo(&run.args, "==>", Some(&vars)) {
+            return code;
+        }
+    }
     0
 }
 
@@ -669,10 +696,11 @@ fn interop_env() -> Result<Option<Vec<(&'static str, OsString)>>, i32> {
     let root = workspace_root();
     let classes = target_dir(&root).join("interop").join("classes");
     compile_driver(&javac, &root.join(DRIVER_SOURCES), &classes, &redisson)?;
-    let classpath = env::join_paths([classes.into_os_string(), redisson]).map_err(|e| {
-        eprintln!("error: cannot build the interop classpath: {e}");
-        1
-    })?;
+    // `redisson` may already be a list (REDISSON_CLASSPATH): append to it
+    // as text, not with `join_paths`, which refuses separators inside.
+    let mut classpath = classes.into_os_string();
+    classpath.push(if cfg!(windows) { ";" } else { ":" });
+    classpath.push(redisson);
     Ok(Some(vec![
         ("LEASEHOLD_JAVA", java.into_os_string()),
         ("LEASEHOLD_INTEROP_CLASSPATH", classpath),
