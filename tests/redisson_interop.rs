@@ -22,6 +22,7 @@ use leasehold_testkit as support;
 
 use std::collections::HashMap;
 use std::env;
+use std::future::Future;
 use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -35,6 +36,7 @@ use support::RedisServer;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
 
 /// The watchdog timeout of both sides (Redisson's `lockWatchdogTimeout`,
 /// leasehold's `watchdog_timeout`): they must agree.
@@ -279,6 +281,54 @@ async fn subscribed(server: &RedisServer, channel: &str, n: u64) {
     tokio::time::sleep(SETTLE).await;
 }
 
+/// The scenario's private redis-server, the Java driver on it and a
+/// leasehold client of it; `None` (after saying so) without Java.
+async fn scene(test: &str) -> Option<(RedisServer, Arc<Java>, Client)> {
+    let server = RedisServer::start();
+    let java = Java::start(test, &server).await?;
+    let client = rust_client(&server).await;
+    Some((server, java, client))
+}
+
+/// Spawns `acquire` and returns, with what it got, the wall-clock µs when
+/// it got it.
+fn timed<T: Send + 'static>(
+    acquire: impl Future<Output = leasehold::Result<T>> + Send + 'static,
+) -> JoinHandle<(u64, T)> {
+    tokio::spawn(async move {
+        let held = acquire.await.unwrap();
+        (now_us(), held)
+    })
+}
+
+/// Totals of a contention loop run by Java threads (replies
+/// "acquisitions violations") and Rust tasks (the same pair), each printed
+/// with `violation` naming what was counted: (Java acquisitions, Rust
+/// acquisitions, violations).
+async fn tally(
+    test: &str,
+    violation: &str,
+    javas: Vec<Pending>,
+    rusts: Vec<JoinHandle<(u64, u64)>>,
+) -> (u64, u64, u64) {
+    let (mut java_total, mut rust_total, mut violations) = (0, 0, 0);
+    for (i, pending) in javas.into_iter().enumerate() {
+        let reply = pending.ok().await;
+        let (n, v) = reply.value.split_once(' ').expect("two numbers");
+        let (n, v): (u64, u64) = (n.parse().unwrap(), v.parse().unwrap());
+        println!("{test}: java thread {i}: {n} acquisitions, {v} {violation}");
+        java_total += n;
+        violations += v;
+    }
+    for (i, task) in rusts.into_iter().enumerate() {
+        let (n, v) = within(HANG, "a rust loop", task).await.unwrap();
+        println!("{test}: rust task {i}: {n} acquisitions, {v} {violation}");
+        rust_total += n;
+        violations += v;
+    }
+    (java_total, rust_total, violations)
+}
+
 /// The Redisson/leasehold unlock channel of a lock.
 fn lock_channel(name: &str) -> String {
     format!("redisson_lock__channel:{{{name}}}")
@@ -293,11 +343,9 @@ fn lock_channel(name: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rlock_excludes_across_java_threads_and_rust_tasks() {
     const TEST: &str = "rlock_exclusion";
-    let server = RedisServer::start();
-    let Some(java) = Java::start(TEST, &server).await else {
+    let Some((server, java, client)) = scene(TEST).await else {
         return;
     };
-    let client = rust_client(&server).await;
     let name = "interop:exclusion";
     let millis = LOOP.as_millis().to_string();
     let mut javas = Vec::new();
@@ -312,21 +360,7 @@ async fn rlock_excludes_across_java_threads_and_rust_tasks() {
         let client = client.clone();
         rusts.push(tokio::spawn(rust_exclusive_loop(client, name.to_owned())));
     }
-    let (mut java_total, mut rust_total, mut overlaps) = (0, 0, 0);
-    for (i, pending) in javas.into_iter().enumerate() {
-        let reply = pending.ok().await;
-        let (n, o) = reply.value.split_once(' ').expect("two numbers");
-        let (n, o): (u64, u64) = (n.parse().unwrap(), o.parse().unwrap());
-        println!("{TEST}: java thread {i}: {n} acquisitions, {o} overlaps");
-        java_total += n;
-        overlaps += o;
-    }
-    for (i, task) in rusts.into_iter().enumerate() {
-        let (n, o) = within(HANG, "rust loop", task).await.unwrap();
-        println!("{TEST}: rust task {i}: {n} acquisitions, {o} overlaps");
-        rust_total += n;
-        overlaps += o;
-    }
+    let (java_total, rust_total, overlaps) = tally(TEST, "overlaps", javas, rusts).await;
     let counter: u64 = server
         .cmd(&["GET", &format!("{name}:counter")])
         .parse()
@@ -375,11 +409,9 @@ async fn rust_exclusive_loop(client: Client, name: String) -> (u64, u64) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rlock_unlock_wakes_the_other_side() {
     const TEST: &str = "rlock_wakeup";
-    let server = RedisServer::start();
-    let Some(java) = Java::start(TEST, &server).await else {
+    let Some((server, java, client)) = scene(TEST).await else {
         return;
     };
-    let client = rust_client(&server).await;
     let name = "interop:wakeup";
     let lock = client.lock(name);
     let channel = lock_channel(name);
@@ -388,13 +420,10 @@ async fn rlock_unlock_wakes_the_other_side() {
     let mut java_to_rust = Vec::new();
     for _ in 0..ROUNDS {
         java.call("j1", &format!("lock lock {name}")).await;
-        let waiter = {
+        let waiter = timed({
             let lock = lock.clone();
-            tokio::spawn(async move {
-                let guard = lock.lock().await.unwrap();
-                (now_us(), guard)
-            })
-        };
+            async move { lock.lock().await }
+        });
         subscribed(&server, &channel, 1).await;
         let unlock = java.call("j1", &format!("unlock lock {name}")).await;
         let (acquired, guard) = within(HANG, "rust waiter", waiter).await.unwrap();
@@ -432,11 +461,9 @@ async fn rlock_unlock_wakes_the_other_side() {
 async fn watchdog_renewals_keep_a_hold_past_the_timeout_both_ways() {
     const TEST: &str = "watchdog";
     const HOLD: Duration = Duration::from_secs(8);
-    let server = RedisServer::start();
-    let Some(java) = Java::start(TEST, &server).await else {
+    let Some((server, java, client)) = scene(TEST).await else {
         return;
     };
-    let client = rust_client(&server).await;
     let name = "interop:watchdog";
     let lock = client.lock(name);
 
@@ -484,23 +511,18 @@ async fn watchdog_renewals_keep_a_hold_past_the_timeout_both_ways() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn force_unlock_wakes_the_other_side() {
     const TEST: &str = "force_unlock";
-    let server = RedisServer::start();
-    let Some(java) = Java::start(TEST, &server).await else {
+    let Some((server, java, client)) = scene(TEST).await else {
         return;
     };
-    let client = rust_client(&server).await;
     let name = "interop:force";
     let lock = client.lock(name);
 
     // Rust holds, a Rust task waits, Java forces.
     let holder = lock.lock().await.unwrap();
-    let waiter = {
+    let waiter = timed({
         let lock = lock.clone();
-        tokio::spawn(async move {
-            let guard = lock.lock().await.unwrap();
-            (now_us(), guard)
-        })
-    };
+        async move { lock.lock().await }
+    });
     subscribed(&server, &lock_channel(name), 1).await;
     let forced = java.call("j1", &format!("force_unlock lock {name}")).await;
     assert_eq!(forced.value, "true");
@@ -550,11 +572,9 @@ async fn force_unlock_wakes_the_other_side() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fenced_tokens_grow_across_both_sides() {
     const TEST: &str = "fenced";
-    let server = RedisServer::start();
-    let Some(java) = Java::start(TEST, &server).await else {
+    let Some((server, java, client)) = scene(TEST).await else {
         return;
     };
-    let client = rust_client(&server).await;
     let name = "interop:fenced";
     let lock = client.fenced_lock(name);
     let mut tokens: Vec<(&str, u64)> = Vec::new();
@@ -600,11 +620,9 @@ async fn fenced_tokens_grow_across_both_sides() {
 async fn semaphore_permits_are_never_exceeded_across_both_sides() {
     const TEST: &str = "semaphore";
     const PERMITS: u64 = 2;
-    let server = RedisServer::start();
-    let Some(java) = Java::start(TEST, &server).await else {
+    let Some((server, java, client)) = scene(TEST).await else {
         return;
     };
-    let client = rust_client(&server).await;
     let name = "interop:sem";
     // Java sets the permits; leasehold reads them.
     let set = java.call("j0", &format!("sem_set {name} {PERMITS}")).await;
@@ -647,21 +665,8 @@ async fn semaphore_permits_are_never_exceeded_across_both_sides() {
             (acquisitions, overs)
         }));
     }
-    let (mut java_total, mut rust_total, mut overs) = (0, 0, 0);
-    for (i, pending) in javas.into_iter().enumerate() {
-        let reply = pending.ok().await;
-        let (n, o) = reply.value.split_once(' ').unwrap();
-        let (n, o): (u64, u64) = (n.parse().unwrap(), o.parse().unwrap());
-        println!("{TEST}: java thread {i}: {n} acquisitions, {o} times above {PERMITS}");
-        java_total += n;
-        overs += o;
-    }
-    for (i, task) in rusts.into_iter().enumerate() {
-        let (n, o) = within(HANG, "rust semaphore loop", task).await.unwrap();
-        println!("{TEST}: rust task {i}: {n} acquisitions, {o} times above {PERMITS}");
-        rust_total += n;
-        overs += o;
-    }
+    let above = format!("times above {PERMITS}");
+    let (java_total, rust_total, overs) = tally(TEST, &above, javas, rusts).await;
     println!(
         "{TEST}: {PERMITS} permits, java {java_total} + rust {rust_total} acquisitions in {LOOP:?}, \
          {overs} times above"
@@ -675,13 +680,10 @@ async fn semaphore_permits_are_never_exceeded_across_both_sides() {
     // A Java release wakes a Rust waiter, and the reverse.
     let a = java.call("j1", &format!("sem_acquire {name}")).await.value;
     let b = java.call("j1", &format!("sem_acquire {name}")).await.value;
-    let waiter = {
+    let waiter = timed({
         let sem = sem.clone();
-        tokio::spawn(async move {
-            let permit = sem.acquire().await.unwrap();
-            (now_us(), permit)
-        })
-    };
+        async move { sem.acquire().await }
+    });
     subscribed(&server, &format!("redisson_sc:{{{name}}}"), 1).await;
     let released = java.call("j1", &format!("sem_release {name} {a}")).await;
     let (acquired, permit) = within(HANG, "rust semaphore waiter", waiter).await.unwrap();
@@ -710,11 +712,9 @@ async fn semaphore_permits_are_never_exceeded_across_both_sides() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn count_down_latch_opens_for_both_sides() {
     const TEST: &str = "latch";
-    let server = RedisServer::start();
-    let Some(java) = Java::start(TEST, &server).await else {
+    let Some((server, java, client)) = scene(TEST).await else {
         return;
     };
-    let client = rust_client(&server).await;
     for (setter, name) in [("java", "interop:latch-j"), ("rust", "interop:latch-r")] {
         let latch = client.count_down_latch(name);
         if setter == "java" {
@@ -788,11 +788,9 @@ async fn count_down_latch_opens_for_both_sides() {
 async fn fair_queue_serves_mixed_waiters_in_arrival_order() {
     const TEST: &str = "fair_queue";
     const SERVED_WITHIN_MS: f64 = 10_000.0;
-    let server = RedisServer::start();
-    let Some(java) = Java::start(TEST, &server).await else {
+    let Some((server, java, client)) = scene(TEST).await else {
         return;
     };
-    let client = rust_client(&server).await;
     let mut failures = Vec::new();
     for (first, name) in [("java", "interop:fair-j"), ("rust", "interop:fair-r")] {
         let order = fair_round(&server, &java, &client, first, name).await;
@@ -915,11 +913,9 @@ async fn fair_round(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn read_write_lock_mixes_readers_and_writers_of_both_sides() {
     const TEST: &str = "rw_mixing";
-    let server = RedisServer::start();
-    let Some(java) = Java::start(TEST, &server).await else {
+    let Some((server, java, client)) = scene(TEST).await else {
         return;
     };
-    let client = rust_client(&server).await;
     let name = "interop:rw";
     let rw = client.read_write_lock(name);
     let channel = format!("redisson_rwlock:{{{name}}}");
@@ -931,13 +927,10 @@ async fn read_write_lock_mixes_readers_and_writers_of_both_sides() {
         rw.write().try_lock().await.unwrap().is_none(),
         "readers exclude a writer"
     );
-    let writer = {
+    let writer = timed({
         let rw = rw.clone();
-        tokio::spawn(async move {
-            let guard = rw.write().lock().await.unwrap();
-            (now_us(), guard)
-        })
-    };
+        async move { rw.write().lock().await }
+    });
     subscribed(&server, &channel, 1).await;
     java.call("j1", &format!("unlock read {name}")).await;
     tokio::time::sleep(SETTLE).await;
@@ -994,13 +987,10 @@ async fn read_write_lock_mixes_readers_and_writers_of_both_sides() {
     );
     // Rust is kept out while Java writes; Java's write unlock wakes a Rust reader.
     assert!(rw.read().try_lock().await.unwrap().is_none());
-    let reader = {
+    let reader = timed({
         let rw = rw.clone();
-        tokio::spawn(async move {
-            let guard = rw.read().lock().await.unwrap();
-            (now_us(), guard)
-        })
-    };
+        async move { rw.read().lock().await }
+    });
     subscribed(&server, &channel, 1).await;
     let unlocked = java.call("j3", &format!("unlock write {name}")).await;
     let (acquired, guard) = within(HANG, "rust reader", reader).await.unwrap();
@@ -1024,11 +1014,9 @@ async fn read_write_lock_mixes_readers_and_writers_of_both_sides() {
 async fn fixed_lease_reader_outlives_a_dead_co_reader_of_the_other_side() {
     const TEST: &str = "rw_dead_co_reader";
     const LEASE: Duration = Duration::from_secs(15);
-    let server = RedisServer::start();
-    let Some(java) = Java::start(TEST, &server).await else {
+    let Some((server, java, client)) = scene(TEST).await else {
         return;
     };
-    let client = rust_client(&server).await;
     let writer_client = rust_client(&server).await;
     let mut failures = Vec::new();
 
@@ -1154,13 +1142,10 @@ async fn a_crashed_holder_of_either_side_lets_the_other_in() {
     // The JVM holding the lock is killed: Rust gets it.
     let client = rust_client(&server).await;
     java.call("j1", &format!("lock lock {name}")).await;
-    let waiter = {
+    let waiter = timed({
         let lock = client.lock(name);
-        tokio::spawn(async move {
-            let guard = lock.lock().await.unwrap();
-            (now_us(), guard)
-        })
-    };
+        async move { lock.lock().await }
+    });
     subscribed(&server, &channel, 1).await;
     tokio::time::sleep(WATCHDOG).await; // past one timeout: renewals kept it
     assert!(!waiter.is_finished(), "java's watchdog kept the lock");
