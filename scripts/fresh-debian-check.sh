@@ -15,7 +15,8 @@
 #      downloaded from crates.io as on a new machine, not taken from the
 #      host's cache;
 #   4. copies a clean `git clone` of this repository's HEAD commit into
-#      /root/leasehold in the chroot (uncommitted changes are not checked);
+#      /root/leasehold in the chroot (uncommitted changes are not checked),
+#      and ../shared/redisson/ (Redisson's jar for the interop run) beside it;
 #   5. checks that redis-server is NOT installed in the chroot;
 #   6. runs, as root in /root/leasehold with a clean environment
 #      (HOME=/root, PATH with /root/.cargo/bin first):
@@ -235,6 +236,13 @@ fi
 
 git clone -q --no-checkout "$REPO" "$ROOT/root/leasehold"
 git -C "$ROOT/root/leasehold" -c advice.detachedHead=false checkout -q --detach "$COMMIT"
+# The Redisson 4.7.0 jar the interop run takes from ../shared/redisson/
+# beside the repository (Java and the Debian jars it runs on are left for
+# xtask to install).
+if [ -d "$REPO/../shared/redisson" ]; then
+    mkdir -p "$ROOT/root/shared"
+    cp -r "$REPO/../shared/redisson" "$ROOT/root/shared/"
+fi
 
 log "the machine"
 in_chroot '. /etc/os-release; echo "  $PRETTY_NAME"; cargo --version; rustc --version; gcc --version | head -1; git --version

@@ -3,6 +3,8 @@
 //! ```text
 //! cargo xtask demo [ARGS…]   the seckill demo: cargo run --example seckill -- ARGS…
 //! cargo xtask test [ARGS…]   the whole test suite, then the feature-gated runs
+//!                            and the Redisson interop run
+//! cargo xtask interop [ARGS…] only the Redisson interop run
 //! cargo xtask help           usage
 //! ```
 //!
@@ -12,6 +14,18 @@
 //! missing and xtask runs as root on a machine with `apt-get` (a fresh
 //! Debian or Ubuntu), it installs the package; otherwise it prints one line
 //! saying what to install and exits with 1.
+//!
+//! `cargo xtask test` also runs `tests/redisson_interop.rs` against the real
+//! Redisson 4.7.0: it finds `java` and `javac` (installing
+//! `openjdk-17-jdk-headless` the same way), builds the Redisson classpath
+//! (`REDISSON_CLASSPATH`, else `../shared/redisson/redisson-4.7.0-locks.jar`
+//! beside the repository plus the Debian jars its README lists, installed
+//! with apt-get when missing), compiles the driver in `interop/java/` into
+//! `target/interop/classes` and hands both to that run through
+//! `LEASEHOLD_JAVA`, `LEASEHOLD_INTEROP_CLASSPATH` and
+//! `LEASEHOLD_INTEROP_REQUIRED=1` (the other runs get none of them, so the
+//! interop tests run once). `LEASEHOLD_INTEROP=skip` leaves the interop run
+//! out, and says so.
 //!
 //! `cargo xtask` is an alias in `.cargo/config.toml`.
 
@@ -29,6 +43,17 @@ struct FeatureRun {
     select: &'static [&'static str],
     /// Built with `--release`.
     release: bool,
+    /// Runs the Redisson interop tests: gets the Java environment and shows
+    /// the tests' output (their figures).
+    interop: bool,
+}
+
+/// One `cargo test` run of `cargo xtask test`.
+struct TestRun {
+    /// The `cargo` arguments.
+    args: Vec<OsString>,
+    /// Gets the Java environment ([`FeatureRun::interop`]).
+    interop: bool,
 }
 
 /// The feature-gated test runs of `cargo xtask test`, in order. A feature
@@ -38,11 +63,13 @@ const FEATURE_RUNS: &[FeatureRun] = &[
         features: "tls-rustls",
         select: &["--test", "tls"],
         release: false,
+        interop: false,
     },
     FeatureRun {
         features: "blocking",
         select: &["--test", "blocking"],
         release: false,
+        interop: false,
     },
     // The blocking API's doc examples (their names contain "blocking"):
     // the workspace run builds without the feature.
@@ -50,6 +77,7 @@ const FEATURE_RUNS: &[FeatureRun] = &[
         features: "blocking",
         select: &["--doc", "blocking"],
         release: false,
+        interop: false,
     },
     // The `metrics` recorder test (the other observability tests run in
     // the workspace run too).
@@ -57,6 +85,7 @@ const FEATURE_RUNS: &[FeatureRun] = &[
         features: "metrics",
         select: &["--test", "observability"],
         release: false,
+        interop: false,
     },
     // Renewal at scale with the 1 s watchdog issue 9 asks for: 10,000
     // leases on a cluster through a slot migration. An optimized build
@@ -66,6 +95,15 @@ const FEATURE_RUNS: &[FeatureRun] = &[
         features: "",
         select: &["--test", "cluster_scale"],
         release: true,
+        interop: false,
+    },
+    // Against the real Redisson 4.7.0 (a Java driver beside a leasehold
+    // client on one redis-server), with the figures shown.
+    FeatureRun {
+        features: "",
+        select: &["--test", "redisson_interop"],
+        release: false,
+        interop: true,
     },
 ];
 
@@ -116,13 +154,23 @@ usage:
   cargo xtask demo [ARGS…]  the seckill demo: cargo run --example seckill -- ARGS…
   cargo xtask test [ARGS…]  the whole test suite; ARGS go to every run:";
 
-const USAGE_TAIL: &str = "  cargo xtask help          this text
+const USAGE_TAIL: &str =
+    "  cargo xtask interop [ARGS…]  only the Redisson interop run (the last above)
+  cargo xtask help          this text
 
 Both first make sure redis-server (test: also redis-cli and openssl) is on
 the PATH or where LEASEHOLD_REDIS_SERVER / LEASEHOLD_REDIS_CLI point. If one
 is missing and this runs as root with apt-get, it runs `apt-get update` and
 `apt-get install -y` for it; otherwise it says what to install and exits 1.
-The demo needs no redis-server when REDIS_URL is set.";
+The demo needs no redis-server when REDIS_URL is set.
+
+The test command's last run is against the real Redisson 4.7.0: it needs
+java and javac (openjdk-17-jdk-headless, installed the same way) and a
+Redisson classpath: REDISSON_CLASSPATH, else
+../shared/redisson/redisson-4.7.0-locks.jar beside the repository and the
+Debian jars its README lists (installed the same way). Without them it
+says what is missing and exits 1; LEASEHOLD_INTEROP=skip leaves that run
+out.";
 
 fn main() {
     let mut args = env::args_os().skip(1);
@@ -136,9 +184,10 @@ fn main() {
         }
         Some("demo") => demo(&rest),
         Some("test") => test(&rest),
+        Some("interop") => interop(&rest),
         Some(other) => {
             eprintln!(
-                "error: unknown subcommand `{other}`; the subcommands are demo, test and help"
+                "error: unknown subcommand `{other}`; the subcommands are demo, test, interop and help"
             );
             2
         }
@@ -151,7 +200,7 @@ fn usage() -> String {
     let mut text = String::from(USAGE_HEAD);
     for run in test_runs(&[]) {
         text.push_str("\n                              cargo ");
-        text.push_str(&shell_words(&run));
+        text.push_str(&shell_words(&run.args));
     }
     text.push('\n');
     text.push_str(USAGE_TAIL);
@@ -171,7 +220,7 @@ fn demo(extra: &[OsString]) -> i32 {
         args.push("--".into());
         args.extend(extra.iter().cloned());
     }
-    match cargo(&args, "==>") {
+    match cargo(&args, "==>", None) {
         Ok(_) => 0,
         Err(code) => code,
     }
@@ -183,12 +232,24 @@ fn test(extra: &[OsString]) -> i32 {
     if let Err(code) = ensure(&[&REDIS_SERVER, &REDIS_CLI, &OPENSSL]) {
         return code;
     }
-    let runs = test_runs(extra);
+    let interop = match interop_env() {
+        Ok(env) => env,
+        Err(code) => return code,
+    };
+    let runs: Vec<TestRun> = test_runs(extra)
+        .into_iter()
+        .filter(|run| !run.interop || interop.is_some())
+        .collect();
     let total = runs.len();
     let started = Instant::now();
     for (i, run) in runs.iter().enumerate() {
         let header = format!("==> [{}/{total}]", i + 1);
-        match cargo(run, &header) {
+        let env = if run.interop {
+            interop.as_deref()
+        } else {
+            None
+        };
+        match cargo(&run.args, &header, env) {
             Ok(secs) => println!("xtask: [{}/{total}] passed in {secs:.0} s", i + 1),
             Err(code) => {
                 eprintln!("xtask: [{}/{total}] failed (exit code {code})", i + 1);
@@ -203,14 +264,40 @@ fn test(extra: &[OsString]) -> i32 {
     0
 }
 
-/// The `cargo` argument lists of `cargo xtask test`, `extra` appended to each.
-fn test_runs(extra: &[OsString]) -> Vec<Vec<OsString>> {
+/// `cargo xtask interop`: only the Redisson interop run of `cargo xtask
+/// test`, with `extra` appended; returns its exit code.
+fn interop(extra: &[OsString]) -> i32 {
+    if let Err(code) = ensure(&[&REDIS_SERVER]) {
+        return code;
+    }
+    let vars = match interop_env() {
+        Ok(Some(vars)) => vars,
+        Ok(None) => return 0,
+        Err(code) => return code,
+    };
+    let runs: Vec<TestRun> = test_runs(extra)
+        .into_iter()
+        .filter(|run| run.interop)
+        .collect();
+    for run in &runs {
+        if let Err(code) = cargo(&run.args, "==>", Some(&vars)) {
+            return code;
+        }
+    }
+    0
+}
+
+/// The `cargo` runs of `cargo xtask test`, `extra` appended to each.
+fn test_runs(extra: &[OsString]) -> Vec<TestRun> {
     let mut workspace: Vec<OsString> = vec!["test".into(), "--workspace".into()];
     for package in EXCLUDED {
         workspace.push("--exclude".into());
         workspace.push((*package).into());
     }
-    let mut runs = vec![workspace];
+    let mut runs = vec![TestRun {
+        args: workspace,
+        interop: false,
+    }];
     for run in FEATURE_RUNS {
         let mut args: Vec<OsString> = vec!["test".into()];
         if run.release {
@@ -221,25 +308,42 @@ fn test_runs(extra: &[OsString]) -> Vec<Vec<OsString>> {
             args.push(run.features.into());
         }
         args.extend(run.select.iter().map(OsString::from));
-        runs.push(args);
+        runs.push(TestRun {
+            args,
+            interop: run.interop,
+        });
     }
     for run in &mut runs {
-        run.extend(extra.iter().cloned());
+        run.args.extend(extra.iter().cloned());
     }
     runs
 }
 
 /// Runs `cargo ARGS` in the workspace root after printing `header` and the
-/// command on one line. Returns the seconds it took, or its exit code.
-fn cargo(args: &[OsString], header: &str) -> Result<f64, i32> {
+/// command on one line, with `interop` as its Java environment (without
+/// one, the interop variables are removed so those tests skip). Returns
+/// the seconds it took, or its exit code.
+fn cargo(
+    args: &[OsString],
+    header: &str,
+    interop: Option<&[(&str, OsString)]>,
+) -> Result<f64, i32> {
     println!("{header} cargo {}", shell_words(args));
     let cargo = env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let started = Instant::now();
-    match Command::new(&cargo)
-        .args(args)
-        .current_dir(workspace_root())
-        .status()
-    {
+    let mut command = Command::new(&cargo);
+    command.args(args).current_dir(workspace_root());
+    match interop {
+        Some(vars) => {
+            command.envs(vars.iter().map(|(k, v)| (k, v)));
+        }
+        None => {
+            for var in INTEROP_VARS {
+                command.env_remove(var);
+            }
+        }
+    }
+    match command.status() {
         Ok(status) if status.success() => Ok(started.elapsed().as_secs_f64()),
         Ok(status) => Err(exit_code(status)),
         Err(e) => {
@@ -445,15 +549,30 @@ fn is_root() -> bool {
 fn apt_install(missing: &[&Tool]) -> Result<(), i32> {
     let names: Vec<&str> = missing.iter().map(|t| t.command).collect();
     let packages = unique(missing.iter().map(|t| t.apt));
+    apt_get(&names.join(", "), &packages)?;
+    for tool in missing {
+        if !matches!(locate(tool), Located::At(_)) {
+            eprintln!(
+                "error: {} is still not on the PATH after apt-get install {}",
+                tool.command, tool.apt
+            );
+            return Err(1);
+        }
+    }
+    Ok(())
+}
+
+/// `apt-get update`, then `apt-get install -y PACKAGES`, saying that `what`
+/// was not found.
+fn apt_get(what: &str, packages: &[&str]) -> Result<(), i32> {
     println!(
-        "xtask: {} not found; installing as root: apt-get update && apt-get install -y {}",
-        names.join(", "),
+        "xtask: {what} not found; installing as root: apt-get update && apt-get install -y {}",
         packages.join(" ")
     );
     let started = Instant::now();
     let steps: [Vec<&str>; 2] = [
         vec!["update", "-q"],
-        [&["install", "-y", "-q"][..], &packages].concat(),
+        [&["install", "-y", "-q"][..], packages].concat(),
     ];
     for args in steps {
         let status = Command::new("apt-get")
@@ -476,21 +595,274 @@ fn apt_install(missing: &[&Tool]) -> Result<(), i32> {
             }
         }
     }
-    for tool in missing {
-        if !matches!(locate(tool), Located::At(_)) {
-            eprintln!(
-                "error: {} is still not on the PATH after apt-get install {}",
-                tool.command, tool.apt
-            );
-            return Err(1);
-        }
-    }
     println!(
         "xtask: installed {} in {:.0} s",
         packages.join(" "),
         started.elapsed().as_secs_f64()
     );
     Ok(())
+}
+
+// --- the Redisson interop run ------------------------------------------------
+
+/// What `cargo xtask test` hands to the interop run, and removes from the
+/// others: the `java` to start, the driver's classpath (the compiled driver
+/// and Redisson), and that a missing Java must fail the tests, not skip them.
+const INTEROP_VARS: [&str; 3] = [
+    "LEASEHOLD_JAVA",
+    "LEASEHOLD_INTEROP_CLASSPATH",
+    "LEASEHOLD_INTEROP_REQUIRED",
+];
+
+/// The JVM that runs the driver.
+const JAVA: Tool = Tool {
+    command: "java",
+    env: Some("LEASEHOLD_JAVA"),
+    apt: "openjdk-17-jdk-headless",
+    brew: "openjdk@17",
+};
+
+/// Compiles the driver.
+const JAVAC: Tool = Tool {
+    command: "javac",
+    env: None,
+    apt: "openjdk-17-jdk-headless",
+    brew: "openjdk@17",
+};
+
+/// Redisson's jar, relative to the repository's parent directory: the real
+/// Redisson 4.7.0, built for Debian 12's jars (its README says how).
+const REDISSON_JAR: &str = "shared/redisson/redisson-4.7.0-locks.jar";
+
+/// Where Debian puts the jars below.
+const DEBIAN_JAR_DIR: &str = "/usr/share/java";
+
+/// The jars Redisson's lock classes run on, as Debian names them in
+/// [`DEBIAN_JAR_DIR`] (`../shared/redisson/README.md`).
+const DEBIAN_JARS: &[&str] = &[
+    "netty-common",
+    "netty-buffer",
+    "netty-transport",
+    "netty-codec",
+    "netty-handler",
+    "netty-resolver",
+    "netty-resolver-dns",
+    "netty-codec-dns",
+    "netty-transport-native-epoll",
+    "netty-transport-native-kqueue",
+    "netty-transport-native-unix-common",
+    "jackson-core",
+    "jackson-databind",
+    "jackson-annotations",
+    "jackson-dataformat-yaml",
+    "snakeyaml",
+    "byte-buddy",
+    "geronimo-jcache-1.0-spec",
+    "reactive-streams",
+    "slf4j-api",
+    "slf4j-simple",
+];
+
+/// The Debian packages that provide [`DEBIAN_JARS`].
+const DEBIAN_JAR_PACKAGES: &[&str] = &[
+    "libnetty-java",
+    "libjackson2-databind-java",
+    "libjackson2-dataformat-yaml",
+    "libyaml-snake-java",
+    "libbyte-buddy-java",
+    "libgeronimo-jcache-1.0-spec-java",
+    "libreactive-streams-java",
+    "libslf4j-java",
+];
+
+/// The driver's sources, relative to the workspace root.
+const DRIVER_SOURCES: &str = "interop/java/src";
+
+/// Gets the interop run ready: Java, the classpath, the compiled driver.
+/// `Ok(None)` when `LEASEHOLD_INTEROP=skip` leaves the run out; `Err`
+/// carries the exit code, the reason printed.
+fn interop_env() -> Result<Option<Vec<(&'static str, OsString)>>, i32> {
+    if env::var_os("LEASEHOLD_INTEROP").is_some_and(|v| v == "skip") {
+        println!(
+            "xtask: LEASEHOLD_INTEROP=skip: the Redisson interop tests (tests/redisson_interop.rs) are NOT run"
+        );
+        return Ok(None);
+    }
+    ensure(&[&JAVA, &JAVAC])?;
+    let (Located::At(java), Located::At(javac)) = (locate(&JAVA), locate(&JAVAC)) else {
+        return Err(1);
+    };
+    let redisson = redisson_classpath()?;
+    let root = workspace_root();
+    let classes = target_dir(&root).join("interop").join("classes");
+    compile_driver(&javac, &root.join(DRIVER_SOURCES), &classes, &redisson)?;
+    // `redisson` may already be a list (REDISSON_CLASSPATH): append to it
+    // as text, not with `join_paths`, which refuses separators inside.
+    let mut classpath = classes.into_os_string();
+    classpath.push(if cfg!(windows) { ";" } else { ":" });
+    classpath.push(redisson);
+    Ok(Some(vec![
+        ("LEASEHOLD_JAVA", java.into_os_string()),
+        ("LEASEHOLD_INTEROP_CLASSPATH", classpath),
+        ("LEASEHOLD_INTEROP_REQUIRED", "1".into()),
+        // The run's point is its figures (wake-up latencies, acquisitions
+        // per side): show the tests' output, as `-- --nocapture` would.
+        ("RUST_TEST_NOCAPTURE", "1".into()),
+    ]))
+}
+
+/// `REDISSON_CLASSPATH`, or Redisson's jar beside the repository joined
+/// with the Debian jars (installed with apt-get as root when missing).
+fn redisson_classpath() -> Result<OsString, i32> {
+    if let Some(classpath) = env::var_os("REDISSON_CLASSPATH") {
+        println!("xtask: Redisson from REDISSON_CLASSPATH");
+        return Ok(classpath);
+    }
+    let root = workspace_root();
+    let jar = root
+        .parent()
+        .map(|parent| parent.join(REDISSON_JAR))
+        .unwrap_or_else(|| PathBuf::from(REDISSON_JAR));
+    if !jar.is_file() {
+        eprintln!(
+            "error: the Redisson interop tests need Redisson 4.7.0 and it is not here: \
+             set REDISSON_CLASSPATH (org.redisson:redisson:4.7.0 and its dependencies) \
+             or put redisson-4.7.0-locks.jar at {} (LEASEHOLD_INTEROP=skip leaves the run out)",
+            jar.display()
+        );
+        return Err(1);
+    }
+    let jars = |names: &[&str]| -> Vec<PathBuf> {
+        names
+            .iter()
+            .map(|name| Path::new(DEBIAN_JAR_DIR).join(format!("{name}.jar")))
+            .collect()
+    };
+    let missing = || -> Vec<&str> {
+        DEBIAN_JARS
+            .iter()
+            .zip(jars(DEBIAN_JARS))
+            .filter(|(_, path)| !path.is_file())
+            .map(|(name, _)| *name)
+            .collect()
+    };
+    if !missing().is_empty() {
+        let what = format!("{DEBIAN_JAR_DIR}/{{{}}}.jar", missing().join(","));
+        if !(is_root() && find_in_path(OsStr::new("apt-get")).is_some()) {
+            eprintln!(
+                "error: {what} not found; install them (Debian/Ubuntu: sudo apt-get install {}) \
+                 or set REDISSON_CLASSPATH",
+                DEBIAN_JAR_PACKAGES.join(" ")
+            );
+            return Err(1);
+        }
+        apt_get(&what, DEBIAN_JAR_PACKAGES)?;
+        if !missing().is_empty() {
+            eprintln!(
+                "error: {DEBIAN_JAR_DIR}/{{{}}}.jar still missing after apt-get install",
+                missing().join(",")
+            );
+            return Err(1);
+        }
+    }
+    println!("xtask: Redisson from {}", jar.display());
+    let mut entries = vec![jar];
+    entries.extend(jars(DEBIAN_JARS));
+    env::join_paths(entries).map_err(|e| {
+        eprintln!("error: cannot build the Redisson classpath: {e}");
+        1
+    })
+}
+
+/// Cargo's target directory: `CARGO_TARGET_DIR`, else `target/` in `root`.
+fn target_dir(root: &Path) -> PathBuf {
+    match env::var_os("CARGO_TARGET_DIR") {
+        Some(dir) => root.join(dir),
+        None => root.join("target"),
+    }
+}
+
+/// Compiles every `.java` file under `sources` into `classes` with
+/// `javac`, unless `classes` is newer than each of them.
+fn compile_driver(
+    javac: &Path,
+    sources: &Path,
+    classes: &Path,
+    classpath: &OsStr,
+) -> Result<(), i32> {
+    let files = java_files(sources);
+    if files.is_empty() {
+        eprintln!("error: no .java files under {}", sources.display());
+        return Err(1);
+    }
+    let stamp = classes.join(".compiled");
+    let built = modified(&stamp);
+    if built.is_some() && files.iter().all(|f| modified(f) < built) {
+        println!("xtask: interop driver up to date in {}", classes.display());
+        return Ok(());
+    }
+    if let Err(e) = std::fs::create_dir_all(classes) {
+        eprintln!("error: cannot create {}: {e}", classes.display());
+        return Err(1);
+    }
+    let started = Instant::now();
+    let status = Command::new(javac)
+        .arg("-encoding")
+        .arg("UTF-8")
+        .arg("-d")
+        .arg(classes)
+        .arg("-cp")
+        .arg(classpath)
+        .args(&files)
+        .status();
+    match status {
+        Ok(s) if s.success() => {}
+        Ok(s) => {
+            eprintln!(
+                "error: javac failed on the interop driver (exit code {})",
+                exit_code(s)
+            );
+            return Err(exit_code(s));
+        }
+        Err(e) => {
+            eprintln!("error: cannot run {}: {e}", javac.display());
+            return Err(1);
+        }
+    }
+    if let Err(e) = std::fs::write(&stamp, b"") {
+        eprintln!("error: cannot write {}: {e}", stamp.display());
+        return Err(1);
+    }
+    println!(
+        "xtask: compiled the interop driver ({} files) into {} in {:.0} s",
+        files.len(),
+        classes.display(),
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// The `.java` files under `dir`, recursively, sorted.
+fn java_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            out.extend(java_files(&path));
+        } else if path.extension().is_some_and(|e| e == "java") {
+            out.push(path);
+        }
+    }
+    out.sort();
+    out
+}
+
+/// A file's modification time, if it has one.
+fn modified(path: &Path) -> Option<std::time::SystemTime> {
+    path.metadata().and_then(|m| m.modified()).ok()
 }
 
 #[cfg(test)]
@@ -506,7 +878,7 @@ mod tests {
         let runs = test_runs(&["--".into(), "--nocapture".into()]);
         assert_eq!(runs.len(), 1 + FEATURE_RUNS.len());
         assert_eq!(
-            strings(&runs[0]),
+            strings(&runs[0].args),
             [
                 "test",
                 "--workspace",
@@ -517,7 +889,7 @@ mod tests {
             ]
         );
         assert_eq!(
-            strings(&runs[1]),
+            strings(&runs[1].args),
             [
                 "test",
                 "--features",
@@ -527,6 +899,29 @@ mod tests {
                 "--",
                 "--nocapture"
             ]
+        );
+    }
+
+    #[test]
+    fn only_the_redisson_run_is_an_interop_run() {
+        let runs = test_runs(&[]);
+        let interop: Vec<Vec<&str>> = runs
+            .iter()
+            .filter(|run| run.interop)
+            .map(|run| strings(&run.args))
+            .collect();
+        assert_eq!(interop, [["test", "--test", "redisson_interop"]]);
+    }
+
+    #[test]
+    fn java_files_finds_the_driver() {
+        let root = workspace_root();
+        let files = java_files(&root.join(DRIVER_SOURCES));
+        assert!(
+            files
+                .iter()
+                .any(|f| f.ends_with("leasehold/interop/Driver.java")),
+            "{files:?}"
         );
     }
 
