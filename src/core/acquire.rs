@@ -223,6 +223,10 @@ impl<T: Target> wait::Attempts for Acquiring<'_, T> {
         boxed
     }
 
+    fn waits_for(&self) -> Option<(&[u8], u64)> {
+        Some((self.target.key().as_bytes(), self.owner))
+    }
+
     fn concluded(&mut self, outcome: &Result<Option<Hold>>) {
         if let Some(observed) = &mut self.observed {
             observed.end(
