@@ -165,7 +165,9 @@ pub(crate) fn parse_record(id: uuid::Uuid, pairs: Vec<(String, String)>) -> Clie
             "watchdog_ms" => r.watchdog_ms = value.parse().ok(),
             f if f.starts_with(WAIT_FIELD) => {
                 let mut parts = value.splitn(3, ' ');
-                if let (Some(field), Some(since), Some(lock)) = (parts.next(), parts.next(), parts.next()) {
+                if let (Some(field), Some(since), Some(lock)) =
+                    (parts.next(), parts.next(), parts.next())
+                {
                     r.waits.push(WaitRecord {
                         field: field.to_owned(),
                         lock: lock.to_owned(),
@@ -176,7 +178,8 @@ pub(crate) fn parse_record(id: uuid::Uuid, pairs: Vec<(String, String)>) -> Clie
             _ => {}
         }
     }
-    r.waits.sort_by(|a, b| (a.since_ms, &a.field).cmp(&(b.since_ms, &b.field)));
+    r.waits
+        .sort_by(|a, b| (a.since_ms, &a.field).cmp(&(b.since_ms, &b.field)));
     r
 }
 
@@ -205,7 +208,10 @@ pub(crate) fn owner_of(field: &str) -> &str {
 /// The cycles of the wait-for graph made of `waits` and `holders` (lock
 /// key → its holder fields), each once. A field with several waits counts
 /// each of them.
-pub(crate) fn find_cycles(waits: &[Wait], holders: &BTreeMap<String, Vec<String>>) -> Vec<Deadlock> {
+pub(crate) fn find_cycles(
+    waits: &[Wait],
+    holders: &BTreeMap<String, Vec<String>>,
+) -> Vec<Deadlock> {
     // field → [(lock waited for, field holding it)]
     let mut edges: BTreeMap<&str, Vec<(&str, &str)>> = BTreeMap::new();
     for w in waits {
@@ -216,7 +222,12 @@ pub(crate) fn find_cycles(waits: &[Wait], holders: &BTreeMap<String, Vec<String>
             }
         }
     }
-    let app_of = |field: &str| waits.iter().find(|w| w.field == field).and_then(|w| w.app.clone());
+    let app_of = |field: &str| {
+        waits
+            .iter()
+            .find(|w| w.field == field)
+            .and_then(|w| w.app.clone())
+    };
     let mut seen = std::collections::HashSet::new();
     let mut cycles = Vec::new();
     // Depth-first from each field, keeping only cycles whose smallest
@@ -246,6 +257,9 @@ pub(crate) fn find_cycles(waits: &[Wait], holders: &BTreeMap<String, Vec<String>
     cycles
 }
 
+/// A path of the graph: (field, the lock it waits for) per step.
+type Path<'a> = [(&'a str, &'a str)];
+
 /// Extends `path` from `at`; calls `found` for each path back to `start`
 /// through fields not smaller than it.
 fn walk<'a>(
@@ -253,7 +267,7 @@ fn walk<'a>(
     at: &'a str,
     edges: &BTreeMap<&'a str, Vec<(&'a str, &'a str)>>,
     path: &mut Vec<(&'a str, &'a str)>,
-    found: &mut dyn FnMut(&[(&'a str, &'a str)]),
+    found: &mut dyn FnMut(&Path<'a>),
 ) {
     // Bounded: a cycle longer than this is not reported.
     if path.len() >= 16 {

@@ -45,12 +45,19 @@ async fn records_appear_and_vanish_with_their_clients() {
     assert_eq!(r.version.as_deref(), Some(env!("CARGO_PKG_VERSION")));
     assert_eq!(r.watchdog_ms, Some(300));
     assert!(r.waits.is_empty());
-    let pttl: i64 = server.cmd(&["PTTL", &record_key(&a)]).trim().parse().unwrap();
+    let pttl: i64 = server
+        .cmd(&["PTTL", &record_key(&a)])
+        .trim()
+        .parse()
+        .unwrap();
     assert!(pttl > 0 && pttl <= 300, "TTL three renew intervals: {pttl}");
     // Several TTLs later it is still there: the watchdog renews it, with
     // no lock held.
     tokio::time::sleep(Duration::from_millis(1200)).await;
-    assert!(record_of(&a).await.is_some(), "renewed by the watchdog's cycle");
+    assert!(
+        record_of(&a).await.is_some(),
+        "renewed by the watchdog's cycle"
+    );
 
     // The default app name is the executable's.
     let b = client_with(&server, short).await;
@@ -77,7 +84,8 @@ async fn a_long_wait_is_recorded_and_leaves_no_record() {
     let server = RedisServer::start();
     let a = client_with(&server, |b| b.app_name("holder")).await;
     let b = client_with(&server, |b| {
-        b.app_name("waiter").record_waits_after(Duration::from_millis(200))
+        b.app_name("waiter")
+            .record_waits_after(Duration::from_millis(200))
     })
     .await;
     let held = a.lock("orders").lock().await.unwrap();
@@ -85,7 +93,7 @@ async fn a_long_wait_is_recorded_and_leaves_no_record() {
     // Cancelled.
     let owner = Owner::new();
     let lock = b.lock("orders");
-    let waiter = tokio::spawn(owner.clone().scope(async move { lock.lock().await.map(drop) }));
+    let waiter = tokio::spawn(owner.scope(async move { lock.lock().await.map(drop) }));
     let mut seen = None;
     within(HANG, "the long wait is recorded", async {
         while seen.is_none() {
@@ -116,7 +124,10 @@ async fn a_long_wait_is_recorded_and_leaves_no_record() {
     })
     .await;
     held.unlock().await.unwrap();
-    within(HANG, "the waiter gets the lock", waiter).await.unwrap().unwrap();
+    within(HANG, "the waiter gets the lock", waiter)
+        .await
+        .unwrap()
+        .unwrap();
     within(HANG, "a finished wait leaves no record", async {
         while !record_of(&b).await.unwrap().waits.is_empty() {
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -131,7 +142,10 @@ async fn a_long_wait_is_recorded_and_leaves_no_record() {
     let waiter = tokio::spawn(async move { lock.lock().await.map(drop) });
     tokio::time::sleep(Duration::from_millis(30)).await;
     held.unlock().await.unwrap();
-    within(HANG, "the short waiter gets the lock", waiter).await.unwrap().unwrap();
+    within(HANG, "the short waiter gets the lock", waiter)
+        .await
+        .unwrap()
+        .unwrap();
     tokio::time::sleep(Duration::from_millis(400)).await;
     assert_eq!(calls(&server, "hset"), hsets, "a short wait writes nothing");
 
@@ -146,7 +160,12 @@ async fn peer_process() {
     let Ok(url) = std::env::var("LEASEHOLD_OPERATORS_PEER") else {
         return;
     };
-    let c = Client::builder().url(&url).app_name("peer").build().await.unwrap();
+    let c = Client::builder()
+        .url(&url)
+        .app_name("peer")
+        .build()
+        .await
+        .unwrap();
     let _y = c.lock("y").lock().await.unwrap();
     println!("HOLDING y");
     // Waits for x (held by the parent) until the parent kills it.
@@ -158,7 +177,10 @@ struct Reap(u32);
 
 impl Drop for Reap {
     fn drop(&mut self) {
-        let _ = Command::new("kill").arg("-9").arg(self.0.to_string()).status();
+        let _ = Command::new("kill")
+            .arg("-9")
+            .arg(self.0.to_string())
+            .status();
     }
 }
 
@@ -172,7 +194,7 @@ async fn an_abba_cycle_across_processes_is_reported() {
     let c = client_with(&server, |b| b.app_name("parent")).await;
     // One owner holds x and then waits for y.
     let owner = Owner::new();
-    let x = owner.clone().scope(c.lock("x").lock()).await.unwrap();
+    let x = owner.scope(c.lock("x").lock()).await.unwrap();
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args(["peer_process", "--exact", "--nocapture", "--test-threads=1"])
         .env("LEASEHOLD_OPERATORS_PEER", server.url())
@@ -188,7 +210,7 @@ async fn an_abba_cycle_across_processes_is_reported() {
     assert!(within(HANG, "the peer holds y", holding).await.unwrap());
 
     let lock = c.lock("y");
-    let waiter = tokio::spawn(owner.clone().scope(async move { lock.lock().await.map(drop) }));
+    let waiter = tokio::spawn(owner.scope(async move { lock.lock().await.map(drop) }));
     let closed = tokio::time::Instant::now();
     let cycles = within(HANG, "the cycle is reported", async {
         loop {
@@ -229,7 +251,9 @@ async fn an_abba_cycle_across_processes_is_reported() {
 #[tokio::test]
 async fn detection_fails_exactly_one_wait_of_a_cycle() {
     let server = RedisServer::start();
-    let detect = |app: &'static str| move |b: leasehold::ClientBuilder| b.app_name(app).detect_deadlocks(true);
+    let detect = |app: &'static str| {
+        move |b: leasehold::ClientBuilder| b.app_name(app).detect_deadlocks(true)
+    };
     let a = client_with(&server, detect("alpha")).await;
     let b = client_with(&server, detect("beta")).await;
     let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(2));
@@ -250,7 +274,10 @@ async fn detection_fails_exactly_one_wait_of_a_cycle() {
     })
     .await;
     let (ra, rb) = (ra.unwrap(), rb.unwrap());
-    println!("alpha: {:?} after {:?}; beta: {:?} after {:?}", ra.0, ra.1, rb.0, rb.1);
+    println!(
+        "alpha: {:?} after {:?}; beta: {:?} after {:?}",
+        ra.0, ra.1, rb.0, rb.1
+    );
     let failed: Vec<_> = [&ra.0, &rb.0].into_iter().filter(|r| r.is_err()).collect();
     assert_eq!(failed.len(), 1, "exactly one wait fails: {ra:?} {rb:?}");
     match failed[0] {
@@ -258,7 +285,11 @@ async fn detection_fails_exactly_one_wait_of_a_cycle() {
             assert!(name == "x" || name == "y", "{name}");
             assert_eq!(cycle.members.len(), 2, "{cycle:?}");
             let loser = if ra.0.is_err() { &ra } else { &rb };
-            println!("deadlock detected {:?} after the wait began: {}", loser.1, failed[0].as_ref().unwrap_err());
+            println!(
+                "deadlock detected {:?} after the wait began: {}",
+                loser.1,
+                failed[0].as_ref().unwrap_err()
+            );
             assert!(loser.1 < Duration::from_secs(8), "{:?}", loser.1);
         }
         other => panic!("not a deadlock error: {other:?}"),
@@ -276,4 +307,54 @@ async fn detection_fails_exactly_one_wait_of_a_cycle() {
     assert!(a.deadlocks().await.unwrap().is_empty());
     a.shutdown().await.unwrap();
     b.shutdown().await.unwrap();
+}
+
+/// On a cluster: the records of clients are found on every primary (their
+/// keys spread over slots), and an ABBA cycle over locks on different
+/// nodes is reported and broken as on one server.
+#[tokio::test]
+async fn records_and_deadlocks_on_a_cluster() {
+    let cluster = support::cluster::RedisCluster::start(3, 0);
+    let connect = |app: &'static str| {
+        Client::builder()
+            .url(&cluster.url())
+            .app_name(app)
+            .record_waits_after(Duration::from_millis(200))
+            .detect_deadlocks(true)
+            .build()
+    };
+    let clients = [
+        connect("c0").await.unwrap(),
+        connect("c1").await.unwrap(),
+        connect("c2").await.unwrap(),
+    ];
+    let seen = client_records(clients[0].redis()).await.unwrap();
+    for c in &clients {
+        assert!(seen.iter().any(|r| r.id == c.id()), "{seen:?}");
+    }
+    // Two lock names on different primaries.
+    let (x, y) = ("orders:1", "orders:2");
+    assert_ne!(cluster.primary_for_key(x), cluster.primary_for_key(y));
+    let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(2));
+    let cross = |c: Client, first: &'static str, second: &'static str| {
+        let barrier = barrier.clone();
+        tokio::spawn(async move {
+            let _first = c.lock(first).lock().await.unwrap();
+            barrier.wait().await;
+            c.lock(second).lock().await.map(drop)
+        })
+    };
+    let ta = cross(clients[0].clone(), x, y);
+    let tb = cross(clients[1].clone(), y, x);
+    let (ra, rb) = within(HANG, "the cycle is broken", async { tokio::join!(ta, tb) }).await;
+    let (ra, rb) = (ra.unwrap(), rb.unwrap());
+    assert_eq!(
+        [&ra, &rb].iter().filter(|r| matches!(r, Err(Error::Deadlock { .. }))).count(),
+        1,
+        "{ra:?} {rb:?}"
+    );
+    assert!(ra.is_ok() || rb.is_ok(), "{ra:?} {rb:?}");
+    for c in &clients {
+        c.shutdown().await.unwrap();
+    }
 }

@@ -18,7 +18,9 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use fred::interfaces::{ClientLike, HashesInterface, KeysInterface, ListInterface, LuaInterface, SortedSetsInterface};
+use fred::interfaces::{
+    ClientLike, HashesInterface, KeysInterface, ListInterface, LuaInterface, SortedSetsInterface,
+};
 use fred::prelude::Client as Redis;
 use fred::types::{Key, Value};
 use futures_util::TryStreamExt;
@@ -183,9 +185,15 @@ fn text(v: &Value) -> Option<String> {
 
 async fn scan_all(redis: &Redis) -> Result<Vec<String>> {
     let keys: Vec<Key> = if redis.is_clustered() {
-        redis.scan_cluster_buffered("*", Some(1000), None).try_collect().await?
+        redis
+            .scan_cluster_buffered("*", Some(1000), None)
+            .try_collect()
+            .await?
     } else {
-        redis.scan_buffered("*", Some(1000), None).try_collect().await?
+        redis
+            .scan_buffered("*", Some(1000), None)
+            .try_collect()
+            .await?
     };
     Ok(keys.into_iter().filter_map(|k| k.into_string()).collect())
 }
@@ -264,7 +272,11 @@ pub(crate) async fn inspect_exact(redis: &Redis, name: &str) -> Result<Vec<Objec
     build(redis, present, |n| n == name).await
 }
 
-async fn build(redis: &Redis, keys: Vec<String>, wanted: impl Fn(&str) -> bool) -> Result<Vec<Object>> {
+async fn build(
+    redis: &Redis,
+    keys: Vec<String>,
+    wanted: impl Fn(&str) -> bool,
+) -> Result<Vec<Object>> {
     let l = layout(redis, keys).await?;
     let records: HashMap<String, ClientRecord> = leasehold::client_records(redis)
         .await?
@@ -338,7 +350,11 @@ async fn build(redis: &Redis, keys: Vec<String>, wanted: impl Fn(&str) -> bool) 
         let Some(count) = value.and_then(|v| v.trim().parse::<i64>().ok()) else {
             continue;
         };
-        let kind = if l.permits.contains_key(key) { "semaphore" } else { "latch" };
+        let kind = if l.permits.contains_key(key) {
+            "semaphore"
+        } else {
+            "latch"
+        };
         objects.insert(
             key.clone(),
             Object {
@@ -386,7 +402,7 @@ async fn build(redis: &Redis, keys: Vec<String>, wanted: impl Fn(&str) -> bool) 
                 });
             }
         }
-        o.waiters.sort_by(|a, b| b.waiting_ms.cmp(&a.waiting_ms));
+        o.waiters.sort_by_key(|w| std::cmp::Reverse(w.waiting_ms));
     }
     Ok(objects.into_values().collect())
 }
@@ -409,7 +425,9 @@ fn holder(field: &str, value: &str, records: &HashMap<String, ClientRecord>) -> 
 
 /// A ZRANGE … WITHSCORES reply as (member, score) pairs (RESP2 or 3).
 fn pairs(reply: Value) -> Vec<(Value, f64)> {
-    let Value::Array(items) = reply else { return Vec::new() };
+    let Value::Array(items) = reply else {
+        return Vec::new();
+    };
     let score = |v: &Value| text(v).and_then(|s| s.parse::<f64>().ok()).unwrap_or(0.0);
     if items.iter().all(|i| matches!(i, Value::Array(_))) {
         return items
@@ -430,9 +448,18 @@ fn pairs(reply: Value) -> Vec<(Value, f64)> {
         .collect()
 }
 
-async fn permits(redis: &Redis, sets: &BTreeMap<String, String>, name: &str, now: u64) -> Result<Vec<PermitOut>> {
-    let Some(key) = sets.get(name) else { return Ok(Vec::new()) };
-    let reply: Value = redis.zrange(key.as_str(), 0, -1, None, false, None, true).await?;
+async fn permits(
+    redis: &Redis,
+    sets: &BTreeMap<String, String>,
+    name: &str,
+    now: u64,
+) -> Result<Vec<PermitOut>> {
+    let Some(key) = sets.get(name) else {
+        return Ok(Vec::new());
+    };
+    let reply: Value = redis
+        .zrange(key.as_str(), 0, -1, None, false, None, true)
+        .await?;
     Ok(pairs(reply)
         .into_iter()
         .map(|(id, score)| PermitOut {
@@ -452,7 +479,9 @@ async fn queue(
     records: &HashMap<String, ClientRecord>,
     now: u64,
 ) -> Result<Vec<Queued>> {
-    let Some(list) = l.queues.get(name) else { return Ok(Vec::new()) };
+    let Some(list) = l.queues.get(name) else {
+        return Ok(Vec::new());
+    };
     let fields: Vec<String> = redis.lrange(list.as_str(), 0, -1).await?;
     let mut out = Vec::with_capacity(fields.len());
     for field in fields {
@@ -477,19 +506,31 @@ async fn queue(
 /// Frees `o`: deletes what holds it and wakes its waiters, as the kind's
 /// force unlock does. Whether anything was freed.
 pub(crate) async fn force_unlock(redis: &Redis, o: &Object) -> Result<bool> {
-    let publish = if redis.is_clustered() { "spublish" } else { "publish" };
+    let publish = if redis.is_clustered() {
+        "spublish"
+    } else {
+        "publish"
+    };
     const DEL_AND_PUBLISH: &str = "if redis.call('del', KEYS[1]) == 1 then \
         redis.call(ARGV[2], KEYS[2], ARGV[1]) return 1 end return 0";
     let n = &o.name;
     let freed: i64 = match o.kind {
         "lock" | "fenced_lock" => {
             redis
-                .eval(DEL_AND_PUBLISH, vec![n.clone(), prefixed("redisson_lock__channel", n)], vec!["0", publish])
+                .eval(
+                    DEL_AND_PUBLISH,
+                    vec![n.clone(), prefixed("redisson_lock__channel", n)],
+                    vec!["0", publish],
+                )
                 .await?
         }
         "rw_lock" => {
             redis
-                .eval(DEL_AND_PUBLISH, vec![n.clone(), prefixed("redisson_rwlock", n)], vec!["1", publish])
+                .eval(
+                    DEL_AND_PUBLISH,
+                    vec![n.clone(), prefixed("redisson_rwlock", n)],
+                    vec!["1", publish],
+                )
                 .await?
         }
         "fair_lock" => {
@@ -497,7 +538,13 @@ pub(crate) async fn force_unlock(redis: &Redis, o: &Object) -> Result<bool> {
             // re-check by themselves.
             let head = o.queue.first().map(|q| q.field.clone()).unwrap_or_default();
             let channel = format!("{}:{head}", prefixed("redisson_lock__channel", n));
-            redis.eval(DEL_AND_PUBLISH, vec![n.clone(), channel], vec!["0", publish]).await?
+            redis
+                .eval(
+                    DEL_AND_PUBLISH,
+                    vec![n.clone(), channel],
+                    vec!["0", publish],
+                )
+                .await?
         }
         "semaphore" => {
             const RELEASE_ALL: &str = "local n = redis.call('zcard', KEYS[2]) \
@@ -508,14 +555,24 @@ pub(crate) async fn force_unlock(redis: &Redis, o: &Object) -> Result<bool> {
             redis
                 .eval(
                     RELEASE_ALL,
-                    vec![n.clone(), suffixed(n, "timeout"), prefixed("redisson_sc", n)],
+                    vec![
+                        n.clone(),
+                        suffixed(n, "timeout"),
+                        prefixed("redisson_sc", n),
+                    ],
                     vec![publish],
                 )
                 .await?
         }
         "latch" => {
             let channel = format!("redisson_countdownlatch__channel__{{{n}}}");
-            redis.eval(DEL_AND_PUBLISH, vec![n.clone(), channel], vec!["0", publish]).await?
+            redis
+                .eval(
+                    DEL_AND_PUBLISH,
+                    vec![n.clone(), channel],
+                    vec!["0", publish],
+                )
+                .await?
         }
         _ => 0,
     };
@@ -562,7 +619,14 @@ pub(crate) fn table(objects: &[Object], _now: u64) -> String {
         let mut holders: Vec<String> = o
             .holders
             .iter()
-            .map(|h| format!("{} x{} {}", short(&h.field), h.holds, who(&h.app, &h.host, h.pid)))
+            .map(|h| {
+                format!(
+                    "{} x{} {}",
+                    short(&h.field),
+                    h.holds,
+                    who(&h.app, &h.host, h.pid)
+                )
+            })
             .collect();
         if let Some(mode) = &o.mode {
             holders.insert(0, format!("[{mode}]"));
@@ -574,7 +638,11 @@ pub(crate) fn table(objects: &[Object], _now: u64) -> String {
                 o.count.unwrap_or(0),
                 o.permits
                     .iter()
-                    .map(|p| format!(" {}…({})", &p.id[..p.id.len().min(8)], p.expires_in_ms.map_or("no expiry".into(), ms)))
+                    .map(|p| format!(
+                        " {}…({})",
+                        &p.id[..p.id.len().min(8)],
+                        p.expires_in_ms.map_or("no expiry".into(), ms)
+                    ))
                     .collect::<String>()
             )),
             "latch" => holders.push(format!("count {}", o.count.unwrap_or(0))),
@@ -584,14 +652,25 @@ pub(crate) fn table(objects: &[Object], _now: u64) -> String {
         let mut waiters: Vec<String> = o
             .waiters
             .iter()
-            .map(|w| format!("{} {} {}", short(&w.field), w.app.as_deref().unwrap_or("?"), ms(w.waiting_ms as i64)))
+            .map(|w| {
+                format!(
+                    "{} {} {}",
+                    short(&w.field),
+                    w.app.as_deref().unwrap_or("?"),
+                    ms(w.waiting_ms as i64)
+                )
+            })
             .collect();
         if !o.queue.is_empty() {
             waiters.push(format!(
                 "queue: {}",
                 o.queue
                     .iter()
-                    .map(|q| format!("{} {}", short(&q.field), q.app.as_deref().unwrap_or("foreign")))
+                    .map(|q| format!(
+                        "{} {}",
+                        short(&q.field),
+                        q.app.as_deref().unwrap_or("foreign")
+                    ))
                     .collect::<Vec<_>>()
                     .join(" < ")
             ));
@@ -600,8 +679,16 @@ pub(crate) fn table(objects: &[Object], _now: u64) -> String {
             o.name.clone(),
             o.kind.to_owned(),
             ms(o.ttl_ms),
-            if holders.is_empty() { "-".to_owned() } else { holders.join(", ") },
-            if waiters.is_empty() { "-".to_owned() } else { waiters.join(", ") },
+            if holders.is_empty() {
+                "-".to_owned()
+            } else {
+                holders.join(", ")
+            },
+            if waiters.is_empty() {
+                "-".to_owned()
+            } else {
+                waiters.join(", ")
+            },
         ]);
     }
     render(&rows)
@@ -700,7 +787,10 @@ mod tests {
         assert!(glob("o[a-z]ders", "orders"));
         assert_eq!(untag("{x}"), "x");
         assert_eq!(untag("{a}b"), "{a}b");
-        assert_eq!(prefixed("redisson_lock_queue", "x"), "redisson_lock_queue:{x}");
+        assert_eq!(
+            prefixed("redisson_lock_queue", "x"),
+            "redisson_lock_queue:{x}"
+        );
         assert_eq!(suffixed("x", "timeout"), "{x}:timeout");
         assert!(holder_shaped("3f:1"));
         assert!(holder_shaped("3f:1:write"));

@@ -44,7 +44,9 @@ fn cli() -> Command {
         .default_value("*")
         .help("glob over object names (* ? [..])");
     Command::new("leasehold")
-        .about("Operate leasehold / Redisson locks on a Redis: who holds what, who waits, deadlocks")
+        .about(
+            "Operate leasehold / Redisson locks on a Redis: who holds what, who waits, deadlocks",
+        )
         .version(env!("CARGO_PKG_VERSION"))
         .subcommand_required(true)
         .subcommand(
@@ -89,7 +91,10 @@ fn cli() -> Command {
 
 fn main() -> ExitCode {
     let matches = cli().get_matches();
-    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(r) => r,
         Err(e) => return fail(e.into()),
     };
@@ -110,7 +115,12 @@ async fn run(matches: ArgMatches) -> Result<ExitCode> {
         .get_one::<String>("url")
         .ok_or("no Redis URL: give --url or set REDIS_URL")?;
     let redis = connect(url).await?;
-    let json = sub.try_get_one::<bool>("json").ok().flatten().copied().unwrap_or(false);
+    let json = sub
+        .try_get_one::<bool>("json")
+        .ok()
+        .flatten()
+        .copied()
+        .unwrap_or(false);
     let code = match name {
         "inspect" => {
             let pattern = sub.get_one::<String>("pattern").expect("default");
@@ -219,7 +229,13 @@ async fn clients(redis: &Redis, json: bool) -> Result<()> {
         let waits: Vec<String> = r
             .waits
             .iter()
-            .map(|w| format!("{} {}", w.lock, inspect::ms(now.saturating_sub(w.since_ms) as i64)))
+            .map(|w| {
+                format!(
+                    "{} {}",
+                    w.lock,
+                    inspect::ms(now.saturating_sub(w.since_ms) as i64)
+                )
+            })
             .collect();
         rows.push([
             r.id.to_string(),
@@ -230,7 +246,11 @@ async fn clients(redis: &Redis, json: bool) -> Result<()> {
             r.started_ms
                 .map(|s| inspect::ms(now.saturating_sub(s) as i64))
                 .unwrap_or_default(),
-            if waits.is_empty() { "-".to_owned() } else { waits.join(", ") },
+            if waits.is_empty() {
+                "-".to_owned()
+            } else {
+                waits.join(", ")
+            },
         ]);
     }
     print!("{}", inspect::render(&rows));
@@ -241,7 +261,9 @@ async fn clients(redis: &Redis, json: bool) -> Result<()> {
 async fn unlock(redis: &Redis, name: &str) -> Result<String> {
     let objects = inspect::inspect_exact(redis, name).await?;
     let Some(object) = objects.into_iter().next() else {
-        return Ok(format!("nothing to unlock: no lock-family object named `{name}`"));
+        return Ok(format!(
+            "nothing to unlock: no lock-family object named `{name}`"
+        ));
     };
     let freed = inspect::force_unlock(redis, &object).await?;
     Ok(describe_freed(&object, freed))

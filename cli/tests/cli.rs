@@ -15,7 +15,10 @@ use support::RedisServer;
 const BIN: &str = env!("CARGO_BIN_EXE_leasehold");
 
 fn run(args: &[&str]) -> Output {
-    Command::new(BIN).args(args).output().expect("run leasehold")
+    Command::new(BIN)
+        .args(args)
+        .output()
+        .expect("run leasehold")
 }
 
 fn stdout(o: &Output) -> String {
@@ -62,7 +65,7 @@ async fn inspect_json_lists_every_kind() {
     let _fair = c.fair_lock("k:fair").lock().await.unwrap();
     let fair = c.fair_lock("k:fair");
     let waiter_owner = Owner::new();
-    let fair_waiter = tokio::spawn(waiter_owner.clone().scope(async move { fair.lock().await.map(drop) }));
+    let fair_waiter = tokio::spawn(waiter_owner.scope(async move { fair.lock().await.map(drop) }));
     let _fenced = c.fenced_lock("k:fenced").lock().await.unwrap();
     let _read = c.read_write_lock("k:rw").read().lock().await.unwrap();
     let sem = c.semaphore("k:sem");
@@ -72,16 +75,34 @@ async fn inspect_json_lists_every_kind() {
     assert!(latch.try_set_count(2).await.unwrap());
     // A Redisson service's hold: its client has no record here.
     let java = format!("{}:57", uuid::Uuid::new_v4());
-    let _: i64 = c.redis().hset("k:redisson", (java.as_str(), 1)).await.unwrap();
+    let _: i64 = c
+        .redis()
+        .hset("k:redisson", (java.as_str(), 1))
+        .await
+        .unwrap();
     let _: i64 = c.redis().pexpire("k:redisson", 30_000, None).await.unwrap();
 
     // The fair waiter's wait is recorded after 100 ms.
     let waiter_field = format!("{}:{}", c.id(), waiter_owner.id());
     let objects = loop {
-        let out = run_async(vec!["inspect".into(), "--json".into(), "--url".into(), url.clone(), "k:*".into()]).await;
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let out = run_async(vec![
+            "inspect".into(),
+            "--json".into(),
+            "--url".into(),
+            url.clone(),
+            "k:*".into(),
+        ])
+        .await;
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let objects = by_name(&stdout(&out));
-        if objects["k:fair"]["waiters"].as_array().is_some_and(|w| !w.is_empty()) {
+        if objects["k:fair"]["waiters"]
+            .as_array()
+            .is_some_and(|w| !w.is_empty())
+        {
             break objects;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -126,7 +147,9 @@ async fn inspect_json_lists_every_kind() {
     assert_eq!(fair["queue"][0]["field"], waiter_field.as_str());
 
     assert_eq!(objects["k:fenced"]["holders"][0]["field"], me.as_str());
-    assert!(objects["k:fenced"]["token"].as_i64().is_some_and(|t| t >= 1));
+    assert!(objects["k:fenced"]["token"]
+        .as_i64()
+        .is_some_and(|t| t >= 1));
     assert_eq!(objects["k:rw"]["mode"], "read");
     assert_eq!(objects["k:rw"]["holders"][0]["field"], me.as_str());
     assert_eq!(objects["k:sem"]["available"], 2);
@@ -134,7 +157,13 @@ async fn inspect_json_lists_every_kind() {
     assert_eq!(objects["k:latch"]["count"], 2);
 
     // The table, as an operator reads it.
-    let table = run_async(vec!["inspect".into(), "--url".into(), url.clone(), "k:*".into()]).await;
+    let table = run_async(vec![
+        "inspect".into(),
+        "--url".into(),
+        url.clone(),
+        "k:*".into(),
+    ])
+    .await;
     let table = stdout(&table);
     println!("{table}");
     assert!(table.starts_with("NAME"), "{table}");
@@ -169,14 +198,31 @@ async fn deadlocks_exit_status_and_json() {
     let tb = cross(b.clone(), "y", "x");
     let started = tokio::time::Instant::now();
     let out = loop {
-        let out = run_async(vec!["deadlocks".into(), "--json".into(), "--url".into(), url.clone()]).await;
+        let out = run_async(vec![
+            "deadlocks".into(),
+            "--json".into(),
+            "--url".into(),
+            url.clone(),
+        ])
+        .await;
         if out.status.code() == Some(3) {
             break out;
         }
-        assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
-        assert!(started.elapsed() < Duration::from_secs(30), "no cycle reported");
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "no cycle reported"
+        );
     };
-    println!("`leasehold deadlocks` saw the cycle after {:?}", started.elapsed());
+    println!(
+        "`leasehold deadlocks` saw the cycle after {:?}",
+        started.elapsed()
+    );
     let lines: Vec<Json> = stdout(&out)
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
@@ -185,7 +231,10 @@ async fn deadlocks_exit_status_and_json() {
     let cycle = lines[0]["cycle"].as_array().unwrap();
     assert_eq!(cycle.len(), 2);
     let apps: Vec<&str> = cycle.iter().map(|m| m["app"].as_str().unwrap()).collect();
-    assert!(apps.contains(&"alpha") && apps.contains(&"beta"), "{apps:?}");
+    assert!(
+        apps.contains(&"alpha") && apps.contains(&"beta"),
+        "{apps:?}"
+    );
     for m in cycle {
         assert!(m["holds"] == "x" || m["holds"] == "y");
         assert_ne!(m["holds"], m["waits_for"]);
@@ -203,7 +252,13 @@ async fn clients_and_force_unlock() {
     let server = RedisServer::start();
     let url = server.url();
     let c = client(&server, "holder-app").await;
-    let out = run_async(vec!["clients".into(), "--json".into(), "--url".into(), url.clone()]).await;
+    let out = run_async(vec![
+        "clients".into(),
+        "--json".into(),
+        "--url".into(),
+        url.clone(),
+    ])
+    .await;
     let line = stdout(&out);
     let rec: Json = serde_json::from_str(line.lines().next().unwrap()).unwrap();
     assert_eq!(rec["id"], c.id().to_string().as_str());
@@ -213,10 +268,20 @@ async fn clients_and_force_unlock() {
     assert!(table.contains("holder-app"), "{table}");
 
     let guard = c.lock("stuck").lock().await.unwrap();
-    let out = run_async(vec!["unlock".into(), "--force".into(), "--url".into(), url.clone(), "stuck".into()]).await;
+    let out = run_async(vec![
+        "unlock".into(),
+        "--force".into(),
+        "--url".into(),
+        url.clone(),
+        "stuck".into(),
+    ])
+    .await;
     assert!(out.status.success());
     let said = stdout(&out);
-    assert!(said.contains("freed lock `stuck`") && said.contains("holder-app"), "{said}");
+    assert!(
+        said.contains("freed lock `stuck`") && said.contains("holder-app"),
+        "{said}"
+    );
     let n: i64 = c.redis().exists("stuck").await.unwrap();
     assert_eq!(n, 0);
     tokio::time::timeout(Duration::from_secs(30), guard.lost())
@@ -225,18 +290,57 @@ async fn clients_and_force_unlock() {
     // A latch and a semaphore too.
     let latch = c.count_down_latch("gate");
     latch.try_set_count(1).await.unwrap();
-    let out = run_async(vec!["unlock".into(), "--force".into(), "--url".into(), url.clone(), "gate".into()]).await;
-    assert!(stdout(&out).contains("freed latch `gate`"), "{}", stdout(&out));
+    let out = run_async(vec![
+        "unlock".into(),
+        "--force".into(),
+        "--url".into(),
+        url.clone(),
+        "gate".into(),
+    ])
+    .await;
+    assert!(
+        stdout(&out).contains("freed latch `gate`"),
+        "{}",
+        stdout(&out)
+    );
     let sem = c.semaphore("pool");
     sem.try_set_permits(1).await.unwrap();
     let _permit = sem.acquire().await.unwrap();
-    let out = run_async(vec!["unlock".into(), "--force".into(), "--url".into(), url.clone(), "pool".into()]).await;
-    assert!(stdout(&out).contains("freed semaphore `pool`: 1 permit"), "{}", stdout(&out));
+    let out = run_async(vec![
+        "unlock".into(),
+        "--force".into(),
+        "--url".into(),
+        url.clone(),
+        "pool".into(),
+    ])
+    .await;
+    assert!(
+        stdout(&out).contains("freed semaphore `pool`: 1 permit"),
+        "{}",
+        stdout(&out)
+    );
     assert_eq!(sem.available_permits().await.unwrap(), 1);
-    let out = run_async(vec!["unlock".into(), "--force".into(), "--url".into(), url.clone(), "nothing".into()]).await;
-    assert!(stdout(&out).contains("nothing to unlock"), "{}", stdout(&out));
+    let out = run_async(vec![
+        "unlock".into(),
+        "--force".into(),
+        "--url".into(),
+        url.clone(),
+        "nothing".into(),
+    ])
+    .await;
+    assert!(
+        stdout(&out).contains("nothing to unlock"),
+        "{}",
+        stdout(&out)
+    );
     // Without --force: refused.
-    let out = run_async(vec!["unlock".into(), "--url".into(), url.clone(), "x".into()]).await;
+    let out = run_async(vec![
+        "unlock".into(),
+        "--url".into(),
+        url.clone(),
+        "x".into(),
+    ])
+    .await;
     assert!(!out.status.success());
     c.shutdown().await.unwrap();
 }
@@ -256,7 +360,17 @@ async fn watch_draws_the_table_in_a_terminal() {
     let session = format!("leasehold-watch-{}", std::process::id());
     let command = format!("{BIN} watch --url {} 'shown:*'", server.url());
     let started = Command::new("tmux")
-        .args(["new-session", "-d", "-s", &session, "-x", "160", "-y", "20", &command])
+        .args([
+            "new-session",
+            "-d",
+            "-s",
+            &session,
+            "-x",
+            "160",
+            "-y",
+            "20",
+            &command,
+        ])
         .status()
         .unwrap();
     assert!(started.success());
@@ -284,10 +398,19 @@ async fn watch_draws_the_table_in_a_terminal() {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let _ = Command::new("tmux").args(["kill-session", "-t", &session]).status();
+    let _ = Command::new("tmux")
+        .args(["kill-session", "-t", &session])
+        .status();
     println!("{screen}");
-    assert!(screen.contains("shown:lock") && screen.contains("shown:later"), "{screen}");
+    assert!(
+        screen.contains("shown:lock") && screen.contains("shown:later"),
+        "{screen}"
+    );
     assert!(screen.contains("tmux-test"), "{screen}");
-    assert_eq!(screen.matches("NAME").count(), 1, "redrawn in place: {screen}");
+    assert_eq!(
+        screen.matches("NAME").count(),
+        1,
+        "redrawn in place: {screen}"
+    );
     c.shutdown().await.unwrap();
 }

@@ -135,7 +135,12 @@ pub(crate) fn record_key(id: uuid::Uuid) -> String {
 
 impl Registry {
     /// The record of `identity`, kept for `ttl` unless renewed.
-    pub(crate) fn new(identity: &Identity, watchdog_timeout: Duration, ttl: Duration, conn: Arc<Conn>) -> Registry {
+    pub(crate) fn new(
+        identity: &Identity,
+        watchdog_timeout: Duration,
+        ttl: Duration,
+        conn: Arc<Conn>,
+    ) -> Registry {
         let info: Vec<(&str, String)> = vec![
             ("app", identity.app.clone()),
             ("host", host_name()),
@@ -166,7 +171,8 @@ impl Registry {
         pairs.extend(extra);
         let trx = self.redis().multi();
         trx.hset::<(), _, _>(self.key.clone(), pairs).await?;
-        trx.pexpire::<(), _>(self.key.clone(), self.ttl_ms, None).await?;
+        trx.pexpire::<(), _>(self.key.clone(), self.ttl_ms, None)
+            .await?;
         let _: Value = trx.exec(true).await?;
         Ok(())
     }
@@ -175,7 +181,10 @@ impl Registry {
     /// was gone. Bounded by `bound`.
     pub(crate) async fn beat(&self, bound: Duration) {
         let beat = async {
-            let renewed: i64 = self.redis().pexpire(self.key.clone(), self.ttl_ms, None).await?;
+            let renewed: i64 = self
+                .redis()
+                .pexpire(self.key.clone(), self.ttl_ms, None)
+                .await?;
             if renewed == 0 {
                 self.write(None).await?;
             }
@@ -328,7 +337,10 @@ pub async fn client_records(redis: &FredClient) -> Result<Vec<ClientRecord>> {
             .try_collect()
             .await?
     } else {
-        redis.scan_buffered(pattern, Some(1000), None).try_collect().await?
+        redis
+            .scan_buffered(pattern, Some(1000), None)
+            .try_collect()
+            .await?
     };
     let mut records = Vec::with_capacity(keys.len());
     for key in keys {

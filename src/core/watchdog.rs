@@ -501,8 +501,11 @@ async fn run(inner: Weak<Inner>) {
             failures = tracing::field::Empty,
         );
         let failed_before = inner.failures.load(Ordering::Relaxed);
-        let records: Vec<Arc<Registry>> =
-            inner.records.iter().filter_map(|r| r.value().upgrade()).collect();
+        let records: Vec<Arc<Registry>> = inner
+            .records
+            .iter()
+            .filter_map(|r| r.value().upgrade())
+            .collect();
         let bound = inner.interval / 2;
         let (calls, ()) = tokio::join!(
             renew(
