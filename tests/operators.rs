@@ -53,11 +53,22 @@ async fn records_appear_and_vanish_with_their_clients() {
     assert!(pttl > 0 && pttl <= 300, "TTL three renew intervals: {pttl}");
     // Several TTLs later it is still there: the watchdog renews it, with
     // no lock held.
+    let pexpires = calls(&server, "pexpire");
+    let hsets = calls(&server, "hset");
     tokio::time::sleep(Duration::from_millis(1200)).await;
     assert!(
         record_of(&a).await.is_some(),
         "renewed by the watchdog's cycle"
     );
+    // The record's traffic: one PEXPIRE per renew interval (100 ms here),
+    // nothing else.
+    let beats = calls(&server, "pexpire") - pexpires;
+    println!(
+        "record renewals in 1.2 s at a 100 ms renew interval: {beats}; record size: {} B (MEMORY USAGE)",
+        server.cmd(&["MEMORY", "USAGE", &record_key(&a)]).trim()
+    );
+    assert!((2..=14).contains(&beats), "{beats}");
+    assert_eq!(calls(&server, "hset"), hsets, "no rewrite while it lives");
 
     // The default app name is the executable's.
     let b = client_with(&server, short).await;
@@ -349,7 +360,10 @@ async fn records_and_deadlocks_on_a_cluster() {
     let (ra, rb) = within(HANG, "the cycle is broken", async { tokio::join!(ta, tb) }).await;
     let (ra, rb) = (ra.unwrap(), rb.unwrap());
     assert_eq!(
-        [&ra, &rb].iter().filter(|r| matches!(r, Err(Error::Deadlock { .. }))).count(),
+        [&ra, &rb]
+            .iter()
+            .filter(|r| matches!(r, Err(Error::Deadlock { .. })))
+            .count(),
         1,
         "{ra:?} {rb:?}"
     );

@@ -223,8 +223,8 @@ impl<T: Target> wait::Attempts for Acquiring<'_, T> {
         boxed
     }
 
-    fn waits_for(&self) -> Option<(&[u8], u64)> {
-        Some((self.target.key().as_bytes(), self.owner))
+    fn waits_for(&self) -> Option<(&Key, u64)> {
+        Some((self.target.key(), self.owner))
     }
 
     fn concluded(&mut self, outcome: &Result<Option<Hold>>) {

@@ -251,7 +251,7 @@ impl Engine {
             interval * 3,
             conn.clone(),
         ));
-        if let Err(e) = registry.write(None).await {
+        if let Err(e) = registry.write(&[]).await {
             tracing::debug!(error = %e, "client record not written (the watchdog retries)");
         }
         options.watchdog.register_record(&registry);

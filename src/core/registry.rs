@@ -8,24 +8,29 @@
 //!   renewed by its watchdog's cycle with one `PEXPIRE` (written again if
 //!   that finds it gone: a restarted server), and deleted by `shutdown`
 //!   (or when the last handle goes). Nothing on the lock path touches it.
-//! * **A long wait** ([`Waiting`]) is made by the wait loop at its first
-//!   busy attempt. It spawns one task that sleeps for the threshold, then
-//!   adds `wait:<n>` to the record (with the info fields, so a record that
-//!   had expired is whole again); a wait that ends before writes nothing.
-//!   Dropping the `Waiting` (the wait ended, failed or was cancelled)
-//!   aborts the task and, if it had started writing, removes the field in
-//!   the background (`HDEL`, sent after the write on the same connection).
-//! * **Deadlock detection** (`detect_deadlocks(true)`): after writing,
-//!   the task reads the wait-for graph every [`CHECK_EVERY`]; if this wait
-//!   is on a cycle and is the youngest wait of it, it tells the wait loop,
-//!   which fails with `Error::Deadlock`. Every member sees the same
-//!   records, so exactly one of them gives up.
+//! * **A long wait** ([`Waiting`]) is registered by the wait loop at its
+//!   first busy attempt: an entry in the client's local table, no task and
+//!   no timer of its own. One ticker per client (started by the first
+//!   wait, stopped when none is left; every quarter of the threshold, at
+//!   most every [`CHECK_EVERY`]) adds a field `wait:<n>` for each wait that
+//!   has lasted past the threshold, all in one write (with the info
+//!   fields, so a record that had expired is whole again); a wait that
+//!   ends before writes nothing. Dropping the `Waiting` (the wait ended,
+//!   failed or was cancelled) removes its entry, and a written one's field
+//!   goes at the next tick (one `HDEL` for every wait that ended), always
+//!   after its write: the ticker sends both.
+//! * **Deadlock detection** (`detect_deadlocks(true)`): while the client
+//!   has written waits, the ticker reads the wait-for graph every
+//!   [`CHECK_EVERY`]; each local wait that is on a cycle and is the
+//!   youngest wait of it is told, and its wait loop fails with
+//!   `Error::Deadlock`. Every member sees the same records, so exactly one
+//!   of them gives up.
 //!
 //! Reading: `SCAN` for `leasehold:client:*` (on every primary of a
 //! cluster), `HGETALL` each record; for the graph, `HGETALL` of each lock
 //! waited for (a key of another type has no holders).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -36,6 +41,7 @@ use fred::types::{Key, Value};
 use futures_util::TryStreamExt;
 use parking_lot::Mutex;
 use tokio::sync::Notify;
+use tokio::time::Instant;
 
 use super::conn::Conn;
 use crate::error::Result;
@@ -75,28 +81,48 @@ pub(crate) struct Registry {
     conn: Arc<Conn>,
     /// The next wait's number.
     next_wait: AtomicU64,
+    /// The client's waits under way, by number, and the written ones
+    /// that ended. Changed by `start_wait` and `Waiting::drop` (adding and
+    /// removing) and by the ticker (marking written, taking `ended`).
+    waits: Mutex<Waits>,
+    /// Whether the ticker runs (it stops when there is nothing to do).
+    ticking: AtomicBool,
+}
+
+#[derive(Debug, Default)]
+struct Waits {
+    live: HashMap<u64, LocalWait>,
+    /// Numbers of written waits that ended: their fields go next tick.
+    ended: Vec<u64>,
+}
+
+/// One wait under way (a few words: no task, no timer of its own).
+#[derive(Debug)]
+struct LocalWait {
+    /// The lock key (a reference-counted copy of the acquire's).
+    lock: Key,
+    owner: u64,
+    since_ms: u64,
+    started: Instant,
+    written: bool,
+    /// With detection on: where the ticker says "give up".
+    found: Option<Arc<Found>>,
+}
+
+/// "This wait is the one of a cycle to give up", from the ticker to the
+/// wait loop.
+#[derive(Debug, Default)]
+struct Found {
+    cycle: Mutex<Option<Deadlock>>,
+    notify: Notify,
 }
 
 /// A wait the wait loop keeps while it waits; dropped, it leaves no record.
 #[derive(Debug)]
 pub(crate) struct Waiting {
-    shared: Arc<WaitShared>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-#[derive(Debug)]
-struct WaitShared {
     registry: Arc<Registry>,
-    field: String,
-    lock: String,
-    /// `wait:<n>`.
-    name: String,
-    since_ms: u64,
-    /// Set by the task before it sends the record: the drop removes it.
-    written: AtomicBool,
-    /// Set by the task when this wait is the one to give up.
-    deadlock: Mutex<Option<Deadlock>>,
-    found: Notify,
+    n: u64,
+    found: Option<Arc<Found>>,
 }
 
 /// Now, epoch ms.
@@ -158,6 +184,8 @@ impl Registry {
             detect: identity.detect,
             conn,
             next_wait: AtomicU64::new(1),
+            waits: Mutex::default(),
+            ticking: AtomicBool::new(false),
         }
     }
 
@@ -166,9 +194,10 @@ impl Registry {
     }
 
     /// Writes the record whole, with `extra` field/value pairs.
-    pub(crate) async fn write(&self, extra: Option<(&str, String)>) -> Result<()> {
-        let mut pairs: Vec<(&str, String)> = self.info.clone();
-        pairs.extend(extra);
+    pub(crate) async fn write(&self, extra: &[(String, String)]) -> Result<()> {
+        let mut pairs: Vec<(&str, &str)> =
+            self.info.iter().map(|(f, v)| (*f, v.as_str())).collect();
+        pairs.extend(extra.iter().map(|(f, v)| (f.as_str(), v.as_str())));
         let trx = self.redis().multi();
         trx.hset::<(), _, _>(self.key.clone(), pairs).await?;
         trx.pexpire::<(), _>(self.key.clone(), self.ttl_ms, None)
@@ -186,7 +215,7 @@ impl Registry {
                 .pexpire(self.key.clone(), self.ttl_ms, None)
                 .await?;
             if renewed == 0 {
-                self.write(None).await?;
+                self.write(&[]).await?;
             }
             Ok::<_, crate::error::Error>(())
         };
@@ -202,62 +231,154 @@ impl Registry {
         let _: std::result::Result<i64, _> = self.redis().del(self.key.clone()).await;
     }
 
-    /// Starts watching a wait of `owner` for `lock`; `None` when there is
-    /// no runtime to run the watch on.
-    pub(crate) fn start_wait(self: &Arc<Self>, lock: &[u8], owner: u64) -> Option<Waiting> {
+    /// Registers a wait of `owner` for `lock` (a map entry: nothing is
+    /// sent unless it lasts past the threshold). `None` outside a runtime.
+    pub(crate) fn start_wait(self: &Arc<Self>, lock: &Key, owner: u64) -> Option<Waiting> {
         let runtime = tokio::runtime::Handle::try_current().ok()?;
         let n = self.next_wait.fetch_add(1, Ordering::Relaxed);
-        let shared = Arc::new(WaitShared {
+        let found = self.detect.then(Arc::<Found>::default);
+        self.waits.lock().live.insert(
+            n,
+            LocalWait {
+                lock: lock.clone(),
+                owner,
+                since_ms: now_ms(),
+                started: Instant::now(),
+                written: false,
+                found: found.clone(),
+            },
+        );
+        self.tick_on(&runtime);
+        Some(Waiting {
             registry: self.clone(),
-            field: format!("{}{owner}", self.field_prefix),
-            lock: String::from_utf8_lossy(lock).into_owned(),
-            name: format!("{WAIT_FIELD}{n}"),
-            since_ms: now_ms(),
-            written: AtomicBool::new(false),
-            deadlock: Mutex::new(None),
-            found: Notify::new(),
-        });
-        let task = runtime.spawn(watch(shared.clone()));
-        Some(Waiting { shared, task })
+            n,
+            found,
+        })
     }
-}
 
-/// A long wait's task: records it after the threshold, then (with
-/// detection on) looks for a cycle through it every [`CHECK_EVERY`].
-async fn watch(wait: Arc<WaitShared>) {
-    let registry = &wait.registry;
-    tokio::time::sleep(registry.threshold).await;
-    wait.written.store(true, Ordering::SeqCst);
-    let pair = (
-        wait.name.as_str(),
-        wait_value(&wait.field, wait.since_ms, &wait.lock),
-    );
-    if let Err(e) = registry.write(Some(pair)).await {
-        tracing::debug!(error = %e, "long wait not recorded");
+    /// Starts the ticker unless it runs.
+    fn tick_on(self: &Arc<Self>, runtime: &tokio::runtime::Handle) {
+        if !self.ticking.swap(true, Ordering::AcqRel) {
+            drop(runtime.spawn(ticker(Arc::downgrade(self))));
+        }
     }
-    if !registry.detect {
-        return;
+
+    /// The tick period: a quarter of the threshold, at most the deadlock
+    /// check period.
+    fn period(&self) -> Duration {
+        (self.threshold / 4).clamp(Duration::from_millis(10), CHECK_EVERY)
     }
-    loop {
-        match graph(registry.redis()).await {
-            Ok((waits, holders)) => {
-                if let Some(cycle) = youngest_in_cycle(&wait, &waits, &holders) {
-                    *wait.deadlock.lock() = Some(cycle);
-                    wait.found.notify_one();
-                    return;
+
+    /// One tick: records the waits that have lasted, removes the written
+    /// ones that ended (one command each, for every wait at once), and
+    /// with detection on looks for cycles. Whether there is more to do.
+    async fn tick(&self, last_check: &mut Option<Instant>) -> bool {
+        let (new, ended) = {
+            let mut waits = self.waits.lock();
+            let mut new = Vec::new();
+            for (n, w) in waits.live.iter_mut() {
+                if !w.written && w.started.elapsed() >= self.threshold {
+                    w.written = true;
+                    let lock = String::from_utf8_lossy(w.lock.as_bytes()).into_owned();
+                    let field = format!("{}{}", self.field_prefix, w.owner);
+                    new.push((
+                        format!("{WAIT_FIELD}{n}"),
+                        wait_value(&field, w.since_ms, &lock),
+                    ));
                 }
             }
-            Err(e) => tracing::debug!(error = %e, "deadlock check failed"),
+            (new, std::mem::take(&mut waits.ended))
+        };
+        if !new.is_empty() {
+            if let Err(e) = self.write(&new).await {
+                tracing::debug!(error = %e, "long waits not recorded");
+            }
         }
-        tokio::time::sleep(CHECK_EVERY).await;
+        if !ended.is_empty() {
+            let fields: Vec<String> = ended.iter().map(|n| format!("{WAIT_FIELD}{n}")).collect();
+            let removed: std::result::Result<i64, _> =
+                self.redis().hdel(self.key.clone(), fields).await;
+            if let Err(e) = removed {
+                tracing::debug!(error = %e, "ended waits not removed (the record expires with the client)");
+            }
+        }
+        let watched = self.detect && {
+            let waits = self.waits.lock();
+            waits.live.values().any(|w| w.written)
+        };
+        if watched && last_check.map_or(true, |t| t.elapsed() >= CHECK_EVERY) {
+            *last_check = Some(Instant::now());
+            self.check_deadlocks().await;
+        }
+        let waits = self.waits.lock();
+        !(waits.live.is_empty() && waits.ended.is_empty())
+    }
+
+    /// Tells each local written wait that is the youngest of a cycle.
+    async fn check_deadlocks(&self) {
+        let (waits, holders) = match graph(self.redis()).await {
+            Ok(graph) => graph,
+            Err(e) => {
+                tracing::debug!(error = %e, "deadlock check failed");
+                return;
+            }
+        };
+        let cycles = find_cycles(&waits, &holders);
+        if cycles.is_empty() {
+            return;
+        }
+        let local = self.waits.lock();
+        for w in local.live.values().filter(|w| w.written) {
+            let Some(found) = &w.found else { continue };
+            let field = format!("{}{}", self.field_prefix, w.owner);
+            let lock = String::from_utf8_lossy(w.lock.as_bytes());
+            if let Some(cycle) = youngest_in_cycle(&field, &lock, &cycles, &waits) {
+                *found.cycle.lock() = Some(cycle);
+                found.notify.notify_one();
+            }
+        }
     }
 }
 
-/// A cycle through `wait` in which it is the youngest wait, if any.
+/// The client's ticker: runs while it has waits, every `period`; holds
+/// the registry weakly.
+async fn ticker(registry: std::sync::Weak<Registry>) {
+    struct Stop(std::sync::Weak<Registry>);
+    impl Drop for Stop {
+        fn drop(&mut self) {
+            if let Some(r) = self.0.upgrade() {
+                r.ticking.store(false, Ordering::Release);
+            }
+        }
+    }
+    let _stop = Stop(registry.clone());
+    let mut last_check = None;
+    loop {
+        let Some(period) = registry.upgrade().map(|r| r.period()) else {
+            return;
+        };
+        tokio::time::sleep(period).await;
+        let Some(r) = registry.upgrade() else { return };
+        if !r.tick(&mut last_check).await {
+            // Idle: stop, unless a wait came meanwhile.
+            r.ticking.store(false, Ordering::Release);
+            let waits = r.waits.lock();
+            let idle = waits.live.is_empty() && waits.ended.is_empty();
+            drop(waits);
+            if idle || r.ticking.swap(true, Ordering::AcqRel) {
+                return;
+            }
+        }
+    }
+}
+
+/// Of `cycles`, one through the wait of `field` for `lock` in which it is
+/// the youngest wait (ties: the greatest field), if any.
 fn youngest_in_cycle(
-    wait: &WaitShared,
+    field: &str,
+    lock: &str,
+    cycles: &[Deadlock],
     waits: &[Wait],
-    holders: &BTreeMap<String, Vec<String>>,
 ) -> Option<Deadlock> {
     let since = |field: &str, lock: &str| {
         waits
@@ -267,47 +388,54 @@ fn youngest_in_cycle(
             .max()
             .unwrap_or(0)
     };
-    find_cycles(waits, holders).into_iter().find(|cycle| {
-        let mine = cycle
-            .members
-            .iter()
-            .any(|m| m.field == wait.field && m.waits_for == wait.lock);
-        let youngest = cycle
-            .members
-            .iter()
-            .max_by_key(|m| (since(&m.field, &m.waits_for), m.field.clone()));
-        mine && youngest.is_some_and(|m| m.field == wait.field && m.waits_for == wait.lock)
-    })
+    cycles
+        .iter()
+        .find(|cycle| {
+            let mine = cycle
+                .members
+                .iter()
+                .any(|m| m.field == field && m.waits_for == lock);
+            let youngest = cycle
+                .members
+                .iter()
+                .max_by_key(|m| (since(&m.field, &m.waits_for), m.field.clone()));
+            mine && youngest.is_some_and(|m| m.field == field && m.waits_for == lock)
+        })
+        .cloned()
 }
 
 // === impl Waiting ===
 
 impl Waiting {
-    /// Completes when this wait is the one of a cycle to give up.
+    /// Completes when this wait is the one of a cycle to give up (never
+    /// without detection).
     pub(crate) async fn deadlocked(&self) -> Deadlock {
+        let Some(found) = &self.found else {
+            return std::future::pending().await;
+        };
         loop {
-            let found = self.shared.found.notified();
-            if let Some(cycle) = self.shared.deadlock.lock().take() {
+            let notified = found.notify.notified();
+            if let Some(cycle) = found.cycle.lock().take() {
                 return cycle;
             }
-            found.await;
+            notified.await;
         }
     }
 }
 
 impl Drop for Waiting {
     fn drop(&mut self) {
-        self.task.abort();
-        if !self.shared.written.load(Ordering::SeqCst) {
-            return;
-        }
-        let shared = self.shared.clone();
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            drop(runtime.spawn(async move {
-                let r = &shared.registry;
-                let _: std::result::Result<i64, _> =
-                    r.redis().hdel(r.key.clone(), shared.name.as_str()).await;
-            }));
+        let r = &self.registry;
+        let mut waits = r.waits.lock();
+        if let Some(w) = waits.live.remove(&self.n) {
+            if w.written {
+                waits.ended.push(self.n);
+                drop(waits);
+                // The ticker removes the field (after any write of it).
+                if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                    r.tick_on(&runtime);
+                }
+            }
         }
     }
 }

@@ -34,6 +34,7 @@ use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::Duration;
 
+use fred::types::Key;
 use tokio::time::Instant;
 
 use super::pubsub::Policy;
@@ -87,7 +88,7 @@ pub(crate) trait Attempts: Send {
     /// The lock key and owner this wait is for, if it is an owner's wait
     /// that operators should see (recorded once it lasts, see
     /// `registry.rs`).
-    fn waits_for(&self) -> Option<(&[u8], u64)> {
+    fn waits_for(&self) -> Option<(&Key, u64)> {
         None
     }
 
@@ -301,7 +302,7 @@ pub(crate) fn wait_with<'a, A: Attempts + 'a>(
                 if let Err(cycle) = unless_deadlocked(waiting.as_ref(), sleep).await {
                     let name = attempts
                         .waits_for()
-                        .map(|(key, _)| String::from_utf8_lossy(key).into_owned())
+                        .map(|(key, _)| String::from_utf8_lossy(key.as_bytes()).into_owned())
                         .unwrap_or_default();
                     break 'wait Err(Error::Deadlock {
                         name,
