@@ -12,10 +12,12 @@ use fred::types::config::Config;
 
 use crate::core::conn::Settings;
 use crate::core::open::Open;
+use crate::core::registry::{self, Identity};
 use crate::core::stats::Stats;
 use crate::core::watchdog::Watchdog;
 use crate::core::{Engine, Options, ReplicaWait};
 use crate::error::{Error, Result};
+use crate::operators::Deadlock;
 
 /// A connection to Redis that hands out locks ([`Client::lock`](crate::Client::lock)).
 ///
@@ -72,6 +74,9 @@ pub struct ClientBuilder {
     sharded_pubsub: Option<bool>,
     replicas: Option<ReplicaWait>,
     connect_retry: Option<Duration>,
+    app_name: Option<String>,
+    record_waits_after: Option<Duration>,
+    detect_deadlocks: bool,
 }
 
 #[derive(Debug)]
@@ -276,6 +281,34 @@ impl Client {
     /// ```
     pub fn is_shut_down(&self) -> bool {
         self.inner.engine.is_shut_down()
+    }
+
+    /// The wait-for cycles among every client on this Redis (every
+    /// primary of a cluster): each member holds a lock the next one waits
+    /// for. Only waits that have lasted past their client's threshold
+    /// ([`ClientBuilder::record_waits_after`], default 1 s) are recorded,
+    /// so a cycle shows about a second after it closes. Empty when there
+    /// is none. The same as `leasehold deadlocks` prints.
+    ///
+    /// Reads every client record (`SCAN`), then each lock waited for:
+    /// an operator's call, not one for the lock path.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe (reads only).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+    /// for cycle in client.deadlocks().await? {
+    ///     eprintln!("deadlock: {cycle}");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn deadlocks(&self) -> Result<Vec<Deadlock>> {
+        self.engine().check()?;
+        registry::deadlocks_on(self.redis()).await
     }
 
     /// The engine, for primitives.
@@ -539,6 +572,54 @@ impl ClientBuilder {
         self
     }
 
+    /// The app name in the client's record in Redis, which operators see
+    /// (`leasehold clients`, `leasehold inspect`, [`Deadlock`]s). Default:
+    /// the executable's name.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// let b = leasehold::Client::builder().app_name("billing");
+    /// ```
+    pub fn app_name(mut self, app: &str) -> Self {
+        self.app_name = Some(app.to_owned());
+        self
+    }
+
+    /// How long a wait for a lock lasts before it is recorded in the
+    /// client's record, for operators and deadlock detection. Shorter
+    /// waits write nothing. Default 1 s.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// let b = leasehold::Client::builder().record_waits_after(Duration::from_millis(200));
+    /// ```
+    pub fn record_waits_after(mut self, threshold: Duration) -> Self {
+        self.record_waits_after = Some(threshold);
+        self
+    }
+
+    /// Deadlock detection (off by default): a recorded wait (see
+    /// [`record_waits_after`](Self::record_waits_after)) looks every
+    /// 500 ms for a wait-for cycle through itself across every client of
+    /// this Redis. Of a cycle's waits, the youngest fails with
+    /// [`Error::Deadlock`] (naming the cycle), so the others can proceed
+    /// once its task releases what it holds. Only clients with detection
+    /// on give up; a cycle whose youngest wait is another client's without
+    /// detection is reported ([`Client::deadlocks`]) but not broken.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// let b = leasehold::Client::builder().detect_deadlocks(true);
+    /// ```
+    pub fn detect_deadlocks(mut self, detect: bool) -> Self {
+        self.detect_deadlocks = detect;
+        self
+    }
+
     /// Connects both connections and starts the client's tasks.
     ///
     /// Fails with [`Error::InvalidArgument`] for a bad URL or setting, and
@@ -605,15 +686,24 @@ impl ClientBuilder {
             latch_ttl: (command_timeout * 3).max(MIN_LATCH_TTL),
             rids: Default::default(),
         };
+        let id = uuid::Uuid::new_v4();
+        let identity = Identity {
+            id,
+            app: self.app_name.unwrap_or_else(registry::exe_name),
+            threshold: self
+                .record_waits_after
+                .unwrap_or(registry::DEFAULT_THRESHOLD),
+            detect: self.detect_deadlocks,
+        };
         let options = Options {
             settings,
             sharded: self.sharded_pubsub,
             watchdog,
             recheck_interval,
             replicas,
+            identity,
         };
         let engine = start_engine(options, self.connect_retry).await?;
-        let id = uuid::Uuid::new_v4();
         // A release by another client of this process can then hand this
         // client's waiters what it granted them directly.
         engine.pubsub.serve_here(id);

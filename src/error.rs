@@ -109,6 +109,20 @@ pub enum Error {
         /// clients were given.
         servers: Vec<ServerResult>,
     },
+
+    /// This wait closed a wait-for cycle across clients (each member holds
+    /// a lock the next one waits for) and was the youngest wait of it, so
+    /// it was given up for the others to proceed
+    /// ([`ClientBuilder::detect_deadlocks`](crate::ClientBuilder::detect_deadlocks)).
+    /// Nothing was acquired; the locks this owner already holds are still
+    /// held: release one of them, or the cycle stays.
+    #[error("deadlock: the wait for `{name}` closes a wait-for cycle and was given up: {cycle}")]
+    Deadlock {
+        /// The lock this wait was for (its key, prefix included).
+        name: String,
+        /// The cycle.
+        cycle: Box<crate::Deadlock>,
+    },
 }
 
 /// What one server answered in a [`RedLock`](crate::RedLock)'s last round (see

@@ -142,10 +142,12 @@ mod guard;
 mod latch;
 mod lock;
 mod multi;
+mod operators;
 mod owner;
 mod rw_lock;
 mod semaphore;
 
+pub use crate::core::registry::{client_records, deadlocks_on};
 pub use crate::core::stats::Stats;
 pub use crate::core::watchdog::Watchdog;
 pub use client::{Client, ClientBuilder};
@@ -156,6 +158,7 @@ pub use guard::{LeaseSignal, LockGuard};
 pub use latch::CountDownLatch;
 pub use lock::{Holder, Lock};
 pub use multi::{Member, MultiGuard, MultiLock, RedLock};
+pub use operators::{ClientRecord, Deadlock, DeadlockMember, WaitRecord};
 pub use owner::Owner;
 pub use rw_lock::{ReadLock, ReadWriteLock, WriteLock};
 pub use semaphore::{Permit, Semaphore};
@@ -228,6 +231,8 @@ mod bounds {
         is_send_sync::<crate::CountDownLatch>();
         is_send_sync::<crate::Holder>();
         is_send_sync::<crate::Stats>();
+        is_send_sync::<crate::Deadlock>();
+        is_send_sync::<crate::ClientRecord>();
         #[cfg(feature = "blocking")]
         {
             is_send_sync::<crate::blocking::Client>();
@@ -263,6 +268,7 @@ mod bounds {
         send(guard.lost());
         send(guard.unlock());
         send(client.shutdown());
+        send(client.deadlocks());
         let multi = crate::MultiLock::new(vec![lock.clone()]);
         send(multi.lock());
         send(multi.try_lock_for(std::time::Duration::ZERO));

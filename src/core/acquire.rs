@@ -223,6 +223,10 @@ impl<T: Target> wait::Attempts for Acquiring<'_, T> {
         boxed
     }
 
+    fn waits_for(&self) -> Option<(&Key, u64)> {
+        Some((self.target.key(), self.owner))
+    }
+
     fn concluded(&mut self, outcome: &Result<Option<Hold>>) {
         if let Some(observed) = &mut self.observed {
             observed.end(

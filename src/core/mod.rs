@@ -25,6 +25,7 @@
 //! | `wait` | the one wait loop: try, subscribe, try, sleep until woken or the bound, repeat |
 //! | `acquire` | the acquire every lock kind uses: its lease for the current owner, the wait loop, one latched call per try |
 //! | `stats` | the client's counters (`Stats`), their `metrics` mirror, and what the `tracing` spans record |
+//! | `registry` | the client's record in Redis (who it is, its long waits), renewed by the watchdog's cycle; reading every client's records and the wait-for graph |
 //!
 //! # How a hold stays true
 //!
@@ -62,6 +63,7 @@ pub(crate) mod names;
 pub(crate) mod open;
 pub(crate) mod pack;
 pub(crate) mod pubsub;
+pub(crate) mod registry;
 pub(crate) mod script;
 pub(crate) mod stats;
 pub(crate) mod wait;
@@ -80,6 +82,7 @@ use background::Background;
 use conn::{Conn, Settings};
 use lease::Leases;
 use pubsub::PubSub;
+use registry::{Identity, Registry};
 use watchdog::Watchdog;
 
 /// The engine of one client.
@@ -92,6 +95,8 @@ pub(crate) struct Engine {
     pub(crate) stats: Arc<stats::Counters>,
     pub(crate) background: Arc<Background>,
     pub(crate) watchdog: Watchdog,
+    /// The client's record (who it is, its long waits).
+    pub(crate) registry: Arc<Registry>,
     /// Longest a waiter sleeps without re-checking.
     pub(crate) recheck_interval: Duration,
     /// Replica acknowledgements required after each acquire, if any.
@@ -120,6 +125,7 @@ pub(crate) struct Options {
     pub(crate) watchdog: Watchdog,
     pub(crate) recheck_interval: Duration,
     pub(crate) replicas: Option<ReplicaWait>,
+    pub(crate) identity: Identity,
 }
 
 /// Clears a flag when dropped (with the task holding it).
@@ -238,12 +244,24 @@ impl Engine {
         );
         let reconnects = conn.redis.reconnect_rx();
         let leases: Arc<Leases> = Arc::default();
+        let interval = options.watchdog.renew_interval();
+        let registry = Arc::new(Registry::new(
+            &options.identity,
+            options.watchdog.timeout(),
+            interval * 3,
+            conn.clone(),
+        ));
+        if let Err(e) = registry.write(&[]).await {
+            tracing::debug!(error = %e, "client record not written (the watchdog retries)");
+        }
+        options.watchdog.register_record(&registry);
         let engine = Arc::new(Engine {
             background: Background::new(runtime.clone(), conn.clone()),
             pubsub,
             stats: leases.stats.clone(),
             leases,
             watchdog: options.watchdog,
+            registry,
             recheck_interval: options.recheck_interval,
             replicas: options.replicas,
             runtime_alive,
@@ -292,6 +310,8 @@ impl Engine {
         .await;
         let drained = hold::drain(self).await;
         let _ = tokio::time::timeout(bound, self.background.idle()).await;
+        self.watchdog.deregister_record(&self.registry);
+        let _ = tokio::time::timeout(bound, self.registry.delete()).await;
         self.pubsub.quit().await;
         self.conn.close().await;
         drained
@@ -308,10 +328,13 @@ impl Engine {
         let (conn, pubsub) = (self.conn.clone(), self.pubsub.clone());
         let background = self.background.clone();
         let bound = self.conn.settings.command_timeout;
+        self.watchdog.deregister_record(&self.registry);
+        let registry = self.registry.clone();
         // A runtime that has shut down drops the task unrun: its
         // connection tasks are gone with it.
         drop(self.background.runtime().spawn(async move {
             let _ = tokio::time::timeout(bound, background.idle()).await;
+            let _ = tokio::time::timeout(bound, registry.delete()).await;
             pubsub.quit().await;
             conn.close().await;
         }));

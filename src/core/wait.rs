@@ -17,7 +17,15 @@
 //! A woken waiter holds its wake-up through its attempt and gives it up
 //! only when the attempt has concluded; a waiter dropped in between passes
 //! it on (see `pubsub.rs`). A wake-up that arrives during an attempt is
-//! kept for the next wait (the attempt may have run before the release). Connection errors while waiting are retried
+//! kept for the next wait (the attempt may have run before the release).
+//!
+//! A wait for an owner's lock ([`Attempts::waits_for`]) that is busy at
+//! its first try starts a `registry::Waiting`: past the client's threshold
+//! it is recorded in the client's record, and dropped with the wait (it
+//! ended, failed or was cancelled) it removes that record. With deadlock
+//! detection on, each sleep also ends when the watch finds this wait the
+//! one of a wait-for cycle to give up: the wait fails with
+//! `Error::Deadlock`. Connection errors while waiting are retried
 //! with back-off until the deadline (then the last one is returned);
 //! other errors end the wait at once.
 
@@ -26,11 +34,14 @@ use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::Duration;
 
+use fred::types::Key;
 use tokio::time::Instant;
 
 use super::pubsub::Policy;
+use super::registry::Waiting;
 use super::Engine;
 use crate::error::{Error, Result};
+use crate::operators::Deadlock;
 
 /// One try's result.
 #[derive(Debug)]
@@ -73,6 +84,13 @@ pub(crate) trait Attempts: Send {
         &mut self,
         handed: Option<Box<[u8]>>,
     ) -> impl Future<Output = Result<Step<Self::Output>>> + Send + '_;
+
+    /// The lock key and owner this wait is for, if it is an owner's wait
+    /// that operators should see (recorded once it lasts, see
+    /// `registry.rs`).
+    fn waits_for(&self) -> Option<(&Key, u64)> {
+        None
+    }
 
     /// The wait concluded with `outcome` (not called when it is dropped).
     fn concluded(&mut self, _outcome: &Result<Option<Self::Output>>) {}
@@ -168,6 +186,8 @@ pub(crate) fn wait_with<'a, A: Attempts + 'a>(
                 engine.pubsub.join_subscribed(attempts.channel())
             };
             let mut backoff = RETRY_FIRST;
+            // Made at the first busy try; dropped with the wait.
+            let mut waiting: Option<Waiting> = None;
             loop {
                 if let Err(e) = engine.check() {
                     break 'wait Err(e);
@@ -192,6 +212,11 @@ pub(crate) fn wait_with<'a, A: Attempts + 'a>(
                         Err(e) => break 'wait Err(e),
                     }
                 };
+                if waiting.is_none() && !once {
+                    waiting = attempts
+                        .waits_for()
+                        .and_then(|(key, owner)| engine.registry.start_wait(key, owner));
+                }
                 let mut bound = engine.recheck_interval;
                 let last_error = match then {
                     Then::Subscribe => {
@@ -252,30 +277,59 @@ pub(crate) fn wait_with<'a, A: Attempts + 'a>(
                         ends = true;
                     }
                 }
-                match &subscription {
-                    Some(s) => {
-                        let woken = if ends {
-                            // This wait's own timer, not the channel's clock
-                            // (which would re-check every waiter at this
-                            // waiter's deadline); boxed, as only the last
-                            // wait of a timed acquire needs it.
-                            let woken = Box::pin(tokio::time::timeout(bound, s.woken())).await;
-                            woken.unwrap_or(false) || s.holds_wake_up()
-                        } else {
-                            s.wait(bound).await
-                        };
-                        if !woken {
-                            s.refresh();
+                let sleep = async {
+                    match &subscription {
+                        Some(s) => {
+                            let woken = if ends {
+                                // This wait's own timer, not the channel's clock
+                                // (which would re-check every waiter at this
+                                // waiter's deadline); boxed, as only the last
+                                // wait of a timed acquire needs it.
+                                let woken = Box::pin(tokio::time::timeout(bound, s.woken())).await;
+                                woken.unwrap_or(false) || s.holds_wake_up()
+                            } else {
+                                s.wait(bound).await
+                            };
+                            if !woken {
+                                s.refresh();
+                            }
                         }
+                        // Not subscribed (it failed): back-off, boxed for the
+                        // same reason as the subscribe.
+                        None => Box::pin(tokio::time::sleep(bound)).await,
                     }
-                    // Not subscribed (it failed): back-off, boxed for the
-                    // same reason as the subscribe.
-                    None => Box::pin(tokio::time::sleep(bound)).await,
+                };
+                if let Err(cycle) = unless_deadlocked(waiting.as_ref(), sleep).await {
+                    let name = attempts
+                        .waits_for()
+                        .map(|(key, _)| String::from_utf8_lossy(key.as_bytes()).into_owned())
+                        .unwrap_or_default();
+                    break 'wait Err(Error::Deadlock {
+                        name,
+                        cycle: Box::new(cycle),
+                    });
                 }
             }
         };
         attempts.concluded(&result);
         result
+    }
+}
+
+/// Runs `sleep`, unless `waiting` finds first that this wait is the one
+/// of a wait-for cycle to give up.
+async fn unless_deadlocked<F: Future<Output = ()>>(
+    waiting: Option<&Waiting>,
+    sleep: F,
+) -> std::result::Result<(), Deadlock> {
+    let Some(waiting) = waiting else {
+        sleep.await;
+        return Ok(());
+    };
+    tokio::select! {
+        biased;
+        cycle = waiting.deadlocked() => Err(cycle),
+        () = sleep => Ok(()),
     }
 }
 

@@ -41,6 +41,13 @@
 //!   server slower than the bound but faster than the interval keeps its
 //!   leases.
 //!
+//! # Client records
+//!
+//! The same cycle renews the record of every client using the watchdog
+//! (`registry.rs`): one `PEXPIRE` per client, sent beside the renewal
+//! batches and bounded the same way; the task is started by the first
+//! record as by the first lease.
+//!
 //! # Reconnect checks
 //!
 //! After any reconnect of a client's command connection, [`check`] sends
@@ -73,6 +80,7 @@ use tracing::Instrument;
 use super::conn::Conn;
 use super::lease::{Lease, LeaseRef, Sent};
 use super::pack::Pack;
+use super::registry::Registry;
 use super::script::Script;
 use crate::error::{Error, Result};
 
@@ -164,6 +172,9 @@ struct Inner {
     /// Registered leases, by address. Changed by `register` / `deregister`
     /// (through the lease, which keeps its own `registered` flag).
     leases: DashMap<usize, Arc<Lease>>,
+    /// Client records renewed by the cycle, by address. Changed when a
+    /// client starts and when it shuts down or closes.
+    records: DashMap<usize, std::sync::Weak<Registry>>,
     /// The renewal task, started with the first lease.
     task: Mutex<Option<tokio::task::JoinHandle<()>>>,
     /// Renewal script calls sent so far.
@@ -219,6 +230,7 @@ impl Watchdog {
                 interval: timeout / 3,
                 batch_size: DEFAULT_BATCH_SIZE,
                 leases: DashMap::new(),
+                records: DashMap::new(),
                 task: Mutex::new(None),
                 calls: AtomicU64::new(0),
                 failures: AtomicU64::new(0),
@@ -423,6 +435,19 @@ impl Watchdog {
         self.inner.leases.remove(&(lease as *const Lease as usize));
     }
 
+    /// Starts renewing a client's record.
+    pub(crate) fn register_record(&self, record: &Arc<Registry>) {
+        self.inner
+            .records
+            .insert(Arc::as_ptr(record) as usize, Arc::downgrade(record));
+        self.start_task();
+    }
+
+    /// Stops renewing a client's record.
+    pub(crate) fn deregister_record(&self, record: &Arc<Registry>) {
+        self.inner.records.remove(&(Arc::as_ptr(record) as usize));
+    }
+
     fn start_task(&self) {
         let mut task = self.inner.task.lock();
         if task.as_ref().map_or(true, |t| t.is_finished()) {
@@ -476,14 +501,24 @@ async fn run(inner: Weak<Inner>) {
             failures = tracing::field::Empty,
         );
         let failed_before = inner.failures.load(Ordering::Relaxed);
-        let calls = renew(
-            snapshots(leases),
-            inner.timeout,
-            inner.interval,
-            inner.batch_size,
-        )
-        .instrument(span.clone())
-        .await;
+        let records: Vec<Arc<Registry>> = inner
+            .records
+            .iter()
+            .filter_map(|r| r.value().upgrade())
+            .collect();
+        let bound = inner.interval / 2;
+        let (calls, ()) = tokio::join!(
+            renew(
+                snapshots(leases),
+                inner.timeout,
+                inner.interval,
+                inner.batch_size,
+            )
+            .instrument(span.clone()),
+            async {
+                futures_util::future::join_all(records.iter().map(|r| r.beat(bound))).await;
+            }
+        );
         inner.calls.fetch_add(calls, Ordering::Relaxed);
         // Failures of this cycle (and of a reconnect check running beside it).
         let failures = inner

@@ -73,14 +73,16 @@ pub async fn within<F: Future>(limit: Duration, what: &str, fut: F) -> F::Output
 }
 
 /// The keys on `server` other than leasehold's latch keys
-/// (`leasehold_latch:…`): what is left of lock state. Latch keys remember a
+/// (`leasehold_latch:…`) and client records (`leasehold:client:{…}`, one
+/// per live client, gone with it): what is left of lock state. Latch keys remember a
 /// client's last request on a lock for a while (30 s by default) so a
 /// re-sent request never runs twice; they expire by themselves. Control
 /// characters in names are escaped (`\n`, `\r`), one name per element.
 pub fn lock_keys(server: &RedisServer) -> Vec<String> {
     const SCRIPT: &str = "local out = {} \
         for _, k in ipairs(redis.call('keys', '*')) do \
-            if string.sub(k, 1, 16) ~= 'leasehold_latch:' then \
+            if string.sub(k, 1, 16) ~= 'leasehold_latch:' \
+                and string.sub(k, 1, 17) ~= 'leasehold:client:' then \
                 out[#out + 1] = (string.gsub(string.gsub(k, '\\n', '\\\\n'), '\\r', '\\\\r')) \
             end \
         end \

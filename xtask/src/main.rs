@@ -147,6 +147,15 @@ const OPENSSL: Tool = Tool {
     brew: "openssl",
 };
 
+/// The `leasehold` tool's `watch` test draws its table in a real terminal
+/// (`cli/tests/cli.rs`; it skips, saying so, without tmux).
+const TMUX: Tool = Tool {
+    command: "tmux",
+    env: None,
+    apt: "tmux",
+    brew: "tmux",
+};
+
 const USAGE_HEAD: &str = "\
 cargo xtask: the README's two commands
 
@@ -158,7 +167,7 @@ const USAGE_TAIL: &str =
     "  cargo xtask interop [ARGS…]  only the Redisson interop run (the last above)
   cargo xtask help          this text
 
-Both first make sure redis-server (test: also redis-cli and openssl) is on
+Both first make sure redis-server (test: also redis-cli, openssl, tmux) is on
 the PATH or where LEASEHOLD_REDIS_SERVER / LEASEHOLD_REDIS_CLI point. If one
 is missing and this runs as root with apt-get, it runs `apt-get update` and
 `apt-get install -y` for it; otherwise it says what to install and exits 1.
@@ -229,7 +238,7 @@ fn demo(extra: &[OsString]) -> i32 {
 /// `cargo xtask test`: the workspace tests, then each feature-gated run;
 /// stops at the first failing run and returns its exit code.
 fn test(extra: &[OsString]) -> i32 {
-    if let Err(code) = ensure(&[&REDIS_SERVER, &REDIS_CLI, &OPENSSL]) {
+    if let Err(code) = ensure(&[&REDIS_SERVER, &REDIS_CLI, &OPENSSL, &TMUX]) {
         return code;
     }
     let interop = match interop_env() {

@@ -1,0 +1,306 @@
+//! `leasehold`: the operator tool. Every lock-family object on a Redis,
+//! who holds it, who waits, the client records, deadlocks, force unlock.
+//!
+//! ```text
+//! leasehold inspect [--url URL] [--json] [PATTERN]    # URL defaults to $REDIS_URL
+//! leasehold deadlocks [--url URL] [--json]            # exit 3 when a cycle exists
+//! leasehold clients [--url URL] [--json]
+//! leasehold unlock --force [--url URL] NAME
+//! leasehold watch [--url URL] [PATTERN]
+//! ```
+//!
+//! Objects are found by their key layout (see `inspect.rs`), holders'
+//! apps, hosts and pids from the client records leasehold clients keep
+//! (`leasehold:client:{<uuid>}`); a holder without a record (a Redisson
+//! service, a client that died) is shown as foreign. Reads only, apart
+//! from `unlock --force`.
+
+mod inspect;
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Arg, ArgAction, ArgMatches, Command};
+use fred::interfaces::ClientLike;
+use fred::prelude::{Client as Redis, Config};
+use serde_json::json;
+
+use inspect::{now_ms, Object};
+
+type Result<T> = std::result::Result<T, Box<dyn std::error::Error + Send + Sync>>;
+
+fn cli() -> Command {
+    let url = Arg::new("url")
+        .long("url")
+        .env("REDIS_URL")
+        .help("Redis URL (redis://, redis-cluster://, redis-sentinel://); default $REDIS_URL")
+        .value_name("URL");
+    let json = Arg::new("json")
+        .long("json")
+        .action(ArgAction::SetTrue)
+        .help("one JSON object per line");
+    let pattern = Arg::new("pattern")
+        .value_name("PATTERN")
+        .default_value("*")
+        .help("glob over object names (* ? [..])");
+    Command::new("leasehold")
+        .about(
+            "Operate leasehold / Redisson locks on a Redis: who holds what, who waits, deadlocks",
+        )
+        .version(env!("CARGO_PKG_VERSION"))
+        .subcommand_required(true)
+        .subcommand(
+            Command::new("inspect")
+                .about("every lock-family object matching PATTERN: kind, TTL, holders, waiters")
+                .arg(url.clone())
+                .arg(json.clone())
+                .arg(pattern.clone()),
+        )
+        .subcommand(
+            Command::new("deadlocks")
+                .about("wait-for cycles across every client; exit status 3 when there is one")
+                .arg(url.clone())
+                .arg(json.clone()),
+        )
+        .subcommand(
+            Command::new("clients")
+                .about("the client records: app, host, pid, version, long waits")
+                .arg(url.clone())
+                .arg(json),
+        )
+        .subcommand(
+            Command::new("unlock")
+                .about("force-unlock NAME (any kind), waking its waiters; says what it freed")
+                .arg(
+                    Arg::new("force")
+                        .long("force")
+                        .required(true)
+                        .action(ArgAction::SetTrue)
+                        .help("required: this frees the object whoever holds it"),
+                )
+                .arg(url.clone())
+                .arg(Arg::new("name").value_name("NAME").required(true)),
+        )
+        .subcommand(
+            Command::new("watch")
+                .about("the inspect table, refreshed in place every second (Ctrl-C ends)")
+                .arg(url)
+                .arg(pattern),
+        )
+}
+
+fn main() -> ExitCode {
+    let matches = cli().get_matches();
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => return fail(e.into()),
+    };
+    match runtime.block_on(run(matches)) {
+        Ok(code) => code,
+        Err(e) => fail(e),
+    }
+}
+
+fn fail(e: Box<dyn std::error::Error + Send + Sync>) -> ExitCode {
+    eprintln!("leasehold: {e}");
+    ExitCode::from(1)
+}
+
+async fn run(matches: ArgMatches) -> Result<ExitCode> {
+    let (name, sub) = matches.subcommand().expect("a subcommand is required");
+    let url = sub
+        .get_one::<String>("url")
+        .ok_or("no Redis URL: give --url or set REDIS_URL")?;
+    let redis = connect(url).await?;
+    let json = sub
+        .try_get_one::<bool>("json")
+        .ok()
+        .flatten()
+        .copied()
+        .unwrap_or(false);
+    let code = match name {
+        "inspect" => {
+            let pattern = sub.get_one::<String>("pattern").expect("default");
+            let objects = inspect::inspect(&redis, pattern).await?;
+            if json {
+                for o in &objects {
+                    println!("{}", o.to_json());
+                }
+            } else {
+                print!("{}", inspect::table(&objects, now_ms()));
+            }
+            ExitCode::SUCCESS
+        }
+        "deadlocks" => deadlocks(&redis, json).await?,
+        "clients" => {
+            clients(&redis, json).await?;
+            ExitCode::SUCCESS
+        }
+        "unlock" => {
+            let target = sub.get_one::<String>("name").expect("required");
+            println!("{}", unlock(&redis, target).await?);
+            ExitCode::SUCCESS
+        }
+        "watch" => {
+            let pattern = sub.get_one::<String>("pattern").expect("default");
+            watch(&redis, pattern).await?
+        }
+        _ => unreachable!("clap knows the subcommands"),
+    };
+    let _ = redis.quit().await;
+    Ok(code)
+}
+
+async fn connect(url: &str) -> Result<Redis> {
+    let config = Config::from_url(url)?;
+    let redis = fred::types::Builder::from_config(config)
+        .with_connection_config(|c| c.connection_timeout = Duration::from_secs(5))
+        .set_policy(fred::types::config::ReconnectPolicy::new_constant(1, 100))
+        .build()?;
+    redis.init().await?;
+    Ok(redis)
+}
+
+async fn deadlocks(redis: &Redis, json: bool) -> Result<ExitCode> {
+    let cycles = leasehold::deadlocks_on(redis).await?;
+    for cycle in &cycles {
+        if json {
+            let members: Vec<_> = cycle
+                .members
+                .iter()
+                .map(|m| json!({"field": m.field, "app": m.app, "holds": m.holds, "waits_for": m.waits_for}))
+                .collect();
+            println!("{}", json!({ "cycle": members }));
+        } else {
+            println!("deadlock ({} members):", cycle.members.len());
+            for m in &cycle.members {
+                println!(
+                    "  {} ({}) holds {} and waits for {}",
+                    m.field,
+                    m.app.as_deref().unwrap_or("foreign"),
+                    m.holds,
+                    m.waits_for
+                );
+            }
+        }
+    }
+    if cycles.is_empty() {
+        if !json {
+            println!("no deadlock");
+        }
+        Ok(ExitCode::SUCCESS)
+    } else {
+        Ok(ExitCode::from(3))
+    }
+}
+
+async fn clients(redis: &Redis, json: bool) -> Result<()> {
+    let records = leasehold::client_records(redis).await?;
+    let now = now_ms();
+    if json {
+        for r in &records {
+            let waits: Vec<_> = r
+                .waits
+                .iter()
+                .map(|w| json!({"field": w.field, "lock": w.lock, "waiting_ms": now.saturating_sub(w.since_ms)}))
+                .collect();
+            println!(
+                "{}",
+                json!({"id": r.id.to_string(), "app": r.app, "host": r.host, "pid": r.pid,
+                       "version": r.version, "started_ms": r.started_ms,
+                       "watchdog_ms": r.watchdog_ms, "waits": waits})
+            );
+        }
+        return Ok(());
+    }
+    let mut rows = vec![[
+        "CLIENT".to_owned(),
+        "APP".to_owned(),
+        "HOST".to_owned(),
+        "PID".to_owned(),
+        "VERSION".to_owned(),
+        "UP".to_owned(),
+        "WAITS".to_owned(),
+    ]];
+    for r in &records {
+        let waits: Vec<String> = r
+            .waits
+            .iter()
+            .map(|w| {
+                format!(
+                    "{} {}",
+                    w.lock,
+                    inspect::ms(now.saturating_sub(w.since_ms) as i64)
+                )
+            })
+            .collect();
+        rows.push([
+            r.id.to_string(),
+            r.app.clone().unwrap_or_default(),
+            r.host.clone().unwrap_or_default(),
+            r.pid.map(|p| p.to_string()).unwrap_or_default(),
+            r.version.clone().unwrap_or_default(),
+            r.started_ms
+                .map(|s| inspect::ms(now.saturating_sub(s) as i64))
+                .unwrap_or_default(),
+            if waits.is_empty() {
+                "-".to_owned()
+            } else {
+                waits.join(", ")
+            },
+        ]);
+    }
+    print!("{}", inspect::render(&rows));
+    Ok(())
+}
+
+/// Frees `name` whatever its kind; says what it freed.
+async fn unlock(redis: &Redis, name: &str) -> Result<String> {
+    let objects = inspect::inspect_exact(redis, name).await?;
+    let Some(object) = objects.into_iter().next() else {
+        return Ok(format!(
+            "nothing to unlock: no lock-family object named `{name}`"
+        ));
+    };
+    let freed = inspect::force_unlock(redis, &object).await?;
+    Ok(describe_freed(&object, freed))
+}
+
+fn describe_freed(o: &Object, freed: bool) -> String {
+    if !freed {
+        return format!("{} `{}` was not held: nothing freed", o.kind, o.name);
+    }
+    let holders: Vec<String> = o
+        .holders
+        .iter()
+        .map(|h| format!("{} ({})", h.field, h.app.as_deref().unwrap_or("foreign")))
+        .collect();
+    let what = if o.kind == "semaphore" {
+        format!("{} permit(s)", o.permits.len())
+    } else if o.kind == "latch" {
+        format!("count {}", o.count.unwrap_or(0))
+    } else if holders.is_empty() {
+        "no holder".to_owned()
+    } else {
+        format!("held by {}", holders.join(", "))
+    };
+    format!("freed {} `{}`: {}", o.kind, o.name, what)
+}
+
+async fn watch(redis: &Redis, pattern: &str) -> Result<ExitCode> {
+    loop {
+        let objects = inspect::inspect(redis, pattern).await?;
+        // Home, then clear: the table is redrawn in place.
+        print!(
+            "\x1b[H\x1b[2Jleasehold watch {pattern}  ({} objects, every 1 s, Ctrl-C ends)\n\n{}",
+            objects.len(),
+            inspect::table(&objects, now_ms())
+        );
+        use std::io::Write as _;
+        let _ = std::io::stdout().flush();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}

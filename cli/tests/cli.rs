@@ -1,0 +1,416 @@
+//! The `leasehold` tool against a real redis-server: the built binary,
+//! driven as an operator would.
+
+use leasehold_testkit as support;
+
+use std::collections::HashMap;
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use fred::interfaces::{HashesInterface, KeysInterface};
+use leasehold::{Client, Owner};
+use serde_json::Value as Json;
+use support::RedisServer;
+
+const BIN: &str = env!("CARGO_BIN_EXE_leasehold");
+
+fn run(args: &[&str]) -> Output {
+    Command::new(BIN)
+        .args(args)
+        .output()
+        .expect("run leasehold")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Runs the tool off the test's runtime (it blocks).
+async fn run_async(args: Vec<String>) -> Output {
+    tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        run(&args)
+    })
+    .await
+    .unwrap()
+}
+
+async fn client(server: &RedisServer, app: &str) -> Client {
+    Client::builder()
+        .url(&server.url())
+        .app_name(app)
+        .record_waits_after(Duration::from_millis(100))
+        .build()
+        .await
+        .unwrap()
+}
+
+fn by_name(out: &str) -> HashMap<String, Json> {
+    out.lines()
+        .map(|l| serde_json::from_str::<Json>(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .map(|o| (o["name"].as_str().unwrap().to_owned(), o))
+        .collect()
+}
+
+/// Every kind of the lock family, made with leasehold (and one Redisson
+/// holder written by hand), is listed with its kind, holders and waiters.
+#[tokio::test]
+async fn inspect_json_lists_every_kind() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let c = client(&server, "inspect-test").await;
+    let me = format!("{}:{}", c.id(), Owner::current().id());
+
+    let _lock = c.lock("k:lock").lock().await.unwrap();
+    let _fair = c.fair_lock("k:fair").lock().await.unwrap();
+    let fair = c.fair_lock("k:fair");
+    let waiter_owner = Owner::new();
+    let fair_waiter = tokio::spawn(waiter_owner.scope(async move { fair.lock().await.map(drop) }));
+    let _fenced = c.fenced_lock("k:fenced").lock().await.unwrap();
+    let _read = c.read_write_lock("k:rw").read().lock().await.unwrap();
+    let sem = c.semaphore("k:sem");
+    assert!(sem.try_set_permits(3).await.unwrap());
+    let _permit = sem.acquire().await.unwrap();
+    let latch = c.count_down_latch("k:latch");
+    assert!(latch.try_set_count(2).await.unwrap());
+    // A Redisson service's hold: its client has no record here.
+    let java = format!("{}:57", uuid::Uuid::new_v4());
+    let _: i64 = c
+        .redis()
+        .hset("k:redisson", (java.as_str(), 1))
+        .await
+        .unwrap();
+    let _: i64 = c.redis().pexpire("k:redisson", 30_000, None).await.unwrap();
+
+    // The fair waiter's wait is recorded after 100 ms.
+    let waiter_field = format!("{}:{}", c.id(), waiter_owner.id());
+    let objects = loop {
+        let out = run_async(vec![
+            "inspect".into(),
+            "--json".into(),
+            "--url".into(),
+            url.clone(),
+            "k:*".into(),
+        ])
+        .await;
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let objects = by_name(&stdout(&out));
+        if objects["k:fair"]["waiters"]
+            .as_array()
+            .is_some_and(|w| !w.is_empty())
+        {
+            break objects;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let kinds: HashMap<&str, &str> = objects
+        .iter()
+        .map(|(n, o)| (n.as_str(), o["kind"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        kinds,
+        HashMap::from([
+            ("k:lock", "lock"),
+            ("k:fair", "fair_lock"),
+            ("k:fenced", "fenced_lock"),
+            ("k:rw", "rw_lock"),
+            ("k:sem", "semaphore"),
+            ("k:latch", "latch"),
+            ("k:redisson", "lock"),
+        ]),
+        "{objects:#?}"
+    );
+    let lock = &objects["k:lock"];
+    let h = &lock["holders"][0];
+    assert_eq!(h["field"], me.as_str());
+    assert_eq!(h["client"], c.id().to_string().as_str());
+    assert_eq!(h["owner"], Owner::current().id());
+    assert_eq!(h["holds"], 1);
+    assert_eq!(h["app"], "inspect-test");
+    assert_eq!(h["pid"], std::process::id());
+    assert!(h["host"].as_str().is_some_and(|s| !s.is_empty()));
+    assert!(lock["ttl_ms"].as_i64().is_some_and(|t| t > 0));
+
+    let foreign = &objects["k:redisson"]["holders"][0];
+    assert_eq!(foreign["field"], java.as_str());
+    assert_eq!(foreign["owner"], 57);
+    assert!(foreign["app"].is_null(), "foreign: {foreign}");
+
+    let fair = &objects["k:fair"];
+    assert_eq!(fair["holders"][0]["field"], me.as_str());
+    assert_eq!(fair["waiters"][0]["field"], waiter_field.as_str());
+    assert_eq!(fair["waiters"][0]["app"], "inspect-test");
+    assert_eq!(fair["queue"][0]["field"], waiter_field.as_str());
+
+    assert_eq!(objects["k:fenced"]["holders"][0]["field"], me.as_str());
+    assert!(objects["k:fenced"]["token"]
+        .as_i64()
+        .is_some_and(|t| t >= 1));
+    assert_eq!(objects["k:rw"]["mode"], "read");
+    assert_eq!(objects["k:rw"]["holders"][0]["field"], me.as_str());
+    assert_eq!(objects["k:sem"]["available"], 2);
+    assert_eq!(objects["k:sem"]["permits"].as_array().unwrap().len(), 1);
+    assert_eq!(objects["k:latch"]["count"], 2);
+
+    // The table, as an operator reads it.
+    let table = run_async(vec![
+        "inspect".into(),
+        "--url".into(),
+        url.clone(),
+        "k:*".into(),
+    ])
+    .await;
+    let table = stdout(&table);
+    println!("{table}");
+    assert!(table.starts_with("NAME"), "{table}");
+    assert!(table.contains("foreign"), "{table}");
+
+    fair_waiter.abort();
+    c.shutdown().await.unwrap();
+}
+
+/// `deadlocks`: exit 0 without a cycle; 3 with an ABBA cycle between two
+/// clients, one JSON line per cycle.
+#[tokio::test]
+async fn deadlocks_exit_status_and_json() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let none = run_async(vec!["deadlocks".into(), "--url".into(), url.clone()]).await;
+    assert_eq!(none.status.code(), Some(0));
+    assert!(stdout(&none).contains("no deadlock"));
+
+    let a = client(&server, "alpha").await;
+    let b = client(&server, "beta").await;
+    let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(2));
+    let cross = |c: Client, first: &'static str, second: &'static str| {
+        let barrier = barrier.clone();
+        tokio::spawn(async move {
+            let _first = c.lock(first).lock().await.unwrap();
+            barrier.wait().await;
+            let _ = c.lock(second).lock().await;
+        })
+    };
+    let ta = cross(a.clone(), "x", "y");
+    let tb = cross(b.clone(), "y", "x");
+    let started = tokio::time::Instant::now();
+    let out = loop {
+        let out = run_async(vec![
+            "deadlocks".into(),
+            "--json".into(),
+            "--url".into(),
+            url.clone(),
+        ])
+        .await;
+        if out.status.code() == Some(3) {
+            break out;
+        }
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "no cycle reported"
+        );
+    };
+    println!(
+        "`leasehold deadlocks` saw the cycle after {:?}",
+        started.elapsed()
+    );
+    let lines: Vec<Json> = stdout(&out)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    let cycle = lines[0]["cycle"].as_array().unwrap();
+    assert_eq!(cycle.len(), 2);
+    let apps: Vec<&str> = cycle.iter().map(|m| m["app"].as_str().unwrap()).collect();
+    assert!(
+        apps.contains(&"alpha") && apps.contains(&"beta"),
+        "{apps:?}"
+    );
+    for m in cycle {
+        assert!(m["holds"] == "x" || m["holds"] == "y");
+        assert_ne!(m["holds"], m["waits_for"]);
+    }
+    ta.abort();
+    tb.abort();
+    a.shutdown().await.unwrap();
+    b.shutdown().await.unwrap();
+}
+
+/// `clients` lists the records; `unlock --force` frees a lock of any
+/// client and says what it freed.
+#[tokio::test]
+async fn clients_and_force_unlock() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let c = client(&server, "holder-app").await;
+    let out = run_async(vec![
+        "clients".into(),
+        "--json".into(),
+        "--url".into(),
+        url.clone(),
+    ])
+    .await;
+    let line = stdout(&out);
+    let rec: Json = serde_json::from_str(line.lines().next().unwrap()).unwrap();
+    assert_eq!(rec["id"], c.id().to_string().as_str());
+    assert_eq!(rec["app"], "holder-app");
+    assert_eq!(rec["pid"], std::process::id());
+    let table = stdout(&run_async(vec!["clients".into(), "--url".into(), url.clone()]).await);
+    assert!(table.contains("holder-app"), "{table}");
+
+    let guard = c.lock("stuck").lock().await.unwrap();
+    let out = run_async(vec![
+        "unlock".into(),
+        "--force".into(),
+        "--url".into(),
+        url.clone(),
+        "stuck".into(),
+    ])
+    .await;
+    assert!(out.status.success());
+    let said = stdout(&out);
+    assert!(
+        said.contains("freed lock `stuck`") && said.contains("holder-app"),
+        "{said}"
+    );
+    let n: i64 = c.redis().exists("stuck").await.unwrap();
+    assert_eq!(n, 0);
+    tokio::time::timeout(Duration::from_secs(30), guard.lost())
+        .await
+        .expect("the holder learns its lease is gone");
+    // A latch and a semaphore too.
+    let latch = c.count_down_latch("gate");
+    latch.try_set_count(1).await.unwrap();
+    let out = run_async(vec![
+        "unlock".into(),
+        "--force".into(),
+        "--url".into(),
+        url.clone(),
+        "gate".into(),
+    ])
+    .await;
+    assert!(
+        stdout(&out).contains("freed latch `gate`"),
+        "{}",
+        stdout(&out)
+    );
+    let sem = c.semaphore("pool");
+    sem.try_set_permits(1).await.unwrap();
+    let _permit = sem.acquire().await.unwrap();
+    let out = run_async(vec![
+        "unlock".into(),
+        "--force".into(),
+        "--url".into(),
+        url.clone(),
+        "pool".into(),
+    ])
+    .await;
+    assert!(
+        stdout(&out).contains("freed semaphore `pool`: 1 permit"),
+        "{}",
+        stdout(&out)
+    );
+    assert_eq!(sem.available_permits().await.unwrap(), 1);
+    let out = run_async(vec![
+        "unlock".into(),
+        "--force".into(),
+        "--url".into(),
+        url.clone(),
+        "nothing".into(),
+    ])
+    .await;
+    assert!(
+        stdout(&out).contains("nothing to unlock"),
+        "{}",
+        stdout(&out)
+    );
+    // Without --force: refused.
+    let out = run_async(vec![
+        "unlock".into(),
+        "--url".into(),
+        url.clone(),
+        "x".into(),
+    ])
+    .await;
+    assert!(!out.status.success());
+    c.shutdown().await.unwrap();
+}
+
+/// `watch` in a real terminal (tmux): the table is drawn and redrawn in
+/// place. Skipped, with a line saying so, where tmux is not installed
+/// (`cargo xtask test` installs it).
+#[tokio::test]
+async fn watch_draws_the_table_in_a_terminal() {
+    if Command::new("tmux").arg("-V").output().is_err() {
+        println!("skipped: tmux is not installed");
+        return;
+    }
+    let server = RedisServer::start();
+    let c = client(&server, "tmux-test").await;
+    let _g = c.lock("shown:lock").lock().await.unwrap();
+    let session = format!("leasehold-watch-{}", std::process::id());
+    let command = format!("{BIN} watch --url {} 'shown:*'", server.url());
+    let started = Command::new("tmux")
+        .args([
+            "new-session",
+            "-d",
+            "-s",
+            &session,
+            "-x",
+            "160",
+            "-y",
+            "20",
+            &command,
+        ])
+        .status()
+        .unwrap();
+    assert!(started.success());
+    let capture = || {
+        let out = Command::new("tmux")
+            .args(["capture-pane", "-p", "-t", &session])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let mut screen = String::new();
+    for _ in 0..300 {
+        screen = capture();
+        if screen.contains("shown:lock") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // A second lock shows up on a later refresh, in place: one header.
+    let _h = c.lock("shown:later").lock().await.unwrap();
+    for _ in 0..300 {
+        screen = capture();
+        if screen.contains("shown:later") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let _ = Command::new("tmux")
+        .args(["kill-session", "-t", &session])
+        .status();
+    println!("{screen}");
+    assert!(
+        screen.contains("shown:lock") && screen.contains("shown:later"),
+        "{screen}"
+    );
+    assert!(screen.contains("tmux-test"), "{screen}");
+    assert_eq!(
+        screen.matches("NAME").count(),
+        1,
+        "redrawn in place: {screen}"
+    );
+    c.shutdown().await.unwrap();
+}
