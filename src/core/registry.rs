@@ -2,9 +2,8 @@
 //! format), and reading every client's records back.
 //!
 //! * **The record** `leasehold:client:{<uuid>}` (a hash) is written once
-//!   when the client starts (`HSET` + `PEXPIRE` in one `MULTI`/`EXEC`, so
-//!   it never exists without its TTL; no script: scripts are the lock
-//!   path's),
+//!   when the client starts (`HSET` + `PEXPIRE` in one `EVAL`, so it
+//!   never exists without its TTL),
 //!   renewed by its watchdog's cycle with one `PEXPIRE` (written again if
 //!   that finds it gone: a restarted server), and deleted by `shutdown`
 //!   (or when the last handle goes). Nothing on the lock path touches it.
@@ -36,7 +35,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fred::clients::Client as FredClient;
-use fred::interfaces::{ClientLike, HashesInterface, KeysInterface, TransactionInterface};
+use fred::interfaces::{ClientLike, HashesInterface, KeysInterface, LuaInterface};
 use fred::types::{Key, Value};
 use futures_util::TryStreamExt;
 use parking_lot::Mutex;
@@ -49,6 +48,15 @@ use crate::operators::{
     find_cycles, parse_record, record_id, wait_value, ClientRecord, Deadlock, Wait, RECORD_PREFIX,
     WAIT_FIELD,
 };
+
+/// Writes field/value pairs (`ARGV[2..]`) and sets the TTL (`ARGV[1]`,
+/// ms) in one step, so a record never exists without its TTL. Sent with
+/// `EVAL` (rare: at the start, and when waits become long), not as a
+/// transaction: fred's `MULTI`/`EXEC` was seen to leave a client unable
+/// to send anything after connection faults (the randomized history test,
+/// seed 1795722936499170105). Idempotent: a re-send changes nothing.
+const WRITE: &str = "redis.call('hset', KEYS[1], unpack(ARGV, 2)) \
+    redis.call('pexpire', KEYS[1], ARGV[1]) return 1";
 
 /// How often a long wait looks for a deadlock through itself.
 pub(crate) const CHECK_EVERY: Duration = Duration::from_millis(500);
@@ -195,14 +203,16 @@ impl Registry {
 
     /// Writes the record whole, with `extra` field/value pairs.
     pub(crate) async fn write(&self, extra: &[(String, String)]) -> Result<()> {
-        let mut pairs: Vec<(&str, &str)> =
-            self.info.iter().map(|(f, v)| (*f, v.as_str())).collect();
-        pairs.extend(extra.iter().map(|(f, v)| (f.as_str(), v.as_str())));
-        let trx = self.redis().multi();
-        trx.hset::<(), _, _>(self.key.clone(), pairs).await?;
-        trx.pexpire::<(), _>(self.key.clone(), self.ttl_ms, None)
-            .await?;
-        let _: Value = trx.exec(true).await?;
+        let mut args: Vec<&str> = Vec::with_capacity(1 + 2 * (self.info.len() + extra.len()));
+        let ttl = self.ttl_ms.to_string();
+        args.push(&ttl);
+        for (f, v) in &self.info {
+            args.extend([*f, v.as_str()]);
+        }
+        for (f, v) in extra {
+            args.extend([f.as_str(), v.as_str()]);
+        }
+        let _: Value = self.redis().eval(WRITE, self.key.clone(), args).await?;
         Ok(())
     }
 
