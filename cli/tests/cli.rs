@@ -153,6 +153,16 @@ async fn inspect_json_lists_every_kind() {
     assert_eq!(objects["k:sem"]["permits"].as_array().unwrap().len(), 1);
     assert_eq!(objects["k:latch"]["count"], 2);
 
+    // The default pattern lists the same objects: no companion key (queue,
+    // timeouts, token, permit set, read-hold timeouts, latches, records)
+    // shows up as an object of its own.
+    let all = tool(&url, &["inspect", "--json"]).await;
+    let mut names: Vec<String> = by_name(&stdout(&all)).into_keys().collect();
+    names.sort();
+    let mut expected: Vec<String> = objects.keys().cloned().collect();
+    expected.sort();
+    assert_eq!(names, expected);
+
     // The table, as an operator reads it.
     let table = tool(&url, &["inspect", "k:*"]).await;
     let table = stdout(&table);
