@@ -350,3 +350,38 @@ async fn records_and_deadlocks_on_a_cluster() {
         c.shutdown().await.unwrap();
     }
 }
+
+/// Through Sentinel: the record is written on the primary and read back,
+/// with a long wait in it, and gone after shutdown.
+#[tokio::test]
+async fn records_through_sentinel() {
+    let setup = support::sentinel::SentinelSetup::start();
+    let connect = |app: &'static str| {
+        Client::builder()
+            .url(&setup.url())
+            .app_name(app)
+            .record_waits_after(Duration::from_millis(100))
+            .build()
+    };
+    let a = connect("sentinel-a").await.unwrap();
+    let b = connect("sentinel-b").await.unwrap();
+    let r = record_of(&a).await.expect("a record through sentinel");
+    assert_eq!(r.app.as_deref(), Some("sentinel-a"));
+    let held = a.lock("s").lock().await.unwrap();
+    let lock = b.lock("s");
+    let waiter = tokio::spawn(async move { lock.lock().await.map(drop) });
+    within(HANG, "the long wait is recorded", async {
+        while record_of(&b).await.unwrap().waits.is_empty() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    held.unlock().await.unwrap();
+    within(HANG, "the waiter gets the lock", waiter)
+        .await
+        .unwrap()
+        .unwrap();
+    a.shutdown().await.unwrap();
+    assert!(record_seen_by(&b, a.id()).await.is_none());
+    b.shutdown().await.unwrap();
+}
