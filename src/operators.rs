@@ -319,13 +319,18 @@ mod tests {
         }
     }
 
+    /// Lock → holder fields.
+    fn held(pairs: &[(&str, &str)]) -> BTreeMap<String, Vec<String>> {
+        pairs
+            .iter()
+            .map(|(lock, field)| (lock.to_string(), vec![field.to_string()]))
+            .collect()
+    }
+
     #[test]
     fn an_abba_cycle_is_found_once() {
         let waits = [wait("u1:1", "b"), wait("u2:7", "a")];
-        let holders = BTreeMap::from([
-            ("a".to_owned(), vec!["u1:1".to_owned()]),
-            ("b".to_owned(), vec!["u2:7:write".to_owned()]),
-        ]);
+        let holders = held(&[("a", "u1:1"), ("b", "u2:7:write")]);
         let cycles = find_cycles(&waits, &holders);
         assert_eq!(cycles.len(), 1, "{cycles:?}");
         let m = &cycles[0].members;
@@ -338,10 +343,7 @@ mod tests {
     #[test]
     fn a_chain_is_no_cycle_and_reentry_is_no_edge() {
         let waits = [wait("u1:1", "b"), wait("u2:2", "c"), wait("u3:3", "c")];
-        let holders = BTreeMap::from([
-            ("b".to_owned(), vec!["u2:2".to_owned()]),
-            ("c".to_owned(), vec!["u3:3".to_owned()]),
-        ]);
+        let holders = held(&[("b", "u2:2"), ("c", "u3:3")]);
         assert!(find_cycles(&waits, &holders).is_empty());
         assert_eq!(owner_of("u:1:write"), "u:1");
         assert_eq!(owner_of("u:1"), "u:1");
@@ -350,11 +352,7 @@ mod tests {
     #[test]
     fn a_three_way_cycle() {
         let waits = [wait("c:3", "a"), wait("a:1", "b"), wait("b:2", "c")];
-        let holders = BTreeMap::from([
-            ("a".to_owned(), vec!["a:1".to_owned()]),
-            ("b".to_owned(), vec!["b:2".to_owned()]),
-            ("c".to_owned(), vec!["c:3".to_owned()]),
-        ]);
+        let holders = held(&[("a", "a:1"), ("b", "b:2"), ("c", "c:3")]);
         let cycles = find_cycles(&waits, &holders);
         assert_eq!(cycles.len(), 1);
         let fields: Vec<_> = cycles[0].members.iter().map(|m| m.field.as_str()).collect();

@@ -8,7 +8,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use leasehold::{client_records, Client, ClientRecord, Error, Owner};
-use support::fixture::{calls, client_with, eventually, within};
+use support::fixture::{abba, calls, client_with, eventually, within};
 use support::RedisServer;
 
 const HANG: Duration = Duration::from_secs(30);
@@ -267,19 +267,7 @@ async fn detection_fails_exactly_one_wait_of_a_cycle() {
     };
     let a = client_with(&server, detect("alpha")).await;
     let b = client_with(&server, detect("beta")).await;
-    let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(2));
-    let run = |c: Client, first: &'static str, second: &'static str| {
-        let barrier = barrier.clone();
-        tokio::spawn(async move {
-            let _first = c.lock(first).lock().await.unwrap();
-            barrier.wait().await;
-            let started = tokio::time::Instant::now();
-            let second = c.lock(second).lock().await;
-            (second.map(drop), started.elapsed())
-        })
-    };
-    let ta = run(a.clone(), "x", "y");
-    let tb = run(b.clone(), "y", "x");
+    let [ta, tb] = abba(&a, &b, "x", "y");
     let (ra, rb) = within(HANG, "one wait fails, the other gets its lock", async {
         tokio::join!(ta, tb)
     })
@@ -346,19 +334,9 @@ async fn records_and_deadlocks_on_a_cluster() {
     // Two lock names on different primaries.
     let (x, y) = ("orders:1", "orders:2");
     assert_ne!(cluster.primary_for_key(x), cluster.primary_for_key(y));
-    let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(2));
-    let cross = |c: Client, first: &'static str, second: &'static str| {
-        let barrier = barrier.clone();
-        tokio::spawn(async move {
-            let _first = c.lock(first).lock().await.unwrap();
-            barrier.wait().await;
-            c.lock(second).lock().await.map(drop)
-        })
-    };
-    let ta = cross(clients[0].clone(), x, y);
-    let tb = cross(clients[1].clone(), y, x);
+    let [ta, tb] = abba(&clients[0], &clients[1], x, y);
     let (ra, rb) = within(HANG, "the cycle is broken", async { tokio::join!(ta, tb) }).await;
-    let (ra, rb) = (ra.unwrap(), rb.unwrap());
+    let (ra, rb) = (ra.unwrap().0, rb.unwrap().0);
     assert_eq!(
         [&ra, &rb]
             .iter()
@@ -371,4 +349,39 @@ async fn records_and_deadlocks_on_a_cluster() {
     for c in &clients {
         c.shutdown().await.unwrap();
     }
+}
+
+/// Through Sentinel: the record is written on the primary and read back,
+/// with a long wait in it, and gone after shutdown.
+#[tokio::test]
+async fn records_through_sentinel() {
+    let setup = support::sentinel::SentinelSetup::start();
+    let connect = |app: &'static str| {
+        Client::builder()
+            .url(&setup.url())
+            .app_name(app)
+            .record_waits_after(Duration::from_millis(100))
+            .build()
+    };
+    let a = connect("sentinel-a").await.unwrap();
+    let b = connect("sentinel-b").await.unwrap();
+    let r = record_of(&a).await.expect("a record through sentinel");
+    assert_eq!(r.app.as_deref(), Some("sentinel-a"));
+    let held = a.lock("s").lock().await.unwrap();
+    let lock = b.lock("s");
+    let waiter = tokio::spawn(async move { lock.lock().await.map(drop) });
+    within(HANG, "the long wait is recorded", async {
+        while record_of(&b).await.unwrap().waits.is_empty() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    held.unlock().await.unwrap();
+    within(HANG, "the waiter gets the lock", waiter)
+        .await
+        .unwrap()
+        .unwrap();
+    a.shutdown().await.unwrap();
+    assert!(record_seen_by(&b, a.id()).await.is_none());
+    b.shutdown().await.unwrap();
 }

@@ -13,8 +13,9 @@
 //! (`{name}` is `name` itself when it has braces: Redisson's `prefixName`
 //! and `suffixName` rules.) A semaphore with no permit out has no permit
 //! set, and shows as a latch: the two layouts are the same then. Skipped:
-//! client records, latch keys (`leasehold_latch:`, `redisson_unlock_latch:`)
-//! and read-hold timeout keys (`…:rwlock_timeout:<n>`).
+//! client records, latch keys (`leasehold_latch:`, `redisson_unlock_latch:`),
+//! a fair lock's grants being handed over (`leasehold_grant:`) and
+//! read-hold timeout keys (`…:rwlock_timeout:<n>`).
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -214,6 +215,7 @@ async fn layout(redis: &Redis, keys: Vec<String>) -> Result<Layout> {
     for key in keys {
         if key.starts_with("leasehold:client:")
             || key.starts_with("leasehold_latch:")
+            || key.starts_with("leasehold_grant:")
             || key.starts_with("redisson_unlock_latch:")
             || key.contains(":rwlock_timeout:")
         {

@@ -25,10 +25,14 @@ fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
-/// Runs the tool off the test's runtime (it blocks).
-async fn run_async(args: Vec<String>) -> Output {
+/// Runs `leasehold SUBCOMMAND --url URL REST…` off the test's runtime
+/// (it blocks).
+async fn tool(url: &str, args: &[&str]) -> Output {
+    let mut all: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    all.insert(1, "--url".into());
+    all.insert(2, url.into());
     tokio::task::spawn_blocking(move || {
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let args: Vec<&str> = all.iter().map(String::as_str).collect();
         run(&args)
     })
     .await
@@ -85,14 +89,7 @@ async fn inspect_json_lists_every_kind() {
     // The fair waiter's wait is recorded after 100 ms.
     let waiter_field = format!("{}:{}", c.id(), waiter_owner.id());
     let objects = loop {
-        let out = run_async(vec![
-            "inspect".into(),
-            "--json".into(),
-            "--url".into(),
-            url.clone(),
-            "k:*".into(),
-        ])
-        .await;
+        let out = tool(&url, &["inspect", "--json", "k:*"]).await;
         assert!(
             out.status.success(),
             "{}",
@@ -156,14 +153,18 @@ async fn inspect_json_lists_every_kind() {
     assert_eq!(objects["k:sem"]["permits"].as_array().unwrap().len(), 1);
     assert_eq!(objects["k:latch"]["count"], 2);
 
+    // The default pattern lists the same objects: no companion key (queue,
+    // timeouts, token, permit set, read-hold timeouts, latches, records)
+    // shows up as an object of its own.
+    let all = tool(&url, &["inspect", "--json"]).await;
+    let mut names: Vec<String> = by_name(&stdout(&all)).into_keys().collect();
+    names.sort();
+    let mut expected: Vec<String> = objects.keys().cloned().collect();
+    expected.sort();
+    assert_eq!(names, expected);
+
     // The table, as an operator reads it.
-    let table = run_async(vec![
-        "inspect".into(),
-        "--url".into(),
-        url.clone(),
-        "k:*".into(),
-    ])
-    .await;
+    let table = tool(&url, &["inspect", "k:*"]).await;
     let table = stdout(&table);
     println!("{table}");
     assert!(table.starts_with("NAME"), "{table}");
@@ -179,32 +180,16 @@ async fn inspect_json_lists_every_kind() {
 async fn deadlocks_exit_status_and_json() {
     let server = RedisServer::start();
     let url = server.url();
-    let none = run_async(vec!["deadlocks".into(), "--url".into(), url.clone()]).await;
+    let none = tool(&url, &["deadlocks"]).await;
     assert_eq!(none.status.code(), Some(0));
     assert!(stdout(&none).contains("no deadlock"));
 
     let a = client(&server, "alpha").await;
     let b = client(&server, "beta").await;
-    let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(2));
-    let cross = |c: Client, first: &'static str, second: &'static str| {
-        let barrier = barrier.clone();
-        tokio::spawn(async move {
-            let _first = c.lock(first).lock().await.unwrap();
-            barrier.wait().await;
-            let _ = c.lock(second).lock().await;
-        })
-    };
-    let ta = cross(a.clone(), "x", "y");
-    let tb = cross(b.clone(), "y", "x");
+    let [ta, tb] = support::fixture::abba(&a, &b, "x", "y");
     let started = tokio::time::Instant::now();
     let out = loop {
-        let out = run_async(vec![
-            "deadlocks".into(),
-            "--json".into(),
-            "--url".into(),
-            url.clone(),
-        ])
-        .await;
+        let out = tool(&url, &["deadlocks", "--json"]).await;
         if out.status.code() == Some(3) {
             break out;
         }
@@ -252,30 +237,17 @@ async fn clients_and_force_unlock() {
     let server = RedisServer::start();
     let url = server.url();
     let c = client(&server, "holder-app").await;
-    let out = run_async(vec![
-        "clients".into(),
-        "--json".into(),
-        "--url".into(),
-        url.clone(),
-    ])
-    .await;
+    let out = tool(&url, &["clients", "--json"]).await;
     let line = stdout(&out);
     let rec: Json = serde_json::from_str(line.lines().next().unwrap()).unwrap();
     assert_eq!(rec["id"], c.id().to_string().as_str());
     assert_eq!(rec["app"], "holder-app");
     assert_eq!(rec["pid"], std::process::id());
-    let table = stdout(&run_async(vec!["clients".into(), "--url".into(), url.clone()]).await);
+    let table = stdout(&tool(&url, &["clients"]).await);
     assert!(table.contains("holder-app"), "{table}");
 
     let guard = c.lock("stuck").lock().await.unwrap();
-    let out = run_async(vec![
-        "unlock".into(),
-        "--force".into(),
-        "--url".into(),
-        url.clone(),
-        "stuck".into(),
-    ])
-    .await;
+    let out = tool(&url, &["unlock", "--force", "stuck"]).await;
     assert!(out.status.success());
     let said = stdout(&out);
     assert!(
@@ -290,14 +262,7 @@ async fn clients_and_force_unlock() {
     // A latch and a semaphore too.
     let latch = c.count_down_latch("gate");
     latch.try_set_count(1).await.unwrap();
-    let out = run_async(vec![
-        "unlock".into(),
-        "--force".into(),
-        "--url".into(),
-        url.clone(),
-        "gate".into(),
-    ])
-    .await;
+    let out = tool(&url, &["unlock", "--force", "gate"]).await;
     assert!(
         stdout(&out).contains("freed latch `gate`"),
         "{}",
@@ -306,41 +271,21 @@ async fn clients_and_force_unlock() {
     let sem = c.semaphore("pool");
     sem.try_set_permits(1).await.unwrap();
     let _permit = sem.acquire().await.unwrap();
-    let out = run_async(vec![
-        "unlock".into(),
-        "--force".into(),
-        "--url".into(),
-        url.clone(),
-        "pool".into(),
-    ])
-    .await;
+    let out = tool(&url, &["unlock", "--force", "pool"]).await;
     assert!(
         stdout(&out).contains("freed semaphore `pool`: 1 permit"),
         "{}",
         stdout(&out)
     );
     assert_eq!(sem.available_permits().await.unwrap(), 1);
-    let out = run_async(vec![
-        "unlock".into(),
-        "--force".into(),
-        "--url".into(),
-        url.clone(),
-        "nothing".into(),
-    ])
-    .await;
+    let out = tool(&url, &["unlock", "--force", "nothing"]).await;
     assert!(
         stdout(&out).contains("nothing to unlock"),
         "{}",
         stdout(&out)
     );
     // Without --force: refused.
-    let out = run_async(vec![
-        "unlock".into(),
-        "--url".into(),
-        url.clone(),
-        "x".into(),
-    ])
-    .await;
+    let out = tool(&url, &["unlock", "x"]).await;
     assert!(!out.status.success());
     c.shutdown().await.unwrap();
 }

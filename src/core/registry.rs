@@ -417,6 +417,11 @@ fn youngest_in_cycle(
 // === impl Waiting ===
 
 impl Waiting {
+    /// Whether this wait may be told to give up (detection is on).
+    pub(crate) fn detects(&self) -> bool {
+        self.found.is_some()
+    }
+
     /// Completes when this wait is the one of a cycle to give up (never
     /// without detection).
     pub(crate) async fn deadlocked(&self) -> Deadlock {

@@ -186,8 +186,9 @@ pub(crate) fn wait_with<'a, A: Attempts + 'a>(
                 engine.pubsub.join_subscribed(attempts.channel())
             };
             let mut backoff = RETRY_FIRST;
-            // Made at the first busy try; dropped with the wait.
-            let mut waiting: Option<Waiting> = None;
+            // Made at the first busy try; dropped with the wait. Boxed:
+            // a parked waiter's future carries one pointer of it.
+            let mut waiting: Option<Box<Waiting>> = None;
             loop {
                 if let Err(e) = engine.check() {
                     break 'wait Err(e);
@@ -215,7 +216,8 @@ pub(crate) fn wait_with<'a, A: Attempts + 'a>(
                 if waiting.is_none() && !once {
                     waiting = attempts
                         .waits_for()
-                        .and_then(|(key, owner)| engine.registry.start_wait(key, owner));
+                        .and_then(|(key, owner)| engine.registry.start_wait(key, owner))
+                        .map(Box::new);
                 }
                 let mut bound = engine.recheck_interval;
                 let last_error = match then {
@@ -277,29 +279,43 @@ pub(crate) fn wait_with<'a, A: Attempts + 'a>(
                         ends = true;
                     }
                 }
-                let sleep = async {
-                    match &subscription {
-                        Some(s) => {
-                            let woken = if ends {
-                                // This wait's own timer, not the channel's clock
-                                // (which would re-check every waiter at this
-                                // waiter's deadline); boxed, as only the last
-                                // wait of a timed acquire needs it.
-                                let woken = Box::pin(tokio::time::timeout(bound, s.woken())).await;
-                                woken.unwrap_or(false) || s.holds_wake_up()
-                            } else {
-                                s.wait(bound).await
-                            };
-                            if !woken {
-                                s.refresh();
+                // The sleep, written once and expanded twice: inline for
+                // most waits (a parked waiter's future carries only what
+                // it awaits), boxed and raced with "give up" for a wait
+                // with deadlock detection on.
+                macro_rules! sleep {
+                    () => {
+                        match &subscription {
+                            Some(s) => {
+                                let woken = if ends {
+                                    // This wait's own timer, not the channel's clock
+                                    // (which would re-check every waiter at this
+                                    // waiter's deadline); boxed, as only the last
+                                    // wait of a timed acquire needs it.
+                                    let woken =
+                                        Box::pin(tokio::time::timeout(bound, s.woken())).await;
+                                    woken.unwrap_or(false) || s.holds_wake_up()
+                                } else {
+                                    s.wait(bound).await
+                                };
+                                if !woken {
+                                    s.refresh();
+                                }
                             }
+                            // Not subscribed (it failed): back-off, boxed for the
+                            // same reason as the subscribe.
+                            None => Box::pin(tokio::time::sleep(bound)).await,
                         }
-                        // Not subscribed (it failed): back-off, boxed for the
-                        // same reason as the subscribe.
-                        None => Box::pin(tokio::time::sleep(bound)).await,
+                    };
+                }
+                let slept = match waiting.as_deref().filter(|w| w.detects()) {
+                    Some(w) => Box::pin(unless_deadlocked(w, async { sleep!() })).await,
+                    None => {
+                        sleep!();
+                        Ok(())
                     }
                 };
-                if let Err(cycle) = unless_deadlocked(waiting.as_ref(), sleep).await {
+                if let Err(cycle) = slept {
                     let name = attempts
                         .waits_for()
                         .map(|(key, _)| String::from_utf8_lossy(key.as_bytes()).into_owned())
@@ -319,13 +335,9 @@ pub(crate) fn wait_with<'a, A: Attempts + 'a>(
 /// Runs `sleep`, unless `waiting` finds first that this wait is the one
 /// of a wait-for cycle to give up.
 async fn unless_deadlocked<F: Future<Output = ()>>(
-    waiting: Option<&Waiting>,
+    waiting: &Waiting,
     sleep: F,
 ) -> std::result::Result<(), Deadlock> {
-    let Some(waiting) = waiting else {
-        sleep.await;
-        return Ok(());
-    };
     tokio::select! {
         biased;
         cycle = waiting.deadlocked() => Err(cycle),

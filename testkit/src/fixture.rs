@@ -125,3 +125,28 @@ pub fn dump_keys(server: &RedisServer) -> String {
     }
     out
 }
+
+/// An ABBA pair: `a` takes `x` then waits for `y`, `b` takes `y` then
+/// waits for `x` (each in its own task, the second acquire after both
+/// first ones). Each task ends with its second acquire's result (the lock
+/// given back at once) and how long that wait took; a task that fails
+/// lets go of its first lock as it ends.
+pub fn abba(
+    a: &Client,
+    b: &Client,
+    x: &'static str,
+    y: &'static str,
+) -> [tokio::task::JoinHandle<(leasehold::Result<()>, Duration)>; 2] {
+    let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(2));
+    let cross = |c: Client, first: &'static str, second: &'static str| {
+        let barrier = barrier.clone();
+        tokio::spawn(async move {
+            let _first = c.lock(first).lock().await.expect("the first lock is free");
+            barrier.wait().await;
+            let started = tokio::time::Instant::now();
+            let second = c.lock(second).lock().await.map(drop);
+            (second, started.elapsed())
+        })
+    };
+    [cross(a.clone(), x, y), cross(b.clone(), y, x)]
+}
