@@ -17,6 +17,17 @@ async fn record_of(c: &Client) -> Option<ClientRecord> {
     record_seen_by(c, c.id()).await
 }
 
+/// Waits (bounded as a hang) until `c`'s record shows a recorded wait
+/// (`recorded`) or none.
+async fn until_waits_recorded(c: &Client, recorded: bool, what: &str) {
+    within(HANG, what, async {
+        while record_of(c).await.unwrap().waits.is_empty() == recorded {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+}
+
 /// The record of client `id`, read through `via` (open).
 async fn record_seen_by(via: &Client, id: uuid::Uuid) -> Option<ClientRecord> {
     client_records(via.redis())
@@ -118,33 +129,18 @@ async fn a_long_wait_is_recorded_and_leaves_no_record() {
     assert_eq!(w.lock, "orders");
     waiter.abort();
     let _ = waiter.await;
-    within(HANG, "a cancelled wait leaves no record", async {
-        while !record_of(&b).await.unwrap().waits.is_empty() {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await;
+    until_waits_recorded(&b, false, "a cancelled wait leaves no record").await;
 
     // Finished.
     let lock = b.lock("orders");
     let waiter = tokio::spawn(async move { lock.lock().await.map(drop) });
-    within(HANG, "the second wait is recorded", async {
-        while record_of(&b).await.unwrap().waits.is_empty() {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await;
+    until_waits_recorded(&b, true, "the second wait is recorded").await;
     held.unlock().await.unwrap();
     within(HANG, "the waiter gets the lock", waiter)
         .await
         .unwrap()
         .unwrap();
-    within(HANG, "a finished wait leaves no record", async {
-        while !record_of(&b).await.unwrap().waits.is_empty() {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await;
+    until_waits_recorded(&b, false, "a finished wait leaves no record").await;
 
     // Short: no write at all.
     let hsets = calls(&server, "hset");
@@ -370,12 +366,7 @@ async fn records_through_sentinel() {
     let held = a.lock("s").lock().await.unwrap();
     let lock = b.lock("s");
     let waiter = tokio::spawn(async move { lock.lock().await.map(drop) });
-    within(HANG, "the long wait is recorded", async {
-        while record_of(&b).await.unwrap().waits.is_empty() {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await;
+    until_waits_recorded(&b, true, "the long wait is recorded").await;
     held.unlock().await.unwrap();
     within(HANG, "the waiter gets the lock", waiter)
         .await
