@@ -288,6 +288,32 @@ impl Engine {
         Ok(())
     }
 
+    /// Runs a primitive's force-unlock `script` on `key` once (a latched
+    /// call with a record of its own, see `Call::run_once`), whose reply
+    /// starts with 1 when it deleted the key; then this client's holds of
+    /// the key end. Only the holds counted *before* the call was sent end:
+    /// a hold taken after it (a waiter the script handed the lock to, a
+    /// newer hold after a replayed reply) is not among them. `client`:
+    /// the client's id, which names the call's record. Returns the reply.
+    ///
+    /// Cancel safe: dropped once sent, the script ran at most once (its
+    /// holds then end at their next renewal).
+    pub(crate) async fn force_unlock(
+        &self,
+        script: &'static script::Script,
+        (key, key_str): (&fred::types::Key, &str),
+        client: &str,
+        keys: Vec<fred::types::Key>,
+        args: Vec<fred::types::Value>,
+    ) -> Result<call::Reply> {
+        let holding = self.leases.holding(key);
+        let reply = call::Call::run_once(&self.conn, script, key_str, client, keys, args).await?;
+        if reply.first() == Some(&1) {
+            holding.gone("force-unlocked");
+        }
+        Ok(reply)
+    }
+
     pub(crate) fn is_shut_down(&self) -> bool {
         self.shut_down.load(Ordering::SeqCst)
     }

@@ -164,7 +164,6 @@ use fred::interfaces::{HashesInterface, KeysInterface};
 use tokio::time::Instant;
 
 use crate::client::Client;
-use crate::core::call::Call;
 use crate::core::prefix_name;
 use crate::error::{Error, Result};
 use crate::guard::{LeaseSignal, LockGuard};
@@ -635,27 +634,21 @@ impl FairLock {
         let engine = self.client.engine();
         let mut args = vec![now_ms().into(), engine.conn.publish_command().into()];
         args.extend(Names::hand_over_args());
-        // The holds this force-unlock can end: taken before it is sent, so
-        // that the waiter its script hands the lock to (it held nothing
-        // then) keeps the grant, and a replayed reply ends nothing newer.
-        let holding = engine.leases.holding(&self.names.key);
-        let reply = Call::run_once(
-            &engine.conn,
-            &scripts().force_unlock,
-            &self.key_str,
-            &self.client.id().to_string(),
-            self.names.script_keys(),
-            args,
-        )
-        .await?;
+        // The waiter the script hands the lock to held nothing when it was
+        // sent: it keeps the grant (see `Engine::force_unlock`).
+        let reply = engine
+            .force_unlock(
+                &scripts().force_unlock,
+                (&self.names.key, &self.key_str),
+                &self.client.id().to_string(),
+                self.names.script_keys(),
+                args,
+            )
+            .await?;
         if !reply.is_replay() {
             kick_if_unheard(&engine.conn, &self.names, &reply);
         }
-        let deleted = reply.first() == Some(&1);
-        if deleted {
-            holding.gone("force-unlocked");
-        }
-        Ok(deleted)
+        Ok(reply.first() == Some(&1))
     }
 
     /// The client the lock is taken through (`MultiLock` orders its

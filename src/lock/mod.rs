@@ -562,23 +562,16 @@ impl Lock {
     pub async fn force_unlock(&self) -> Result<bool> {
         self.check()?;
         let engine = self.inner.client.engine();
-        // The holds this force-unlock can end: taken before it is sent, so
-        // that a replayed reply (Redis at the first run) ends nothing newer.
-        let holding = engine.leases.holding(&self.inner.key);
-        let reply = Call::run_once(
-            &engine.conn,
-            &scripts().force_unlock,
-            self.key(),
-            &self.inner.client.id().to_string(),
-            vec![self.inner.key.clone(), self.inner.channel_key.clone()],
-            vec!["0".into(), engine.conn.publish_command().into()],
-        )
-        .await?;
-        let deleted = reply.first() == Some(&1);
-        if deleted {
-            holding.gone("force-unlocked");
-        }
-        Ok(deleted)
+        let reply = engine
+            .force_unlock(
+                &scripts().force_unlock,
+                (&self.inner.key, self.key()),
+                &self.inner.client.id().to_string(),
+                vec![self.inner.key.clone(), self.inner.channel_key.clone()],
+                vec!["0".into(), engine.conn.publish_command().into()],
+            )
+            .await?;
+        Ok(reply.first() == Some(&1))
     }
 
     /// The client the lock is taken through (`MultiLock` orders its

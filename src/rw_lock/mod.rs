@@ -531,29 +531,24 @@ impl Names {
     async fn force_unlock(&self, mode: Mode) -> Result<bool> {
         self.check()?;
         let engine = self.client.engine();
-        let holding = engine.leases.holding(&self.key);
-        let reply = Call::run_once(
-            &engine.conn,
-            &scripts().force_unlock,
-            &self.key_str,
-            &self.client.id().to_string(),
-            vec![
-                self.key.clone(),
-                self.channel_key.clone(),
-                self.key_prefix.clone(),
-            ],
-            vec![
-                mode.as_str().into(),
-                mode.message().into(),
-                engine.conn.publish_command().into(),
-            ],
-        )
-        .await?;
-        let deleted = reply.first() == Some(&1);
-        if deleted {
-            holding.gone("force-unlocked");
-        }
-        Ok(deleted)
+        let reply = engine
+            .force_unlock(
+                &scripts().force_unlock,
+                (&self.key, &self.key_str),
+                &self.client.id().to_string(),
+                vec![
+                    self.key.clone(),
+                    self.channel_key.clone(),
+                    self.key_prefix.clone(),
+                ],
+                vec![
+                    mode.as_str().into(),
+                    mode.message().into(),
+                    engine.conn.publish_command().into(),
+                ],
+            )
+            .await?;
+        Ok(reply.first() == Some(&1))
     }
 }
 
