@@ -1007,10 +1007,6 @@ async fn read_write_lock_mixes_readers_and_writers_of_both_sides() {
 /// fixed lease ends. Rust's fixed-lease reader with a dying Java reader,
 /// then Java's fixed-lease reader with a dying Rust reader.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "issue 30: a Java watchdog reader's renewal sets the read-write hash's TTL; \
-            fails today: Rust reader with a 15 s lease, Java co-reader (3 s watchdog) killed: \
-            a Rust writer got in 2.0 s after the kill with 9.9 s left on the Rust lease, \
-            the Rust reader not told lost (the reverse, Java fixed-lease reader, passes)"]
 async fn fixed_lease_reader_outlives_a_dead_co_reader_of_the_other_side() {
     const TEST: &str = "rw_dead_co_reader";
     const LEASE: Duration = Duration::from_secs(15);

@@ -1136,3 +1136,54 @@ async fn writer_wait_under_a_stream_of_readers() {
     a.shutdown().await.unwrap();
     b.shutdown().await.unwrap();
 }
+
+/// Issue 30: a fixed-lease reader shares the lock with a Java reader whose
+/// watchdog renewal *sets* the hash's TTL (Redisson's `ReadLockTask` does
+/// `PEXPIRE hash <its watchdog timeout>`, cutting what our acquire set),
+/// and then the Java process dies. Our reader's hold must keep the hash
+/// (and so keep writers out) until its lease ends, or be told lost first.
+/// Before the fix, fixed-lease holds were never renewed: the hash expired
+/// 1.5 s after the cut and a writer got in with seconds left on the lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fixed_lease_reader_survives_a_java_co_readers_ttl_cut() {
+    const LEASE: Duration = Duration::from_secs(12);
+    let server = RedisServer::start();
+    // 3 s watchdog: renewals every second.
+    let a = client_with(&server, |b| b.watchdog_timeout(Duration::from_secs(3))).await;
+    let b = client(&server).await;
+    let name = "cut";
+    let reader = a
+        .read_write_lock(name)
+        .read()
+        .lock_with_lease(LEASE)
+        .await
+        .unwrap();
+    let end = Instant::now() + LEASE;
+    // A Java reader joins, its watchdog renews (setting the hash's TTL to
+    // 1.5 s), and its process dies: nobody of Java's renews again.
+    java_read_lock(&server, name, 1, 1_500);
+    server.cmd(&["PEXPIRE", name, "1500"]);
+    let left = end.saturating_duration_since(Instant::now());
+    let writer = b
+        .read_write_lock(name)
+        .write()
+        .try_lock_for(left.saturating_sub(Duration::from_secs(2)))
+        .await
+        .unwrap();
+    if let Some(w) = writer {
+        let early = end.saturating_duration_since(Instant::now());
+        w.unlock().await.unwrap();
+        panic!(
+            "a writer got in {early:?} before the reader's lease ended (reader lost: {})",
+            reader.is_lost()
+        );
+    }
+    assert!(!reader.is_lost(), "the reader is still held");
+    assert!(
+        pttl(&server, name) <= LEASE.as_millis() as i64,
+        "renewals never keep the hash past the lease's end"
+    );
+    reader.unlock().await.unwrap();
+    a.shutdown().await.unwrap();
+    b.shutdown().await.unwrap();
+}

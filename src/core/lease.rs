@@ -98,6 +98,15 @@ pub(crate) trait Kind: std::fmt::Debug + Send + Sync + 'static {
     fn busy_proves_gone(&self) -> bool {
         true
     }
+    /// Whether the watchdog also renews this kind's fixed-term holds, up
+    /// to their deadline and never past it: for a key another library's
+    /// owners share and may cut the TTL of (Redisson's read renewal *sets*
+    /// the read-write hash's TTL to its own watchdog timeout). Such a
+    /// kind's renewal entries carry their own TTL (see
+    /// [`Lease::renew_ttl`]). The default: fixed holds are never renewed.
+    fn renews_fixed(&self) -> bool {
+        false
+    }
     /// Whether holding `mine` proves that `other` (another owner's lease on
     /// the same key, of any kind) cannot be held: then a successful acquire
     /// of `mine` ends `other`'s incarnation at once.
@@ -131,7 +140,9 @@ pub(crate) enum ReleaseReply {
 pub(crate) enum Term {
     /// As long as its guard lives: renewed by the watchdog.
     Watchdog,
-    /// Until this deadline; never renewed.
+    /// Until this deadline: never renewed past it (the watchdog raises
+    /// the key's TTL back to it only for a kind that
+    /// [renews fixed holds](Kind::renews_fixed)).
     Fixed(Instant),
 }
 
@@ -860,7 +871,7 @@ impl Lease {
                 Term::Watchdog => s.watched += 1,
                 Term::Fixed(deadline) => s.fixed.push(deadline),
             }
-            let register = s.watched > 0 && !self.is_registered();
+            let register = self.renewed_now(&s) && !self.is_registered();
             if register {
                 self.flags.fetch_or(REGISTERED, Ordering::Relaxed);
             }
@@ -895,7 +906,7 @@ impl Lease {
     pub(crate) fn release_done(&self) {
         let deregister = {
             let s = self.state.lock();
-            let deregister = s.watched == 0 && self.is_registered();
+            let deregister = !self.renewed_now(&s) && self.is_registered();
             if deregister {
                 self.unregister();
             }
@@ -933,6 +944,13 @@ impl Lease {
     /// still leaves in the background).
     pub(crate) fn waits(&self) -> u16 {
         self.waits.load(Ordering::Relaxed)
+    }
+
+    /// Whether the watchdog must renew the lease for the live holds of
+    /// `s`: a watchdog hold lives, or a fixed one of a kind that
+    /// [renews fixed holds](Kind::renews_fixed).
+    fn renewed_now(&self, s: &State) -> bool {
+        s.watched > 0 || (!s.fixed.is_empty() && self.kind.renews_fixed())
     }
 
     /// Whether the lease is registered with the watchdog (read under
@@ -1150,10 +1168,17 @@ impl Lease {
     }
 
     /// The TTL a renewal or check should set: the watchdog timeout while a
-    /// watchdog hold lives; 0 (only check) otherwise.
+    /// watchdog hold lives; for a kind that [renews fixed
+    /// holds](Kind::renews_fixed), what is left until the latest fixed
+    /// deadline; 0 (only check) otherwise.
     pub(crate) fn renew_ttl(&self) -> Duration {
-        if self.state.lock().watched > 0 {
+        let s = self.state.lock();
+        if s.watched > 0 {
             self.watchdog.timeout()
+        } else if self.kind.renews_fixed() {
+            s.fixed.iter().max().map_or(Duration::ZERO, |d| {
+                d.saturating_duration_since(Instant::now())
+            })
         } else {
             Duration::ZERO
         }

@@ -308,6 +308,11 @@ fn read_renewal() -> &'static Renewal {
                 keys.push(Key::from(prefix));
             }
             args.push(Value::String(lease.field()));
+            // Each entry its own TTL: fixed read leases are renewed too, up
+            // to their end (see `ReadKind::renews_fixed`).
+            args.push(Value::Integer(
+                lease.renew_ttl().as_millis().min(i64::MAX as u128) as i64,
+            ));
         },
         packed: None,
     })
@@ -727,6 +732,14 @@ impl Kind for ReadKind {
 
     fn renewal(&self) -> &'static Renewal {
         read_renewal()
+    }
+
+    /// Read leases with a fixed term are renewed up to their end: a
+    /// Redisson reader sharing the hash *sets* its TTL to Redisson's
+    /// watchdog timeout on every renewal, and if that reader's process
+    /// dies the hash would expire under our hold before its end.
+    fn renews_fixed(&self) -> bool {
+        true
     }
 
     fn excludes(&self, mine: &Lease, other: &Lease) -> bool {
