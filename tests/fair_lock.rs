@@ -836,55 +836,103 @@ async fn java_fair_waiter(
 }
 
 /// Java waiters (Redisson's scripts, 5-minute thread wait) and leasehold
-/// waiters queued alternately behind a holder are all served, the first
-/// Java waiter first; nobody is stranded, nothing is left. (Strict order
-/// is not asserted: a Java acquire moves every timeout 5 minutes earlier,
-/// so the leasehold waiter behind it may be purged and queue again.)
+/// waiters queued alternately behind a holder are served in arrival
+/// order; nobody is stranded, nothing is left. (Issue 30: a Java acquire
+/// moves every timeout 5 minutes earlier; leasehold waiters' timeouts
+/// were 5 s ahead, so they were purged and queued again behind later
+/// arrivals.) Both holders: a leasehold one, then a Java one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn java_and_leasehold_waiters_mixed_are_all_served() {
+async fn java_and_leasehold_waiters_mixed_are_served_in_arrival_order() {
+    use leasehold::fred::interfaces::LuaInterface;
+    use leasehold::fred::types::Value;
     let server = Arc::new(RedisServer::start());
     let (a, b) = (client(&server).await, client(&server).await);
-    let lock = a.fair_lock("mixed");
-    let holder = lock.lock().await.unwrap();
-    let order = Arc::new(Mutex::new(Vec::new()));
-    let mut tasks = JoinSet::new();
-    let labels = ["java 1", "leasehold 1", "java 2", "leasehold 2"];
-    for (i, label) in labels.into_iter().enumerate() {
-        let order = order.clone();
-        if i % 2 == 0 {
-            let field = format!("6f1c3d52-1111-4222-8333-94445555666{i}:{i}");
-            tasks.spawn(java_fair_waiter(
-                server.clone(),
-                b.fair_lock("mixed"),
-                field,
-                label,
-                order,
-            ));
+    let java = support::fixture::client(&server).await;
+    for (round, java_holder) in [false, true].into_iter().enumerate() {
+        let name = format!("mixed-{round}");
+        let lock = a.fair_lock(&name);
+        let holder_field = "6f1c3d52-1111-4222-8333-944455556699:99";
+        let keys = vec![
+            lock.key().to_owned(),
+            lock.queue_key().to_owned(),
+            lock.timeout_key().to_owned(),
+        ];
+        let holder = if java_holder {
+            let args: Vec<Value> = vec![
+                30_000.into(),
+                holder_field.into(),
+                300_000.into(),
+                (epoch_ms() as i64).into(),
+            ];
+            let taken: Value = java
+                .redis()
+                .eval(JAVA_FAIR_ACQUIRE, keys.clone(), args)
+                .await
+                .unwrap();
+            assert_eq!(taken, Value::Null, "the Java holder takes the free lock");
+            None
         } else {
-            let lock = b.fair_lock("mixed");
-            tasks.spawn(async move {
-                let guard = lock.lock().await.unwrap();
-                order.lock().unwrap().push(label);
-                tokio::time::sleep(Duration::from_millis(5)).await;
-                guard.unlock().await.unwrap();
-            });
+            Some(lock.lock().await.unwrap())
+        };
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let mut tasks = JoinSet::new();
+        let labels = ["java 1", "leasehold 1", "java 2", "leasehold 2"];
+        for (i, label) in labels.into_iter().enumerate() {
+            let order = order.clone();
+            if i % 2 == 0 {
+                let field = format!("6f1c3d52-1111-4222-8333-94445555666{i}:{i}");
+                tasks.spawn(java_fair_waiter(
+                    server.clone(),
+                    b.fair_lock(&name),
+                    field,
+                    label,
+                    order,
+                ));
+            } else {
+                let lock = b.fair_lock(&name);
+                tasks.spawn(async move {
+                    let guard = lock.lock().await.unwrap();
+                    order.lock().unwrap().push(label);
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    guard.unlock().await.unwrap();
+                });
+            }
+            eventually(HANG, "queued", || {
+                llen(&server, lock.queue_key()) == i as u64 + 1
+            })
+            .await;
         }
-        eventually(HANG, "queued", || {
-            llen(&server, lock.queue_key()) == i as u64 + 1
+        match holder {
+            Some(guard) => guard.unlock().await.unwrap(),
+            None => {
+                let mut keys = keys;
+                keys.push(lock.channel().to_owned());
+                let args: Vec<Value> = vec![
+                    30_000.into(),
+                    holder_field.into(),
+                    (epoch_ms() as i64).into(),
+                ];
+                let freed: Value = java
+                    .redis()
+                    .eval(JAVA_FAIR_UNLOCK, keys, args)
+                    .await
+                    .unwrap();
+                assert_eq!(freed, Value::Integer(1));
+            }
+        }
+        within(HANG, "every Java and leasehold waiter", async {
+            while let Some(done) = tasks.join_next().await {
+                done.unwrap();
+            }
         })
         .await;
+        let order = order.lock().unwrap().clone();
+        println!(
+            "holder {}: served {order:?}",
+            if java_holder { "java" } else { "leasehold" }
+        );
+        assert_eq!(order, labels, "java holder: {java_holder}");
     }
-    holder.unlock().await.unwrap();
-    within(HANG, "every Java and leasehold waiter", async {
-        while let Some(done) = tasks.join_next().await {
-            done.unwrap();
-        }
-    })
-    .await;
-    let order = order.lock().unwrap().clone();
-    println!("served: {order:?}");
-    assert_eq!(order.len(), 4);
-    assert_eq!(order[0], "java 1");
     eventually(HANG, "no key left", || lock_keys(&server).is_empty()).await;
 }
 

@@ -782,9 +782,6 @@ async fn count_down_latch_opens_for_both_sides() {
 /// in that order, each soon after the one before lets go; and the same with
 /// the sides swapped.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "issue 30: the fair lock's mixed queue is served out of order; fails today: \
-            holder Java, queued J1 R1 J2 R2, served J1 J2 R1 R2 (R1 1.7 s after J2's release); \
-            holder Rust, order kept but R2 served 1.8 s and J2 0.9 s after the previous release"]
 async fn fair_queue_serves_mixed_waiters_in_arrival_order() {
     const TEST: &str = "fair_queue";
     const SERVED_WITHIN_MS: f64 = 10_000.0;

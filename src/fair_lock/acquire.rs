@@ -102,7 +102,7 @@ impl FairLock {
             let acquiring = acquire(engine, target, lease, wait);
             let refreshing = queue::refresh(
                 &engine.conn,
-                &self.names.timeouts,
+                &self.names,
                 &field_str,
                 &own_channel,
                 &calls.seen,

@@ -33,6 +33,7 @@ pub(super) struct Scripts {
     pub(super) force_unlock: Script,
     pub(super) leave: Script,
     pub(super) kick: Script,
+    pub(super) refresh: Script,
 }
 
 /// The engine's view of a fair lock's holds.
@@ -62,6 +63,7 @@ pub(super) fn scripts() -> &'static Scripts {
         ),
         leave: Script::plain("fair_lock.leave", queued!("scripts/leave.lua")),
         kick: Script::plain("fair_lock.kick", queued!("scripts/kick.lua")),
+        refresh: Script::plain("fair_lock.refresh", queued!("scripts/refresh.lua")),
     })
 }
 

@@ -14,14 +14,16 @@
 //!   oldest first (`RPUSH` to join, `LPOP` when the head takes the lock);
 //! * the timeouts `redisson_lock_timeout:{name}`: a zset, waiter field →
 //!   the epoch milliseconds (client clock, as Redisson) after which the
-//!   waiter counts as gone and is purged when it reaches the head;
+//!   waiter counts as gone and is purged when it reaches the head, in
+//!   Redisson's arithmetic (see "With Redisson" below);
 //! * the grants `leasehold_grant:{name}` (leasehold only): a hash,
-//!   `<field>` → `"<lease ms>:<nonce>"` for each queued leasehold waiter
-//!   (written by its acquire when it queues; the nonce is that try's
-//!   request id), and `!granted` → `"<nonce>:<field>"`: the field a
-//!   release last granted the lock to and that grant's nonce, until that
-//!   owner's next script on the lock or until the field is gone; the
-//!   hash vanishes with its last entry;
+//!   `<field>` → `"<lease ms>:<nonce>:<alive until>"` for each queued
+//!   leasehold waiter (written by its acquire when it queues; the nonce
+//!   is that try's request id; `<alive until>` is its liveness sign,
+//!   epoch ms, refreshed while it waits), and `!granted` →
+//!   `"<nonce>:<field>"`: the field a release last granted the lock to
+//!   and that grant's nonce, until that owner's next script on the lock
+//!   or until the field is gone; the hash vanishes with its last entry;
 //! * one channel per waiter, `redisson_lock__channel:{name}:<field>`: a
 //!   release tells the head waiter only, on its own channel: `0`
 //!   (Redisson's message) or `grant:<nonce>:<ms>` (below).
@@ -113,11 +115,12 @@
 //!
 //! What leasehold fixes of Redisson's fair lock (REDISSON-WIRE.md §14):
 //!
-//! * **Dead waiters**: a waiter's timeout is refreshed every 2 s while it
-//!   waits, to now + 5 s ([`FairLock::THREAD_WAIT`], Redisson: 5 minutes). A waiter
-//!   whose process died is purged at most 5 s after it last refreshed: the
+//! * **Dead waiters**: a waiter's liveness sign is refreshed every 2 s
+//!   while it waits, to now + 5 s ([`FairLock::THREAD_WAIT`], Redisson:
+//!   5 minutes). A waiter whose process died is purged by leasehold's
+//!   scripts at most 5 s after it last refreshed: the
 //!   client that released the lock to it sees nobody received the message
-//!   and checks again when that timeout passes (`queue.rs`). Waiters
+//!   and checks again when that time passes (`queue.rs`). Waiters
 //!   never spin on the script meanwhile. A waiter whose machine vanished
 //!   without its connections being closed still looks subscribed to
 //!   Redis: then the waiters behind it notice at their next re-check (the
@@ -132,17 +135,26 @@
 //! # With Redisson
 //!
 //! A Java `RFairLock` and a leasehold fair lock of the same name are one
-//! lock, and their waiters queue behind each other. Java waiters keep
-//! Redisson's rules: their timeouts are computed from their
-//! `fairLockWaitTimeout` (5 minutes by default) and never refreshed, so a
-//! dead Java waiter holds the queue up for that long. A Java acquire moves
-//! every timeout one Java wait earlier, which makes every leasehold waiter
-//! look dead until its next refresh (up to 2 s; whatever the Java wait,
-//! since a leasehold waiter's timeout is only 5 s ahead): if one heads the
-//! queue then, the next Java script purges it. It notices at its next
-//! refresh and queues again at the tail: it loses its place, never its
-//! wait (`tests/fair_lock.rs`, `java_and_leasehold_waiters_mixed_…`).
-//! Arrival order is strict among leasehold waiters, and for Java waiters.
+//! lock with one queue, served in arrival order whichever side each
+//! waiter is on (`tests/fair_lock.rs`,
+//! `java_and_leasehold_waiters_mixed_…`, and `tests/redisson_interop.rs`
+//! against the real Redisson). Redisson purges a head whose score has
+//! passed, gives a new waiter its predecessor's score plus one thread
+//! wait (`fairLockWaitTimeout`, 5 minutes by default), and moves every
+//! score one wait earlier on each acquire. Leasehold waiters keep their
+//! scores in that arithmetic: at position `c` (0: the head), their
+//! liveness sign plus `(c + 1)` × 5 minutes, set again at every refresh,
+//! and leasehold's own acquire and leave move the others' scores as
+//! Redisson's do. So no Java script ever purges a live leasehold waiter,
+//! and a Java waiter queued behind one gets a full Java wait. Leasehold's
+//! scripts purge a leasehold head by its liveness sign (seconds); Java's
+//! by its score (minutes): a dead leasehold waiter holds up Java waiters
+//! behind it, when a Java holder releases, as long as a dead Java waiter
+//! would. The arithmetic assumes the Java side's thread wait is at most 5
+//! minutes (the default; `tryLock(wait, …)` uses `wait`, shorter); with a
+//! longer one, a Java acquire can make a leasehold waiter look dead until
+//! its next refresh (2 s), and if it heads the queue then, it is purged
+//! and queues again at the tail, losing its place but not its wait.
 //! Clocks of all clients must roughly agree (Redisson's rule).
 //!
 //! # Mixing handles
@@ -239,9 +251,10 @@ impl Client {
 impl FairLock {
     /// How long a waiter counts as alive after it last showed up: 5 s
     /// (Redisson's `fairLockWaitTimeout`, 5 minutes there). A waiting
-    /// acquire refreshes its timeout every 2 s; a waiter whose process
-    /// died holds the queue up for at most this long after its last
-    /// refresh.
+    /// acquire refreshes its liveness sign every 2 s; a waiter whose
+    /// process died holds up leasehold waiters for at most this long
+    /// after its last refresh (Java waiters by Redisson's rules: see the
+    /// module docs, "With Redisson").
     ///
     /// # Example
     ///

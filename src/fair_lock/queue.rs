@@ -4,13 +4,13 @@
 //! listening.
 //!
 //! * **Refresh** ([`refresh`]): while an acquire waits, every
-//!   [`REFRESH_EVERY`] its timeout becomes now + [`THREAD_WAIT`] with a
-//!   plain `ZADD XX CH` (not a script). A waiter whose process dies stops
-//!   refreshing, so its entry counts as gone at most `THREAD_WAIT` later.
-//!   If the entry is found gone while the waiter waits (purged by another
-//!   client, e.g. after a Java acquire moved every timeout five minutes
-//!   earlier), the waiter is told on its own channel to re-check at once,
-//!   and queues again.
+//!   [`REFRESH_EVERY`] a small script (`refresh.lua`) sets its liveness
+//!   sign to now + [`THREAD_WAIT`] and its score to what Redisson's
+//!   arithmetic gives its place in the queue (see `queue.lua`). A waiter
+//!   whose process dies stops refreshing, so leasehold's scripts count it
+//!   gone at most `THREAD_WAIT` later. If the entry is found gone while
+//!   the waiter waits (purged by another client), the waiter is told on
+//!   its own channel to re-check at once, and queues again.
 //! * **Leave** ([`Leave`]): an acquire that ends without the lock (timed
 //!   out, failed, dropped) removes its entry from the list and the zset at
 //!   once, as a background job if it was dropped, under the lease's turn
@@ -40,7 +40,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fred::bytes_utils::Str;
 use fred::interfaces::ClientLike;
-use fred::types::{ClusterHash, CustomCommand, Key, Value};
+use fred::types::{ClusterHash, CustomCommand, Value};
 
 use super::kind::{scripts, Names};
 use crate::core::background::{BoxFuture, Job};
@@ -75,36 +75,35 @@ pub(crate) fn now_ms() -> i64 {
         .map_or(0, |d| d.as_millis() as i64)
 }
 
-/// Keeps the waiter `field`'s timeout fresh while it waits; never ends
-/// (dropped with the acquire). See the module docs. Each refresh that
-/// found the waiter still queued records its send time in `seen` (the
-/// waiter was not granted the lock before then: a grant pops it).
+/// Keeps the waiter `field`'s liveness sign and score fresh while it
+/// waits; never ends (dropped with the acquire). See the module docs. Each
+/// refresh that found the waiter still queued records its send time in
+/// `seen` (the waiter was not granted the lock before then: a grant pops
+/// it).
 pub(crate) async fn refresh(
     conn: &Conn,
-    timeouts: &Key,
+    names: &Names,
     field: &Str,
     own_channel: &str,
     seen: &parking_lot::Mutex<Option<tokio::time::Instant>>,
 ) -> Infallible {
+    let keys = [
+        names.queue.clone(),
+        names.timeouts.clone(),
+        names.grants.clone(),
+    ];
     loop {
         tokio::time::sleep(REFRESH_EVERY).await;
         let sent = tokio::time::Instant::now();
-        let score = now_ms() + THREAD_WAIT.as_millis() as i64;
-        let zadd = CustomCommand::new_static("ZADD", ClusterHash::FirstKey, false);
+        let args = [
+            Value::String(field.clone()),
+            now_ms().into(),
+            (THREAD_WAIT.as_millis() as i64).into(),
+        ];
         // Boxed, as the publish below: a fred call's future is about
         // 5 KiB, and this loop lives inline in every waiting fair-lock
         // task, which would carry it for the whole wait (6.9 KiB a task).
-        let changed = Box::pin(conn.redis.custom::<i64, Value>(
-            zadd,
-            vec![
-                Value::Bytes(timeouts.inner().clone()),
-                "XX".into(),
-                "CH".into(),
-                score.into(),
-                Value::String(field.clone()),
-            ],
-        ))
-        .await;
+        let changed = Box::pin(scripts().refresh.run::<i64>(&conn.redis, &keys, &args)).await;
         // Refreshed (1), or an error: the next round.
         if let Ok(1) = changed {
             *seen.lock() = Some(sent);

@@ -19,8 +19,9 @@
 -- ARGV[8]  request id (also the waiter's grant nonce)
 --
 -- Steps:
---  1. A queued caller is alive (it is calling): its timeout becomes
---     now + thread wait, before anything is purged.
+--  1. A queued caller is alive (it is calling): its liveness sign and
+--     score are refreshed (`keep_alive` in queue.lua), before anything
+--     is purged.
 --  2. Purge gone waiters at the head.
 --  3. The lock was granted to the caller (`!granted`) and its client
 --     counts no hold (the grant message was lost or not read yet): take
@@ -33,11 +34,11 @@
 --  5. The caller holds it: re-enter, reply {1, count}; a queue entry it
 --     still has (another wait of the same owner) is dropped.
 --  6. Otherwise, busy: queue the caller at the tail (ARGV[5] = 1) if it is
---     not queued yet, record its grant entry "<lease>:<request id>" (a
---     release may then hand it the lock), and reply {0, hint}: the lock's
---     PTTL if held (-1: no expiry), or, when it is free and another
---     waiter heads the queue, the time until that waiter's timeout (then
---     it may be purged).
+--     not queued yet (score: see queue.lua), record its grant entry
+--     "<lease>:<request id>:<alive until>" (a release may then hand it the
+--     lock), and reply {0, hint}: the lock's PTTL if held (-1: no
+--     expiry), or, when it is free and another waiter heads the queue,
+--     the time until that waiter's deadline (then it may be purged).
 --
 -- The key's TTL is raised to the lease, never lowered.
 --
@@ -49,7 +50,7 @@ local function body()
     local waits = ARGV[5] == '1'
     local queued = redis.call('zscore', KEYS[3], ARGV[2])
     if queued and waits then
-        redis.call('zadd', KEYS[3], 'xx', now + wait, ARGV[2])
+        keep_alive(KEYS[2], KEYS[3], KEYS[4], ARGV[2], now, wait)
     end
     purge(KEYS[1], KEYS[2], KEYS[3], KEYS[4], now)
     if granted_to(KEYS[4]) == ARGV[2] then
@@ -92,13 +93,14 @@ local function body()
     if not waits then
         return {0, pttl}
     end
-    if redis.call('zadd', KEYS[3], 'nx', now + wait, ARGV[2]) == 1 then
+    local tail = redis.call('llen', KEYS[2])
+    if redis.call('zadd', KEYS[3], 'nx', now + wait + (tail + 1) * JAVA_WAIT, ARGV[2]) == 1 then
         redis.call('rpush', KEYS[2], ARGV[2])
     end
-    redis.call('hset', KEYS[4], ARGV[2], ARGV[1] .. ':' .. ARGV[#ARGV])
+    redis.call('hset', KEYS[4], ARGV[2], ARGV[1] .. ':' .. ARGV[#ARGV] .. ':' .. (now + wait))
     if pttl ~= -2 then
         return {0, pttl}
     end
-    local first = redis.call('zscore', KEYS[3], head)
-    return {0, math.max(0, math.floor(tonumber(first) - now))}
+    local first = deadline(KEYS[3], KEYS[4], head) or now
+    return {0, math.max(0, math.floor(first - now))}
 end

@@ -1,6 +1,6 @@
 -- leave: a waiter that stopped waiting (timed out, failed, dropped) leaves
--- the queue at once (Redisson's acquireFailed, without moving the others'
--- timeouts: leasehold's waiters keep their own fresh), unless a newer
+-- the queue at once (Redisson's acquireFailed: the timeouts of the
+-- waiters behind it move one Java wait earlier), unless a newer
 -- wait of the same owner has queued the field since (its try re-wrote the
 -- grant entry with a later request id: the place is that wait's). If a
 -- release had already granted it the lock and its client never counted
@@ -38,10 +38,15 @@ local head = redis.call('lindex', KEYS[2], 0)
 -- The entry is this wait's unless a try of a newer wait of the same owner
 -- wrote it (its request id is past this wait's last): then the place in
 -- the queue is that wait's, and stays.
-local entry = redis.call('hget', KEYS[5], ARGV[1])
-local written = entry and tonumber(string.match(entry, ':(%d+)$'))
+local _, nonce_written = entry_of(KEYS[5], ARGV[1])
+local written = tonumber(nonce_written)
 if not (written and written > tonumber(ARGV[8])) then
-    redis.call('lrem', KEYS[2], 0, ARGV[1])
+    local at = redis.call('lpos', KEYS[2], ARGV[1])
+    if at then
+        local behind = redis.call('lrange', KEYS[2], at + 1, -1)
+        redis.call('lrem', KEYS[2], 0, ARGV[1])
+        shift(KEYS[3], now, tonumber(ARGV[5]), behind)
+    end
     redis.call('zrem', KEYS[3], ARGV[1])
     redis.call('hdel', KEYS[5], ARGV[1])
 end

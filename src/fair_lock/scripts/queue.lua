@@ -6,15 +6,75 @@
 --   queue     list  `redisson_lock_queue:{name}`: waiters' fields, FIFO
 --   timeouts  zset  `redisson_lock_timeout:{name}`: field -> the epoch ms
 --                   (client clock) after which the waiter counts as gone
---   grants    hash  `leasehold_grant:{name}`: `<field>` -> "<lease ms>:<nonce>"
---                   for each queued leasehold waiter (Java waiters have
---                   none), and `!granted` -> "<nonce>:<field>": the field
+--   grants    hash  `leasehold_grant:{name}`: `<field>` ->
+--                   "<lease ms>:<nonce>:<alive until>" for each queued
+--                   leasehold waiter (Java waiters have none; "<alive
+--                   until>", epoch ms, is the liveness sign leasehold
+--                   waiters refresh and Java ignores), and
+--                   `!granted` -> "<nonce>:<field>": the field
 --                   a release granted the lock to and the nonce of that
 --                   grant, until that owner's next script or until the
 --                   field is gone
 --   channel   `redisson_lock__channel:{name}`; waiter `f` listens on
 --             `<channel>:<f>` and is told `0` when it is its turn, or
 --             `grant:<nonce>:<ms>` when it was made the holder
+
+-- Scores in the timeouts zset follow Redisson's arithmetic, so both
+-- libraries' waiters share one queue (REDISSON-WIRE.md §3.3): a Java
+-- waiter's score is its predecessor's plus one Java thread wait, a Java
+-- acquire moves every score one Java wait earlier, and a head whose score
+-- passed is purged. JAVA_WAIT is that wait (Redisson's default
+-- `fairLockWaitTimeout`, 5 minutes). A leasehold waiter at position c
+-- (0: the head) keeps its score at alive + (c + 1) * JAVA_WAIT, `alive`
+-- being now + leasehold's thread wait (5 s) at its last refresh: what a
+-- Java waiter there would have, from a fresher start, so Java's shifts
+-- never make a live leasehold waiter look dead, and a Java waiter queued
+-- behind one inherits a full Java wait. Leasehold's own scripts purge a
+-- leasehold head by its liveness sign instead (`deadline`): a dead
+-- leasehold waiter holds up leasehold waiters for seconds.
+local JAVA_WAIT = 300000
+
+-- A waiter's grant entry: lease ms and nonce (digit strings, as
+-- written) and alive-until (a number); nil for a Java waiter, alive nil
+-- for an entry without one.
+local function entry_of(grants, field)
+    local entry = redis.call('hget', grants, field)
+    if not entry then
+        return nil, nil, nil
+    end
+    local lease, nonce, alive = string.match(entry, '^(%d+):(%d+):?(%d*)$')
+    return lease, nonce, tonumber(alive)
+end
+
+-- When queued waiter `field` counts as gone (nil: not in the zset): its
+-- score, or, for a leasehold waiter, its liveness sign if that is sooner.
+local function deadline(timeouts, grants, field)
+    local score = redis.call('zscore', timeouts, field)
+    if not score then
+        return nil
+    end
+    local _, _, alive = entry_of(grants, field)
+    if alive then
+        return math.min(tonumber(score), alive)
+    end
+    return tonumber(score)
+end
+
+-- A queued leasehold waiter shows it is alive: its liveness sign becomes
+-- now + wait and its score alive + (position + 1) * JAVA_WAIT (see
+-- above). False if it is not queued (purged, or granted the lock).
+local function keep_alive(queue, timeouts, grants, field, now, wait)
+    local pos = redis.call('lpos', queue, field)
+    if not pos then
+        return false
+    end
+    redis.call('zadd', timeouts, now + wait + (pos + 1) * JAVA_WAIT, field)
+    local lease, nonce = entry_of(grants, field)
+    if lease then
+        redis.call('hset', grants, field, lease .. ':' .. nonce .. ':' .. (now + wait))
+    end
+    return true
+end
 
 -- The grant marker: the field granted and the grant's nonce (false, nil
 -- if there is none).
@@ -46,17 +106,18 @@ local function tidy(lock, queue, grants)
 end
 
 -- Drops gone waiters at the head of the queue (Redisson's "purge stale
--- head" prelude): a head whose timeout is <= now, and also a head with no
--- timeout at all (no script of either side leaves one; it could only
--- block the queue forever). Then tidies the grant hash.
+-- head" prelude): a head whose deadline is <= now (its score, or its
+-- liveness sign: see `deadline`), and also a head with no timeout at all
+-- (no script of either side leaves one; it could only block the queue
+-- forever). Then tidies the grant hash.
 local function purge(lock, queue, timeouts, grants, now)
     while true do
         local head = redis.call('lindex', queue, 0)
         if not head then
             break
         end
-        local score = redis.call('zscore', timeouts, head)
-        if score and tonumber(score) > now then
+        local gone = deadline(timeouts, grants, head)
+        if gone and gone > now then
             break
         end
         redis.call('lpop', queue)
@@ -66,16 +127,28 @@ local function purge(lock, queue, timeouts, grants, now)
     tidy(lock, queue, grants)
 end
 
--- A waiter left the queue by taking the lock: every other timeout moves
--- one thread wait earlier, as Redisson's acquire does, but never to less
--- than one thread wait from now (leasehold's waiters keep their own
--- timeouts fresh; this keeps a waiter that just became head from being
--- purged before it can show up).
-local function shift(timeouts, now, wait)
-    local rest = redis.call('zrange', timeouts, 0, -1, 'withscores')
+-- A waiter ahead of `fields` left the queue (by taking the lock, or by
+-- giving up): their timeouts move one Java wait earlier, as Redisson's
+-- acquire and acquireFailed do, but never to less than one leasehold
+-- thread wait from now (a head that just moved up can show up before it
+-- is purged). `fields`: every queued field (nil), or a list of them.
+local function shift(timeouts, now, wait, fields)
+    local rest
+    if fields then
+        rest = {}
+        for _, field in ipairs(fields) do
+            local score = redis.call('zscore', timeouts, field)
+            if score then
+                rest[#rest + 1] = field
+                rest[#rest + 1] = score
+            end
+        end
+    else
+        rest = redis.call('zrange', timeouts, 0, -1, 'withscores')
+    end
     for i = 1, #rest, 2 do
         local score = tonumber(rest[i + 1])
-        local moved = math.max(score - wait, math.min(score, now + wait))
+        local moved = math.max(score - JAVA_WAIT, math.min(score, now + wait))
         if moved ~= score then
             redis.call('zadd', timeouts, moved, rest[i])
         end
@@ -95,11 +168,7 @@ local function hand_over(lock, queue, timeouts, grants, channel, publish, now, w
     if not head then
         return -1, -1, 0
     end
-    local entry = redis.call('hget', grants, head)
-    local wanted, nonce
-    if entry then
-        wanted, nonce = string.match(entry, '^(%d+):(%d+)$')
-    end
+    local wanted, nonce = entry_of(grants, head)
     if wanted then
         local ms = math.max(1, math.min(tonumber(wanted), grant_ms))
         redis.call('hset', lock, head, 1)
