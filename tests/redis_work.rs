@@ -45,3 +45,90 @@ async fn an_uncontended_lock_and_unlock_costs_twelve_commands() {
     assert_eq!(spent, 12 * PAIRS, "Redis commands per pair changed");
     c.shutdown().await.unwrap();
 }
+
+/// The same count for the fair lock: 2 scripts, and inside them EXISTS
+/// (queue, grants), PTTL, HSET, PEXPIRE to take a free lock nobody waits
+/// for, HGET, EXISTS, DEL to free it, and the request record's GET and SET
+/// on each side: 13 commands (34 before the scripts took the uncontended
+/// case first; issue 31's bound is 14).
+#[tokio::test]
+async fn an_uncontended_fair_lock_and_unlock_costs_thirteen_commands() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let lock = c.fair_lock("work");
+    lock.lock().await.unwrap().unlock().await.unwrap();
+    const PAIRS: u64 = 100;
+    let before = commands(&server);
+    for _ in 0..PAIRS {
+        lock.lock().await.unwrap().unlock().await.unwrap();
+    }
+    let spent = commands(&server) - before;
+    println!(
+        "{PAIRS} uncontended fair lock + unlock pairs: {spent} Redis commands ({:.2} per pair)",
+        spent as f64 / PAIRS as f64
+    );
+    assert_eq!(spent, 13 * PAIRS, "Redis commands per pair changed");
+    c.shutdown().await.unwrap();
+}
+
+/// The fair lock under contention: 32 tasks, each on its own client, take
+/// and give back one lock for 2 s. Every acquisition is a handoff through
+/// the queue (a grant in the release); printed per command, with a loose
+/// bound that catches per-waiter work in the handoff (one command per
+/// queued waiter would add 31). Issue 31 measured 49 per acquisition;
+/// 51.3 here before the handoff's timeout shift became one ZADD, the
+/// grant's TTL raise was deferred past short holds and the release read
+/// the count once: 46.5. (Its target, 12, is not met yet.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hot_fair_lock_costs_a_bounded_number_of_commands_per_acquisition() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
+    const CLIENTS: usize = 32;
+    let server = RedisServer::start();
+    let mut clients = Vec::new();
+    for _ in 0..CLIENTS {
+        clients.push(client(&server).await);
+    }
+    for c in &clients {
+        c.fair_lock("hot")
+            .lock()
+            .await
+            .unwrap()
+            .unlock()
+            .await
+            .unwrap();
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let taken = Arc::new(AtomicU64::new(0));
+    server.cmd(&["CONFIG", "RESETSTAT"]);
+    let mut tasks = tokio::task::JoinSet::new();
+    for c in &clients {
+        let lock = c.fair_lock("hot");
+        let (stop, taken) = (stop.clone(), taken.clone());
+        tasks.spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                let guard = lock.lock().await.unwrap();
+                taken.fetch_add(1, Ordering::Relaxed);
+                guard.unlock().await.unwrap();
+            }
+        });
+    }
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    stop.store(true, Ordering::Relaxed);
+    while let Some(done) = tasks.join_next().await {
+        done.unwrap();
+    }
+    let spent = commands(&server);
+    let taken = taken.load(Ordering::Relaxed);
+    let info = server.cmd(&["INFO", "commandstats"]);
+    for line in info.lines().filter(|l| l.starts_with("cmdstat_")) {
+        println!("{}", line.split(",usec").next().unwrap_or(line));
+    }
+    let per = spent as f64 / taken as f64;
+    println!("{CLIENTS} contenders, {taken} acquisitions: {spent} Redis commands ({per:.1} per acquisition)");
+    assert!(taken > 0);
+    assert!(per < 64.0, "{per:.1} commands per acquisition");
+    for c in clients {
+        c.shutdown().await.unwrap();
+    }
+}

@@ -247,17 +247,27 @@ pub(crate) async fn adopt(
     drop(turn);
     let need = Duration::from_millis(lease.requirement_ms(term) as u64);
     if need > ttl {
-        raise(lease.clone_ref(), need);
+        raise(lease.clone_ref(), need, ttl / 3);
     }
     Ok(hold)
 }
 
-/// One renewal of `lease` with `ttl`, in the background (see [`adopt`]).
-fn raise(lease: LeaseRef, ttl: Duration) {
+/// One renewal of `lease` with `ttl`, in the background (see [`adopt`]),
+/// sent `after` from now, and only if the holds it was started for are
+/// still live then: a hold given back within `after` (the common case
+/// of a hot lock: held for microseconds) costs Redis nothing more. The
+/// grant's own TTL covers the hold until the raise lands (`after` is a
+/// third of it).
+fn raise(lease: LeaseRef, ttl: Duration, after: Duration) {
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         return;
     };
+    let incarnation = lease.lease().snapshot().incarnation;
     runtime.spawn(async move {
+        tokio::time::sleep(after).await;
+        if lease.live_holds() == 0 || !lease.is_current(incarnation) {
+            return;
+        }
         let conn = lease.conn.clone();
         let renewal = lease.kind.renewal();
         let nonce = conn.rid() as i64;

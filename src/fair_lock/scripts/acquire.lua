@@ -45,6 +45,14 @@
 -- Retry policy: idempotent by request id; re-sent with the same rid until
 -- a reply arrives (core/call.rs).
 local function body()
+    -- Nobody queued, no grant pending (neither the queue nor the grant
+    -- hash exists) and the lock free: take it (steps 1-4 have nothing to
+    -- do). The uncontended case, in four commands.
+    if redis.call('exists', KEYS[2], KEYS[4]) == 0 and redis.call('pttl', KEYS[1]) == -2 then
+        redis.call('hset', KEYS[1], ARGV[2], 1)
+        redis.call('pexpire', KEYS[1], ARGV[1])
+        return {1, 1}
+    end
     local now = tonumber(ARGV[3])
     local wait = tonumber(ARGV[4])
     local waits = ARGV[5] == '1'

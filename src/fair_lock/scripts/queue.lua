@@ -76,10 +76,8 @@ local function keep_alive(queue, timeouts, grants, field, now, wait)
     return true
 end
 
--- The grant marker: the field granted and the grant's nonce (false, nil
--- if there is none).
-local function granted_to(grants)
-    local marker = redis.call('hget', grants, '!granted')
+-- A grant marker's field and nonce (false, nil if there is none).
+local function marker_of(marker)
     if not marker then
         return false, nil
     end
@@ -87,12 +85,18 @@ local function granted_to(grants)
     return field or false, tonumber(nonce)
 end
 
+-- The grant marker: the field granted and the grant's nonce (false, nil
+-- if there is none).
+local function granted_to(grants)
+    return marker_of(redis.call('hget', grants, '!granted'))
+end
+
 -- Drops the grant marker if its field no longer holds the lock, and every
 -- waiter's grant entry once nobody is queued (entries of waiters a Java
 -- script purged).
 local function tidy(lock, queue, grants)
     local granted = redis.call('hget', grants, '!granted')
-    local field = granted_to(grants)
+    local field = marker_of(granted)
     if granted and ((not field) or redis.call('hexists', lock, field) == 0) then
         redis.call('hdel', grants, '!granted')
         granted = false
@@ -146,12 +150,23 @@ local function shift(timeouts, now, wait, fields)
     else
         rest = redis.call('zrange', timeouts, 0, -1, 'withscores')
     end
+    -- One ZADD for the lot (a few hundred pairs a call): one command per
+    -- handoff, not one per queued waiter.
+    local moves = {}
     for i = 1, #rest, 2 do
         local score = tonumber(rest[i + 1])
         local moved = math.max(score - JAVA_WAIT, math.min(score, now + wait))
         if moved ~= score then
-            redis.call('zadd', timeouts, moved, rest[i])
+            moves[#moves + 1] = moved
+            moves[#moves + 1] = rest[i]
+            if #moves >= 512 then
+                redis.call('zadd', timeouts, unpack(moves))
+                moves = {}
+            end
         end
+    end
+    if #moves > 0 then
+        redis.call('zadd', timeouts, unpack(moves))
     end
 end
 
@@ -176,8 +191,13 @@ local function hand_over(lock, queue, timeouts, grants, channel, publish, now, w
         redis.call('lpop', queue)
         redis.call('zrem', timeouts, head)
         shift(timeouts, now, wait)
-        redis.call('hdel', grants, head)
-        tidy(lock, queue, grants)
+        -- Nobody queued now: entries of waiters a Java script purged go
+        -- (what `tidy` does; the marker is set anew just below).
+        if redis.call('llen', queue) == 0 then
+            redis.call('del', grants)
+        else
+            redis.call('hdel', grants, head)
+        end
         redis.call('hset', grants, '!granted', nonce .. ':' .. head)
         local received = redis.call(publish, channel .. ':' .. head, 'grant:' .. nonce .. ':' .. ms)
         return received, now + ms, 1, head, tonumber(nonce), ms

@@ -42,11 +42,18 @@ local function told(status, received, timeout, granted, head, nonce, ms)
 end
 
 local function body()
+    -- The last hold of a lock nobody waits for (neither the queue nor the
+    -- grant hash exists: nothing to purge, tell or tidy): delete it.
+    local held = tonumber(redis.call('hget', KEYS[1], ARGV[2]))
+    if held and held <= tonumber(ARGV[3]) and redis.call('exists', KEYS[2], KEYS[5]) == 0 then
+        redis.call('del', KEYS[1])
+        return {2, -1, -1, 0}
+    end
     local now = tonumber(ARGV[5])
     local wait = tonumber(ARGV[6])
     local grant = tonumber(ARGV[7])
     purge(KEYS[1], KEYS[2], KEYS[3], KEYS[5], now)
-    if redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
+    if not held then
         if redis.call('exists', KEYS[1]) == 0 then
             return told(0, hand_over(KEYS[1], KEYS[2], KEYS[3], KEYS[5],
                 KEYS[4], ARGV[4], now, wait, grant))
@@ -56,8 +63,10 @@ local function body()
     if granted_to(KEYS[5]) == ARGV[2] then
         redis.call('hdel', KEYS[5], '!granted')
     end
-    local left = redis.call('hincrby', KEYS[1], ARGV[2], -tonumber(ARGV[3]))
+    -- `held` is still the count: the purge touches no lock field.
+    local left = held - tonumber(ARGV[3])
     if left > 0 then
+        redis.call('hincrby', KEYS[1], ARGV[2], -tonumber(ARGV[3]))
         redis.call('pexpire', KEYS[1], ARGV[1])
         return {1, left}
     end
