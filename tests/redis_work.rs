@@ -71,16 +71,10 @@ async fn an_uncontended_fair_lock_and_unlock_costs_thirteen_commands() {
     c.shutdown().await.unwrap();
 }
 
-/// The fair lock under contention: 32 tasks, each on its own client, take
-/// and give back one lock for 2 s. Every acquisition is a handoff through
-/// the queue (a grant in the release); printed per command, with a loose
-/// bound that catches per-waiter work in the handoff (one command per
-/// queued waiter would add 31). Issue 31 measured 49 per acquisition;
-/// 51.3 here before the handoff's timeout shift became one ZADD, the
-/// grant's TTL raise was deferred past short holds and the release read
-/// the count once: 46.5. (Its target, 12, is not met yet.)
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_hot_fair_lock_costs_a_bounded_number_of_commands_per_acquisition() {
+/// `CLIENTS` tasks, each on its own client, take and give back one lock
+/// (`fair`: a fair lock) for 2 s; prints the commands the server ran, per
+/// command; returns (acquisitions, commands).
+async fn hot(fair: bool) -> (u64, u64) {
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     use std::sync::Arc;
     const CLIENTS: usize = 32;
@@ -90,24 +84,32 @@ async fn a_hot_fair_lock_costs_a_bounded_number_of_commands_per_acquisition() {
         clients.push(client(&server).await);
     }
     for c in &clients {
-        c.fair_lock("hot")
-            .lock()
-            .await
-            .unwrap()
-            .unlock()
-            .await
-            .unwrap();
+        if fair {
+            c.fair_lock("hot")
+                .lock()
+                .await
+                .unwrap()
+                .unlock()
+                .await
+                .unwrap();
+        } else {
+            c.lock("hot").lock().await.unwrap().unlock().await.unwrap();
+        }
     }
     let stop = Arc::new(AtomicBool::new(false));
     let taken = Arc::new(AtomicU64::new(0));
     server.cmd(&["CONFIG", "RESETSTAT"]);
     let mut tasks = tokio::task::JoinSet::new();
     for c in &clients {
-        let lock = c.fair_lock("hot");
+        let (fair_lock, lock) = (c.fair_lock("hot"), c.lock("hot"));
         let (stop, taken) = (stop.clone(), taken.clone());
         tasks.spawn(async move {
             while !stop.load(Ordering::Relaxed) {
-                let guard = lock.lock().await.unwrap();
+                let guard = if fair {
+                    fair_lock.lock().await.unwrap()
+                } else {
+                    lock.lock().await.unwrap()
+                };
                 taken.fetch_add(1, Ordering::Relaxed);
                 guard.unlock().await.unwrap();
             }
@@ -126,9 +128,37 @@ async fn a_hot_fair_lock_costs_a_bounded_number_of_commands_per_acquisition() {
     }
     let per = spent as f64 / taken as f64;
     println!("{CLIENTS} contenders, {taken} acquisitions: {spent} Redis commands ({per:.1} per acquisition)");
-    assert!(taken > 0);
-    assert!(per < 64.0, "{per:.1} commands per acquisition");
     for c in clients {
         c.shutdown().await.unwrap();
     }
+    (taken, spent)
+}
+
+/// The fair lock under contention: 32 tasks, each on its own client, take
+/// and give back one lock for 2 s. Every acquisition is a handoff through
+/// the queue (a grant in the release); printed per command, with a loose
+/// bound that catches per-waiter work in the handoff (one command per
+/// queued waiter would add 31). Issue 31 measured 49 per acquisition;
+/// 51.3 here before the handoff's timeout shift became one ZADD, the
+/// grant's TTL raise was deferred past short holds and the release read
+/// the count once: 46.5. (Its target, 12, is not met yet.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hot_fair_lock_costs_a_bounded_number_of_commands_per_acquisition() {
+    let (taken, spent) = hot(true).await;
+    assert!(taken > 0);
+    let per = spent as f64 / taken as f64;
+    assert!(per < 64.0, "{per:.1} commands per acquisition");
+}
+
+/// The plain lock under the same contention: every unlock wakes a waiter
+/// of each client (as Redisson's does), and each woken try that loses the
+/// race costs the latch's GET and SET, PTTL and HEXISTS: 122.7 commands
+/// per acquisition measured (issue 31 measured 202 and wants at most 40;
+/// not met). The bound only catches a herd that grows further.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hot_plain_lock_costs_a_bounded_number_of_commands_per_acquisition() {
+    let (taken, spent) = hot(false).await;
+    assert!(taken > 0);
+    let per = spent as f64 / taken as f64;
+    assert!(per < 250.0, "{per:.1} commands per acquisition");
 }
