@@ -141,7 +141,8 @@ async fn hot(fair: bool) -> (u64, u64) {
 /// queued waiter would add 31). Issue 31 measured 49 per acquisition;
 /// 51.3 here before the handoff's timeout shift became one ZADD, the
 /// grant's TTL raise was deferred past short holds and the release read
-/// the count once: 46.5. (Its target, 12, is not met yet.)
+/// the count once and the scripts stopped reading the head, the grant
+/// marker and the lock's existence twice: 39.3. (Its target, 12, is not met yet.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hot_fair_lock_costs_a_bounded_number_of_commands_per_acquisition() {
     let (taken, spent) = hot(true).await;

@@ -60,8 +60,8 @@ local function body()
     if queued and waits then
         keep_alive(KEYS[2], KEYS[3], KEYS[4], ARGV[2], now, wait)
     end
-    purge(KEYS[1], KEYS[2], KEYS[3], KEYS[4], now)
-    if granted_to(KEYS[4]) == ARGV[2] then
+    local head, marker = purge(KEYS[1], KEYS[2], KEYS[3], KEYS[4], now)
+    if marker_of(marker) == ARGV[2] then
         redis.call('hdel', KEYS[4], '!granted')
         if ARGV[6] ~= '1' then
             redis.call('hset', KEYS[1], ARGV[2], 1)
@@ -71,8 +71,8 @@ local function body()
             return {1, 1}
         end
     end
-    local head = redis.call('lindex', KEYS[2], 0)
-    if redis.call('exists', KEYS[1]) == 0 and ((not head) or head == ARGV[2]) then
+    local pttl = redis.call('pttl', KEYS[1])
+    if pttl == -2 and ((not head) or head == ARGV[2]) then
         if head then
             redis.call('lpop', KEYS[2])
         end
@@ -84,9 +84,9 @@ local function body()
         redis.call('pexpire', KEYS[1], ARGV[1])
         return {1, 1}
     end
-    if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+    if pttl ~= -2 and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
         local count = redis.call('hincrby', KEYS[1], ARGV[2], 1)
-        if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
+        if pttl < tonumber(ARGV[1]) then
             redis.call('pexpire', KEYS[1], ARGV[1])
         end
         if queued and waits then
@@ -97,7 +97,6 @@ local function body()
         end
         return {1, count}
     end
-    local pttl = redis.call('pttl', KEYS[1])
     if not waits then
         return {0, pttl}
     end

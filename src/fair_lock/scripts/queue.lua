@@ -93,30 +93,43 @@ end
 
 -- Drops the grant marker if its field no longer holds the lock, and every
 -- waiter's grant entry once nobody is queued (entries of waiters a Java
--- script purged).
-local function tidy(lock, queue, grants)
+-- script purged). `head`: the queue's head if the caller just read it
+-- (false: the queue is empty), nil if unknown. Returns the marker left
+-- (see `marker_of`), or false.
+local function tidy(lock, queue, grants, head)
     local granted = redis.call('hget', grants, '!granted')
     local field = marker_of(granted)
     if granted and ((not field) or redis.call('hexists', lock, field) == 0) then
         redis.call('hdel', grants, '!granted')
         granted = false
     end
-    if redis.call('llen', queue) == 0 and redis.call('hlen', grants) > (granted and 1 or 0) then
+    local empty
+    if head == nil then
+        empty = redis.call('llen', queue) == 0
+    else
+        empty = not head
+    end
+    if empty and redis.call('hlen', grants) > (granted and 1 or 0) then
         redis.call('del', grants)
         if granted then
             redis.call('hset', grants, '!granted', granted)
         end
     end
+    return granted
 end
 
 -- Drops gone waiters at the head of the queue (Redisson's "purge stale
 -- head" prelude): a head whose deadline is <= now (its score, or its
 -- liveness sign: see `deadline`), and also a head with no timeout at all
 -- (no script of either side leaves one; it could only block the queue
--- forever). Then tidies the grant hash.
+-- forever). Then tidies the grant hash. Returns the head left (false:
+-- nobody is queued) and the grant marker left (false: none), which the
+-- caller may use instead of reading them again (no script step between
+-- changes them).
 local function purge(lock, queue, timeouts, grants, now)
+    local head
     while true do
-        local head = redis.call('lindex', queue, 0)
+        head = redis.call('lindex', queue, 0)
         if not head then
             break
         end
@@ -128,7 +141,7 @@ local function purge(lock, queue, timeouts, grants, now)
         redis.call('zrem', timeouts, head)
         redis.call('hdel', grants, head)
     end
-    tidy(lock, queue, grants)
+    return head, tidy(lock, queue, grants, head)
 end
 
 -- A waiter ahead of `fields` left the queue (by taking the lock, or by
@@ -178,8 +191,12 @@ end
 -- message (-1: nobody waits), the time to check again if nobody did (the
 -- head's timeout, or the grant's end; -1: nobody waits) and 1 if granted;
 -- when granted, also the head's field, the nonce and the grant's TTL.
-local function hand_over(lock, queue, timeouts, grants, channel, publish, now, wait, grant_ms)
-    local head = redis.call('lindex', queue, 0)
+-- `head`: the queue's head as the caller just read it (false: none), or
+-- nil to read it here.
+local function hand_over(lock, queue, timeouts, grants, channel, publish, now, wait, grant_ms, head)
+    if head == nil then
+        head = redis.call('lindex', queue, 0)
+    end
     if not head then
         return -1, -1, 0
     end

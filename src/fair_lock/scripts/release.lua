@@ -52,15 +52,15 @@ local function body()
     local now = tonumber(ARGV[5])
     local wait = tonumber(ARGV[6])
     local grant = tonumber(ARGV[7])
-    purge(KEYS[1], KEYS[2], KEYS[3], KEYS[5], now)
+    local head, marker = purge(KEYS[1], KEYS[2], KEYS[3], KEYS[5], now)
     if not held then
         if redis.call('exists', KEYS[1]) == 0 then
             return told(0, hand_over(KEYS[1], KEYS[2], KEYS[3], KEYS[5],
-                KEYS[4], ARGV[4], now, wait, grant))
+                KEYS[4], ARGV[4], now, wait, grant, head))
         end
         return {0, -1, -1, 0}
     end
-    if granted_to(KEYS[5]) == ARGV[2] then
+    if marker_of(marker) == ARGV[2] then
         redis.call('hdel', KEYS[5], '!granted')
     end
     -- `held` is still the count: the purge touches no lock field.
@@ -72,5 +72,5 @@ local function body()
     end
     redis.call('del', KEYS[1])
     return told(2, hand_over(KEYS[1], KEYS[2], KEYS[3], KEYS[5],
-        KEYS[4], ARGV[4], now, wait, grant))
+        KEYS[4], ARGV[4], now, wait, grant, head))
 end
