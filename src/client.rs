@@ -77,6 +77,7 @@ pub struct ClientBuilder {
     app_name: Option<String>,
     record_waits_after: Option<Duration>,
     detect_deadlocks: bool,
+    client_record: Option<bool>,
 }
 
 #[derive(Debug)]
@@ -588,7 +589,8 @@ impl ClientBuilder {
 
     /// How long a wait for a lock lasts before it is recorded in the
     /// client's record, for operators and deadlock detection. Shorter
-    /// waits write nothing. Default 1 s.
+    /// waits write nothing. Default 1 s. A client without a record
+    /// ([`client_record(false)`](Self::client_record)) records no wait.
     ///
     /// # Example
     ///
@@ -609,6 +611,7 @@ impl ClientBuilder {
     /// once its task releases what it holds. Only clients with detection
     /// on give up; a cycle whose youngest wait is another client's without
     /// detection is reported ([`Client::deadlocks`]) but not broken.
+    /// Needs the client's record (see [`client_record`](Self::client_record)).
     ///
     /// # Example
     ///
@@ -617,6 +620,41 @@ impl ClientBuilder {
     /// ```
     pub fn detect_deadlocks(mut self, detect: bool) -> Self {
         self.detect_deadlocks = detect;
+        self
+    }
+
+    /// Whether the client keeps its record in Redis (default `true`): the
+    /// hash `leasehold:client:{<client-uuid>}` with its app name, host,
+    /// pid, version and long waits, which the `leasehold` tool and
+    /// [`Client::deadlocks`] read.
+    ///
+    /// With `false` the client writes nothing of its own: no `EVAL` when
+    /// it starts, no `PEXPIRE` per renew interval, no `DEL` at shutdown,
+    /// and no wait of its is ever recorded. Its holds still show in
+    /// `leasehold inspect`, as foreign (no app, host or pid), and its
+    /// waits take no part in deadlock detection. Locks behave the same
+    /// either way, and the record costs nothing measurable on the lock
+    /// path (BENCHMARKS.md, "Operators"): turn it off where the client
+    /// may not write it — a Redis user whose ACL allows only the
+    /// application's keys (the record's key does not take the
+    /// [`key_prefix`](Self::key_prefix)) — or must not publish its host
+    /// name and pid.
+    ///
+    /// [`build`](Self::build) refuses `client_record(false)` together with
+    /// [`detect_deadlocks(true)`](Self::detect_deadlocks), which needs the
+    /// record ([`Error::InvalidArgument`]).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// // A Redis user allowed only `app:*` keys.
+    /// let b = leasehold::Client::builder()
+    ///     .url("redis://app-user:secret@127.0.0.1:6379")
+    ///     .key_prefix("app:")
+    ///     .client_record(false);
+    /// ```
+    pub fn client_record(mut self, keep: bool) -> Self {
+        self.client_record = Some(keep);
         self
     }
 
@@ -686,6 +724,13 @@ impl ClientBuilder {
             latch_ttl: (command_timeout * 3).max(MIN_LATCH_TTL),
             rids: Default::default(),
         };
+        let client_record = self.client_record.unwrap_or(true);
+        if self.detect_deadlocks && !client_record {
+            return Err(Error::invalid(
+                "deadlock detection needs the client record: \
+                 detect_deadlocks(true) cannot go with client_record(false)",
+            ));
+        }
         let id = uuid::Uuid::new_v4();
         let identity = Identity {
             id,
@@ -702,6 +747,7 @@ impl ClientBuilder {
             recheck_interval,
             replicas,
             identity,
+            client_record,
         };
         let engine = start_engine(options, self.connect_retry).await?;
         // A release by another client of this process can then hand this

@@ -1,6 +1,7 @@
 //! The blocking API (`--features blocking`): exclusion across threads and
 //! across processes, reentrancy on one thread, threads as owners, guards
-//! released from any thread, and calls refused inside a tokio runtime.
+//! released from any thread, calls refused inside a tokio runtime, and
+//! what operators see of blocking clients (records, deadlocks).
 //!
 //! `cargo test --features blocking --test blocking`
 #![cfg(feature = "blocking")]
@@ -20,6 +21,8 @@ const CHILD_URL: &str = "LEASEHOLD_BLOCKING_URL";
 const CHILD_FILE: &str = "LEASEHOLD_BLOCKING_FILE";
 /// Increments each child process makes.
 const CHILD_ROUNDS: u64 = 25;
+/// Bounds that only catch hangs.
+const HANG: Duration = Duration::from_secs(30);
 
 fn exists(server: &RedisServer, key: &str) -> bool {
     server.cmd(&["EXISTS", key]) == "1"
@@ -32,6 +35,28 @@ fn eventually(limit: Duration, what: &str, check: impl Fn() -> bool) {
         assert!(Instant::now() < deadline, "timed out waiting for: {what}");
         std::thread::sleep(Duration::from_millis(10));
     }
+}
+
+/// Two threads of clients `a` and `b` cross: one takes `x` then waits for
+/// `y`, the other `y` then `x` (both take their first lock before either
+/// waits). Each returns whether it got its second lock (`false` only if
+/// the wait ran out: a hang).
+fn abba(
+    a: &Client,
+    b: &Client,
+    x: &'static str,
+    y: &'static str,
+) -> [std::thread::JoinHandle<leasehold::Result<bool>>; 2] {
+    let barrier = Arc::new(std::sync::Barrier::new(2));
+    let cross = |c: &Client, first: &'static str, second: &'static str| {
+        let (c, barrier) = (c.clone(), barrier.clone());
+        std::thread::spawn(move || {
+            let _first = c.lock(first).lock().expect("the first lock is free");
+            barrier.wait();
+            Ok(c.lock(second).try_lock_for(HANG)?.is_some())
+        })
+    };
+    [cross(a, x, y), cross(b, y, x)]
 }
 
 /// 8 threads make 40 read-yield-write increments each of a plain counter
@@ -308,4 +333,67 @@ fn a_guard_outlives_its_client_handle() {
     assert!(!guard.is_lost());
     guard.unlock().unwrap();
     assert!(!exists(&server, "outlived"));
+}
+
+/// The builder's operator options apply to a blocking client: its record
+/// names its app; an ABBA cycle between threads of two blocking clients
+/// is listed by `deadlocks()`; with `detect_deadlocks(true)` exactly one
+/// of the two blocked waits returns `Error::Deadlock` and the other gets
+/// its lock.
+#[test]
+fn operators_see_blocking_clients_and_their_deadlocks() {
+    let server = RedisServer::start();
+    let build = |app: &str, detect: bool| {
+        leasehold::Client::builder()
+            .url(&server.url())
+            .app_name(app)
+            .record_waits_after(Duration::from_millis(100))
+            .detect_deadlocks(detect)
+            .build_blocking()
+            .unwrap()
+    };
+    let a = build("alpha", false);
+    let b = build("beta", false);
+    let record = format!("leasehold:client:{{{}}}", a.id());
+    assert_eq!(server.cmd(&["HGET", &record, "app"]), "alpha");
+    assert!(a.deadlocks().unwrap().is_empty());
+
+    // Without detection: listed, until a force unlock breaks it.
+    let [ta, tb] = abba(&a, &b, "x", "y");
+    let deadline = Instant::now() + HANG;
+    let cycles = loop {
+        let cycles = a.deadlocks().unwrap();
+        if !cycles.is_empty() {
+            break cycles;
+        }
+        assert!(Instant::now() < deadline, "no cycle listed");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(cycles.len(), 1, "{cycles:?}");
+    let mut apps: Vec<Option<&str>> = cycles[0].members.iter().map(|m| m.app.as_deref()).collect();
+    apps.sort();
+    assert_eq!(apps, [Some("alpha"), Some("beta")], "{cycles:?}");
+    assert!(a.lock("x").force_unlock().unwrap());
+    assert!(ta.join().unwrap().unwrap(), "x's holder got y");
+    assert!(tb.join().unwrap().unwrap(), "y's holder got x");
+    a.shutdown().unwrap();
+    b.shutdown().unwrap();
+
+    // With detection: one wait gives up, the other goes on.
+    let a = build("alpha", true);
+    let b = build("beta", true);
+    let outcomes: Vec<leasehold::Result<bool>> = abba(&a, &b, "p", "q")
+        .into_iter()
+        .map(|t| t.join().unwrap())
+        .collect();
+    let deadlocked = outcomes
+        .iter()
+        .filter(|o| matches!(o, Err(Error::Deadlock { .. })))
+        .count();
+    let acquired = outcomes.iter().filter(|o| matches!(o, Ok(true))).count();
+    assert_eq!((deadlocked, acquired), (1, 1), "{outcomes:?}");
+    // The ended waits' records go at their clients' next tick.
+    eventually(HANG, "no cycle left", || a.deadlocks().unwrap().is_empty());
+    a.shutdown().unwrap();
+    b.shutdown().unwrap();
 }

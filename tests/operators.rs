@@ -160,6 +160,51 @@ async fn a_long_wait_is_recorded_and_leaves_no_record() {
     b.shutdown().await.unwrap();
 }
 
+/// `client_record(false)`: the client writes no record and records no
+/// wait, however long (its locks work as usual); detection, which needs
+/// the record, is refused with it.
+#[tokio::test]
+async fn a_client_without_a_record_writes_none() {
+    let server = RedisServer::start();
+    let a = client_with(&server, |b| b.app_name("holder")).await;
+    let hsets = calls(&server, "hset");
+    let b = client_with(&server, |b| {
+        b.client_record(false)
+            .record_waits_after(Duration::from_millis(50))
+            .watchdog_timeout(Duration::from_millis(300))
+    })
+    .await;
+    assert!(record_of(&b).await.is_none(), "no record once built");
+    assert!(record_seen_by(&b, a.id()).await.is_some(), "a's is read");
+
+    // A wait many thresholds long, over several renew intervals.
+    let held = a.lock("orders").lock().await.unwrap();
+    let lock = b.lock("orders");
+    let waiter = tokio::spawn(async move { lock.lock().await.map(drop) });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(record_of(&b).await.is_none(), "no record while it waits");
+    held.unlock().await.unwrap();
+    within(HANG, "the waiter gets the lock", waiter)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(calls(&server, "hset"), hsets, "nothing written");
+    assert!(server.cmd(&["EXISTS", &record_key(&b)]) == "0");
+    b.shutdown().await.unwrap();
+
+    let refused = Client::builder()
+        .url(&server.url())
+        .client_record(false)
+        .detect_deadlocks(true)
+        .build()
+        .await;
+    assert!(
+        matches!(refused, Err(Error::InvalidArgument(_))),
+        "{refused:?}"
+    );
+    a.shutdown().await.unwrap();
+}
+
 /// The other side of the cross-process ABBA test: run by it, as a child
 /// process of this test binary (does nothing when run by the harness).
 #[tokio::test]

@@ -7,12 +7,25 @@
 //! | `fenced_lock` | the same hash, and the string `redisson_lock_token:{name}` |
 //! | `fair_lock` | the same hash (while held), list `redisson_lock_queue:{name}`, zset `redisson_lock_timeout:{name}` (score: the waiter's dead-by time, epoch ms) |
 //! | `rw_lock` | hash `name` with a `mode` field (`read`/`write`); `<uuid>:<id>` readers, `<uuid>:<id>:write` the writer |
-//! | `semaphore` | string count `name` and zset `{name}:timeout` (raw 16-byte permit id → expiry, epoch ms) |
-//! | `latch` | an integer string `name` with no permit set |
+//! | `semaphore` | string count `name` and zset `{name}:timeout` (raw 16-byte permit id → expiry, epoch ms); or the count alone, with subscribers on `redisson_sc:{name}` |
+//! | `latch` | an integer string `name` with subscribers on `redisson_countdownlatch__channel__{name}` |
+//! | `semaphore-or-latch` | an integer string `name` and nothing else |
 //!
 //! (`{name}` is `name` itself when it has braces: Redisson's `prefixName`
-//! and `suffixName` rules.) A semaphore with no permit out has no permit
-//! set, and shows as a latch: the two layouts are the same then. Skipped:
+//! and `suffixName` rules; the latch's channel always adds braces.)
+//!
+//! A semaphore with no permit out and a latch are the same thing in
+//! Redis: one integer string (a semaphore's permit set is a zset, which
+//! Redis deletes with its last member; neither has another key). The
+//! count does not tell them apart either: a latch may be set to any
+//! count, 0 included, and a semaphore may have any number free. What
+//! does is who listens: waiters of a semaphore subscribe to
+//! `redisson_sc:{name}`, waiters of a latch to
+//! `redisson_countdownlatch__channel__{name}` (leasehold and Redisson
+//! alike, classic or sharded pub/sub), so `PUBSUB NUMSUB` and `PUBSUB
+//! SHARDNUMSUB` name the kind while anyone waits. With nobody waiting on
+//! either channel (or someone on both), the kind is reported as
+//! `semaphore-or-latch` rather than guessed; its JSON has `count`. Skipped:
 //! client records, latch keys (`leasehold_latch:`, `redisson_unlock_latch:`),
 //! a fair lock's grants being handed over (`leasehold_grant:`) and
 //! read-hold timeout keys (`…:rwlock_timeout:<n>`).
@@ -20,7 +33,8 @@
 use std::collections::{BTreeMap, HashMap};
 
 use fred::interfaces::{
-    ClientLike, HashesInterface, KeysInterface, ListInterface, LuaInterface, SortedSetsInterface,
+    ClientLike, ClusterInterface, HashesInterface, KeysInterface, ListInterface, LuaInterface,
+    PubsubInterface, SortedSetsInterface,
 };
 use fred::prelude::Client as Redis;
 use fred::types::{Key, Value};
@@ -46,7 +60,8 @@ pub(crate) struct Object {
     pub(crate) queue: Vec<Queued>,
     /// fenced_lock: the last token handed out.
     pub(crate) token: Option<i64>,
-    /// semaphore: available permits; latch: the count.
+    /// semaphore: available permits; latch and semaphore-or-latch: the
+    /// count.
     pub(crate) count: Option<i64>,
     /// semaphore: permits out.
     pub(crate) permits: Vec<PermitOut>,
@@ -355,7 +370,7 @@ async fn build(
         let kind = if l.permits.contains_key(key) {
             "semaphore"
         } else {
-            "latch"
+            count_kind(redis, key).await?
         };
         objects.insert(
             key.clone(),
@@ -407,6 +422,60 @@ async fn build(
         o.waiters.sort_by_key(|w| std::cmp::Reverse(w.waiting_ms));
     }
     Ok(objects.into_values().collect())
+}
+
+/// The kind of a bare count `name` (no permit set): by who is subscribed
+/// to a semaphore's and to a latch's channel (see the module docs).
+async fn count_kind(redis: &Redis, name: &str) -> Result<&'static str> {
+    let semaphore = subscribers(redis, &prefixed("redisson_sc", name)).await?;
+    let latch = subscribers(redis, &latch_channel(name)).await?;
+    Ok(match (semaphore > 0, latch > 0) {
+        (true, false) => "semaphore",
+        (false, true) => "latch",
+        _ => "semaphore-or-latch",
+    })
+}
+
+/// The latch's channel: braces always added (Redisson's rule for it).
+fn latch_channel(name: &str) -> String {
+    format!("redisson_countdownlatch__channel__{{{name}}}")
+}
+
+/// Connections subscribed to `channel`: classic subscribers (on every
+/// primary of a cluster, where each node counts only its own) and sharded
+/// ones (on the channel's node; none before Redis 7, which has no
+/// sharded pub/sub).
+async fn subscribers(redis: &Redis, channel: &str) -> Result<u64> {
+    let mut n = 0;
+    if redis.is_clustered() {
+        let primaries = redis
+            .cached_cluster_state()
+            .map(|s| s.unique_primary_nodes())
+            .unwrap_or_default();
+        for node in primaries {
+            n += numsub_count(redis.with_cluster_node(node).pubsub_numsub(channel).await?);
+        }
+    } else {
+        n += numsub_count(redis.pubsub_numsub(channel).await?);
+    }
+    if let Ok(sharded) = redis.pubsub_shardnumsub(channel).await {
+        n += numsub_count(sharded);
+    }
+    Ok(n)
+}
+
+/// The counts of a `PUBSUB NUMSUB` / `SHARDNUMSUB` reply (channel, count
+/// pairs: an array in RESP2, a map in RESP3), summed.
+fn numsub_count(reply: Value) -> u64 {
+    let count = |v: &Value| match v {
+        Value::Integer(n) => (*n).max(0) as u64,
+        _ => 0,
+    };
+    match reply {
+        Value::Array(items) => items.iter().skip(1).step_by(2).map(count).sum(),
+        Value::Map(map) => map.inner().values().map(count).sum(),
+        _ => 0,
+    }
 }
 
 fn holder(field: &str, value: &str, records: &HashMap<String, ClientRecord>) -> Holder {
@@ -567,7 +636,7 @@ pub(crate) async fn force_unlock(redis: &Redis, o: &Object) -> Result<bool> {
                 .await?
         }
         "latch" => {
-            let channel = format!("redisson_countdownlatch__channel__{{{n}}}");
+            let channel = latch_channel(n);
             redis
                 .eval(
                     DEL_AND_PUBLISH,
@@ -648,6 +717,10 @@ pub(crate) fn table(objects: &[Object], _now: u64) -> String {
                     .collect::<String>()
             )),
             "latch" => holders.push(format!("count {}", o.count.unwrap_or(0))),
+            "semaphore-or-latch" => holders.push(format!(
+                "count {} (no permit out, nobody waiting)",
+                o.count.unwrap_or(0)
+            )),
             "fenced_lock" => holders.push(format!("token {}", o.token.unwrap_or(0))),
             _ => {}
         }
@@ -768,7 +841,7 @@ impl Object {
                     .collect();
                 extra.insert("permits".into(), json!(permits));
             }
-            "latch" => {
+            "latch" | "semaphore-or-latch" => {
                 extra.insert("count".into(), json!(self.count));
             }
             _ => {}
@@ -798,5 +871,16 @@ mod tests {
         assert!(holder_shaped("3f:1:write"));
         assert!(!holder_shaped("mode"));
         assert!(!holder_shaped("a:b"));
+    }
+
+    #[test]
+    fn numsub_replies() {
+        let reply = Value::Array(vec!["a".into(), 2.into(), "b".into(), 1.into()]);
+        assert_eq!(numsub_count(reply), 3);
+        assert_eq!(numsub_count(Value::Array(Vec::new())), 0);
+        assert_eq!(
+            latch_channel("{a}b"),
+            "redisson_countdownlatch__channel__{{a}b}"
+        );
     }
 }

@@ -265,6 +265,17 @@ async fn unlock(redis: &Redis, name: &str) -> Result<String> {
             "nothing to unlock: no lock-family object named `{name}`"
         ));
     };
+    if object.kind == "semaphore-or-latch" {
+        // A semaphore with no permit out has nothing to free, and a latch
+        // nobody waits on nobody to wake; deleting the count would wipe a
+        // semaphore's free permits.
+        return Ok(format!(
+            "`{name}` is a bare count ({}): a semaphore with no permit out or a latch \
+             nobody waits on; nothing to free, left as it is (to open it as a latch \
+             anyway, delete the key)",
+            object.count.unwrap_or(0)
+        ));
+    }
     let freed = inspect::force_unlock(redis, &object).await?;
     Ok(describe_freed(&object, freed))
 }

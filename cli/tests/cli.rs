@@ -10,9 +10,12 @@ use std::time::Duration;
 use fred::interfaces::{HashesInterface, KeysInterface};
 use leasehold::{Client, Owner};
 use serde_json::Value as Json;
+use support::fixture::{eventually, numsub, within};
 use support::RedisServer;
 
 const BIN: &str = env!("CARGO_BIN_EXE_leasehold");
+/// Bounds that only catch hangs.
+const HANG: Duration = Duration::from_secs(30);
 
 fn run(args: &[&str]) -> Output {
     Command::new(BIN)
@@ -77,6 +80,16 @@ async fn inspect_json_lists_every_kind() {
     let _permit = sem.acquire().await.unwrap();
     let latch = c.count_down_latch("k:latch");
     assert!(latch.try_set_count(2).await.unwrap());
+    // A latch is told from a semaphore with no permit out by its waiters
+    // (see `inspect_tells_a_semaphore_from_a_latch_by_its_waiters`).
+    let latch_waiter = tokio::spawn({
+        let latch = latch.clone();
+        async move { latch.wait().await }
+    });
+    eventually(HANG, "the latch waiter subscribed", || {
+        numsub(&server, latch.channel()) > 0
+    })
+    .await;
     // A Redisson service's hold: its client has no record here.
     let java = format!("{}:57", uuid::Uuid::new_v4());
     let _: i64 = c
@@ -171,7 +184,147 @@ async fn inspect_json_lists_every_kind() {
     assert!(table.contains("foreign"), "{table}");
 
     fair_waiter.abort();
+    latch_waiter.abort();
     c.shutdown().await.unwrap();
+}
+
+/// A bare count is a semaphore with no permit out or a latch: the same
+/// integer string in Redis. `inspect` tells them apart by who waits on
+/// which channel, and when nobody waits says it cannot
+/// (`semaphore-or-latch`) instead of guessing; `unlock --force` leaves
+/// such a count alone (no permit out, nobody waiting: nothing to free).
+#[tokio::test]
+async fn inspect_tells_a_semaphore_from_a_latch_by_its_waiters() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let c = client(&server, "count-test").await;
+    // Semaphores with no permit out: every permit free; none, and a waiter.
+    assert!(c.semaphore("n:free").try_set_permits(3).await.unwrap());
+    let empty = c.semaphore("n:empty");
+    assert!(empty.try_set_permits(0).await.unwrap());
+    let sem_waiter = tokio::spawn({
+        let empty = empty.clone();
+        async move { empty.acquire().await.map(drop) }
+    });
+    // Latches: nobody waiting; a waiter.
+    assert!(c.count_down_latch("n:idle").try_set_count(2).await.unwrap());
+    let gate = c.count_down_latch("n:gate");
+    assert!(gate.try_set_count(1).await.unwrap());
+    let latch_waiter = tokio::spawn({
+        let gate = gate.clone();
+        async move { gate.wait().await }
+    });
+    eventually(HANG, "both waiters subscribed", || {
+        numsub(&server, empty.channel()) > 0 && numsub(&server, gate.channel()) > 0
+    })
+    .await;
+
+    let out = tool(&url, &["inspect", "--json", "n:*"]).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let objects = by_name(&stdout(&out));
+    let kinds: HashMap<&str, &str> = objects
+        .iter()
+        .map(|(n, o)| (n.as_str(), o["kind"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        kinds,
+        HashMap::from([
+            ("n:free", "semaphore-or-latch"),
+            ("n:empty", "semaphore"),
+            ("n:idle", "semaphore-or-latch"),
+            ("n:gate", "latch"),
+        ]),
+        "{objects:#?}"
+    );
+    assert_eq!(objects["n:free"]["count"], 3);
+    assert_eq!(objects["n:idle"]["count"], 2);
+    assert_eq!(objects["n:empty"]["available"], 0);
+    assert_eq!(objects["n:empty"]["permits"].as_array().unwrap().len(), 0);
+    assert_eq!(objects["n:gate"]["count"], 1);
+    let table = stdout(&tool(&url, &["inspect", "n:*"]).await);
+    println!("{table}");
+    assert!(table.contains("semaphore-or-latch"), "{table}");
+
+    let out = tool(&url, &["unlock", "--force", "n:free"]).await;
+    assert!(out.status.success());
+    assert!(stdout(&out).contains("left as it is"), "{}", stdout(&out));
+    assert_eq!(
+        c.semaphore("n:free").available_permits().await.unwrap(),
+        3,
+        "the count is untouched"
+    );
+
+    sem_waiter.abort();
+    latch_waiter.abort();
+    c.shutdown().await.unwrap();
+}
+
+/// On a cluster, where each waiter's subscription lives on one node:
+/// sharded waiters (leasehold's default on Redis 7) and classic ones
+/// (`sharded_pubsub(false)`: each client subscribes on a node of its own
+/// choosing, so they are counted on every primary) name the kind as on
+/// one server. Four classic clients: all four on the one node a single
+/// `PUBSUB NUMSUB` would ask is a 1-in-81 chance on 3 primaries.
+#[tokio::test]
+async fn inspect_tells_a_semaphore_from_a_latch_on_a_cluster() {
+    let cluster = support::cluster::RedisCluster::start(3, 0);
+    let url = cluster.url();
+    let connect = |sharded: bool| Client::builder().url(&url).sharded_pubsub(sharded).build();
+    let mut clients = vec![("sharded".to_owned(), connect(true).await.unwrap())];
+    for i in 0..4 {
+        clients.push((format!("classic{i}"), connect(false).await.unwrap()));
+    }
+    let mut waiters: Vec<tokio::task::JoinHandle<leasehold::Result<()>>> = Vec::new();
+    let mut expected = HashMap::new();
+    for (how, c) in &clients {
+        let sem = c.semaphore(&format!("c:sem:{how}"));
+        assert!(sem.try_set_permits(0).await.unwrap());
+        waiters.push(tokio::spawn(async move { sem.acquire().await.map(drop) }));
+        expected.insert(format!("c:sem:{how}"), "semaphore".to_owned());
+        let latch = c.count_down_latch(&format!("c:latch:{how}"));
+        assert!(latch.try_set_count(1).await.unwrap());
+        waiters.push(tokio::spawn(async move { latch.wait().await }));
+        expected.insert(format!("c:latch:{how}"), "latch".to_owned());
+    }
+    assert!(clients[0]
+        .1
+        .semaphore("c:idle")
+        .try_set_permits(2)
+        .await
+        .unwrap());
+    expected.insert("c:idle".to_owned(), "semaphore-or-latch".to_owned());
+    // The waiters subscribe in the background: read until they have.
+    let deadline = tokio::time::Instant::now() + HANG;
+    loop {
+        let out = tool(&url, &["inspect", "--json", "c:*"]).await;
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let kinds: HashMap<String, String> = by_name(&stdout(&out))
+            .into_iter()
+            .map(|(n, o)| (n, o["kind"].as_str().unwrap().to_owned()))
+            .collect();
+        if kinds == expected {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "kinds never right: {kinds:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for w in waiters {
+        w.abort();
+    }
+    for (_, c) in clients {
+        c.shutdown().await.unwrap();
+    }
 }
 
 /// `deadlocks`: exit 0 without a cycle; 3 with an ABBA cycle between two
@@ -259,15 +412,29 @@ async fn clients_and_force_unlock() {
     tokio::time::timeout(Duration::from_secs(30), guard.lost())
         .await
         .expect("the holder learns its lease is gone");
-    // A latch and a semaphore too.
+    // A latch and a semaphore too. A latch someone waits on (its waiter
+    // names the kind: see `inspect_tells_a_semaphore_from_a_latch_by_its_waiters`)
+    // is opened: the waiter goes on.
     let latch = c.count_down_latch("gate");
     latch.try_set_count(1).await.unwrap();
+    let waiter = tokio::spawn({
+        let latch = latch.clone();
+        async move { latch.wait().await }
+    });
+    eventually(HANG, "the latch waiter subscribed", || {
+        numsub(&server, latch.channel()) > 0
+    })
+    .await;
     let out = tool(&url, &["unlock", "--force", "gate"]).await;
     assert!(
         stdout(&out).contains("freed latch `gate`"),
         "{}",
         stdout(&out)
     );
+    within(HANG, "the latch waiter goes on", waiter)
+        .await
+        .unwrap()
+        .unwrap();
     let sem = c.semaphore("pool");
     sem.try_set_permits(1).await.unwrap();
     let _permit = sem.acquire().await.unwrap();

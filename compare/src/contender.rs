@@ -87,6 +87,9 @@ pub enum Kind {
     Rlock,
     /// leasehold's `fair_lock`; only in the hot-lock report (not in `ALL`).
     LeaseholdFair,
+    /// leasehold's lock on a client built with `client_record(false)`:
+    /// side A of the operators A/B (`operators.rs`; not in `ALL`).
+    LeaseholdNoRecord,
 }
 
 impl Kind {
@@ -108,6 +111,7 @@ impl Kind {
             Kind::Rslock => "rslock 0.10 (defaults)",
             Kind::Rlock => "rlock 0.2 (defaults)",
             Kind::LeaseholdFair => "leasehold fair_lock",
+            Kind::LeaseholdNoRecord => "leasehold, client_record(false)",
         }
     }
 
@@ -120,6 +124,7 @@ impl Kind {
             Kind::Rslock => "rslock",
             Kind::Rlock => "rlock",
             Kind::LeaseholdFair => "fair",
+            Kind::LeaseholdNoRecord => "norecord",
         }
     }
 
@@ -127,7 +132,7 @@ impl Kind {
     pub fn from_short(short: &str) -> Option<Kind> {
         Kind::ALL
             .into_iter()
-            .chain([Kind::LeaseholdFair])
+            .chain([Kind::LeaseholdFair, Kind::LeaseholdNoRecord])
             .find(|k| k.short() == short)
     }
 
@@ -138,7 +143,10 @@ impl Kind {
 
     /// Whether the same task can take a lock it holds.
     pub fn reentrant(self) -> bool {
-        matches!(self, Kind::Leasehold | Kind::RawFred | Kind::LeaseholdFair)
+        matches!(
+            self,
+            Kind::Leasehold | Kind::RawFred | Kind::LeaseholdFair | Kind::LeaseholdNoRecord
+        )
     }
 }
 
@@ -231,6 +239,14 @@ impl Handle {
             ),
             Kind::LeaseholdFair => Handle::LeaseholdFair(
                 leasehold::Client::connect(url)
+                    .await
+                    .expect("leasehold connect"),
+            ),
+            Kind::LeaseholdNoRecord => Handle::Leasehold(
+                leasehold::Client::builder()
+                    .url(url)
+                    .client_record(false)
+                    .build()
                     .await
                     .expect("leasehold connect"),
             ),

@@ -7,8 +7,10 @@
 //! every phase and runs fewer rounds (for development; numbers are then
 //! noisier). `LEASEHOLD_COMPARE_ONLY=hot` runs only the 32-client hot-lock
 //! table; `LEASEHOLD_COMPARE_ONLY=handoff` only PING and the handoff
-//! latency of leasehold's lock and fair lock. The Python peer runs from `compare/.venv`, which the report
-//! creates when it is missing (see `python.rs`).
+//! latency of leasehold's lock and fair lock;
+//! `LEASEHOLD_COMPARE_ONLY=operators` only the A/B of the client record
+//! (issue 33, `operators.rs`). The Python peer runs from `compare/.venv`,
+//! which the report creates when it is missing (see `python.rs`).
 
 use leasehold_testkit::server;
 
@@ -17,6 +19,7 @@ mod contender;
 mod hot;
 mod json;
 mod monitor;
+mod operators;
 mod plot;
 mod python;
 
@@ -123,6 +126,13 @@ fn only_throughput() -> bool {
     std::env::var_os("LEASEHOLD_COMPARE_ONLY").is_some_and(|v| v == "throughput")
 }
 
+/// `LEASEHOLD_COMPARE_ONLY=operators`: only issue 33's A/B, the client
+/// record and wait recording on against `client_record(false)` (see
+/// `operators.rs`).
+fn only_operators() -> bool {
+    std::env::var_os("LEASEHOLD_COMPARE_ONLY").is_some_and(|v| v == "operators")
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -133,6 +143,7 @@ fn main() {
     match args.first().map(String::as_str) {
         Some("--handoff-peer") => runtime.block_on(across::peer(&args[1..])),
         Some("--pairs") => runtime.block_on(pairs(&args[1..])),
+        Some("--handoffs") => runtime.block_on(operators::handoffs(&args[1..])),
         _ => runtime.block_on(run()),
     }
 }
@@ -150,7 +161,7 @@ async fn pairs(args: &[String]) {
         args.first().and_then(|k| Kind::from_short(k)),
         args.get(1).map(|n| n.parse::<u64>()),
     ) else {
-        eprintln!("usage: leasehold-compare --pairs leasehold|rawfred N");
+        eprintln!("usage: leasehold-compare --pairs leasehold|rawfred|norecord|… N");
         std::process::exit(2);
     };
     let server = RedisServer::start();
@@ -204,6 +215,11 @@ async fn run() {
             .find(|l| l.starts_with("redis_version"))
             .unwrap_or("?")
     );
+
+    if only_operators() {
+        operators::ab(&server).await;
+        return;
+    }
 
     let python = if only_handoff() {
         Err("not in the handoff-only run".to_owned())
@@ -559,6 +575,23 @@ async fn throughput(kind: Kind, url: &str, phase: Duration, round: usize, client
     for _ in 0..clients {
         handles.push(Handle::connect(kind, url).await);
     }
+    let (ops, took) = throughput_on(&handles, kind, phase, round).await;
+    for h in &handles {
+        h.close().await;
+    }
+    ops as f64 / took.as_secs_f64()
+}
+
+/// [`throughput`] on clients already connected (task t on
+/// `handles[t % handles.len()]`): the pairs made, and the time until the
+/// last task ended. The clients stay open.
+async fn throughput_on(
+    handles: &[Handle],
+    kind: Kind,
+    phase: Duration,
+    round: usize,
+) -> (u64, Duration) {
+    let clients = handles.len();
     let ops = Arc::new(AtomicU64::new(0));
     let mut tasks = JoinSet::new();
     let deadline = Instant::now() + phase;
@@ -576,11 +609,7 @@ async fn throughput(kind: Kind, url: &str, phase: Duration, round: usize, client
         });
     }
     while tasks.join_next().await.is_some() {}
-    let rate = ops.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64();
-    for h in &handles {
-        h.close().await;
-    }
-    rate
+    (ops.load(Ordering::Relaxed), start.elapsed())
 }
 
 /// Scenario 2: acquire of a lock the task already holds.
@@ -627,13 +656,28 @@ async fn handoff(kind: Kind, url: &str, plan: Plan) -> Vec<f64> {
     let a = Handle::connect(kind, url).await;
     let b = Handle::connect(kind, url).await;
     let name = format!("handoff:{}", kind.short());
-    let deadline = Instant::now() + plan.handoff_limit;
+    let samples = handoff_on(
+        &a,
+        &b,
+        &name,
+        plan.handoff_rounds as u64,
+        plan.handoff_limit,
+    )
+    .await;
+    a.close().await;
+    b.close().await;
+    samples
+}
+
+/// [`handoff`] between two clients already connected, on lock `name`:
+/// `rounds` acquisitions, abandoned after `limit`. The clients stay open.
+async fn handoff_on(a: &Handle, b: &Handle, name: &str, rounds: u64, limit: Duration) -> Vec<f64> {
+    let deadline = Instant::now() + limit;
     let (turn, _) = tokio::sync::watch::channel(0u64);
     let turn = Arc::new(turn);
-    let rounds = plan.handoff_rounds as u64;
     let mut sides = JoinSet::new();
     for (first, h) in [(1u64, a.clone()), (2u64, b.clone())] {
-        let (name, turn) = (name.clone(), turn.clone());
+        let (name, turn) = (name.to_owned(), turn.clone());
         sides.spawn(async move {
             let mut turns = turn.subscribe();
             let say = |k| {
@@ -646,8 +690,6 @@ async fn handoff(kind: Kind, url: &str, plan: Plan) -> Vec<f64> {
     while let Some(side) = sides.join_next().await {
         log.extend(side.expect("side"));
     }
-    a.close().await;
-    b.close().await;
     across::samples(log)
 }
 

@@ -31,6 +31,19 @@
 //! Dropping the last handle of a client (client, locks and guards) shuts
 //! it down: remaining releases are finished and the connections closed.
 //!
+//! # Operators
+//!
+//! A blocking client is configured by the same
+//! [`ClientBuilder`](crate::ClientBuilder) as an async one, so it keeps
+//! the same record in Redis and its long waits are recorded the same way:
+//! [`app_name`](crate::ClientBuilder::app_name),
+//! [`record_waits_after`](crate::ClientBuilder::record_waits_after),
+//! [`detect_deadlocks`](crate::ClientBuilder::detect_deadlocks) and
+//! [`client_record`](crate::ClientBuilder::client_record) apply to it
+//! before [`build_blocking`](crate::ClientBuilder::build_blocking). With
+//! detection on, a blocked [`Lock::lock`] that closes a wait-for cycle
+//! returns [`Error::Deadlock`]; [`Client::deadlocks`] lists the cycles.
+//!
 //! # Example
 //!
 //! ```no_run
@@ -60,6 +73,7 @@ pub use guard::LockGuard;
 use crate::error::{Error, Result};
 use crate::guard::LeaseSignal;
 use crate::lock::Holder;
+use crate::operators::Deadlock;
 use crate::owner::Owner;
 use crate::{Stats, Watchdog};
 
@@ -77,6 +91,8 @@ use crate::{Stats, Watchdog};
 ///     .url("redis://127.0.0.1:6379")
 ///     .key_prefix("app:")
 ///     .connect_retry(Duration::from_secs(10))
+///     .app_name("nightly-report")
+///     .detect_deadlocks(true)
 ///     .build_blocking()?;
 /// # Ok(()) }
 /// ```
@@ -189,6 +205,26 @@ impl Client {
         self.inner.client.stats()
     }
 
+    /// The wait-for cycles among every client on this Redis, blocking
+    /// and async alike (see [`Client::deadlocks`](crate::Client::deadlocks)):
+    /// empty when there is none. Only waits past their client's
+    /// [`record_waits_after`](crate::ClientBuilder::record_waits_after)
+    /// threshold are recorded. An operator's call: it reads every client
+    /// record.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # fn f(client: leasehold::blocking::Client) -> leasehold::Result<()> {
+    /// for cycle in client.deadlocks()? {
+    ///     eprintln!("deadlock: {cycle}");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn deadlocks(&self) -> Result<Vec<Deadlock>> {
+        self.inner.block_on(self.inner.client.deadlocks())?
+    }
+
     /// Gives back every hold, stops renewing, closes the connections (see
     /// [`Client::shutdown`](crate::Client::shutdown)). Dropping the last
     /// handle does the same.
@@ -231,8 +267,11 @@ impl crate::ClientBuilder {
     ///
     /// ```no_run
     /// # fn main() -> leasehold::Result<()> {
+    /// use std::time::Duration;
     /// let client = leasehold::Client::builder()
     ///     .url("redis://127.0.0.1:6379")
+    ///     .app_name("importer")                           // in its record, for operators
+    ///     .record_waits_after(Duration::from_millis(500)) // waits recorded past 0.5 s
     ///     .build_blocking()?;
     /// # Ok(()) }
     /// ```

@@ -95,8 +95,9 @@ pub(crate) struct Engine {
     pub(crate) stats: Arc<stats::Counters>,
     pub(crate) background: Arc<Background>,
     pub(crate) watchdog: Watchdog,
-    /// The client's record (who it is, its long waits).
-    pub(crate) registry: Arc<Registry>,
+    /// The client's record (who it is, its long waits); `None` when the
+    /// client was built with `client_record(false)`.
+    pub(crate) registry: Option<Arc<Registry>>,
     /// Longest a waiter sleeps without re-checking.
     pub(crate) recheck_interval: Duration,
     /// Replica acknowledgements required after each acquire, if any.
@@ -126,6 +127,8 @@ pub(crate) struct Options {
     pub(crate) recheck_interval: Duration,
     pub(crate) replicas: Option<ReplicaWait>,
     pub(crate) identity: Identity,
+    /// Whether the client keeps a record (`ClientBuilder::client_record`).
+    pub(crate) client_record: bool,
 }
 
 /// Clears a flag when dropped (with the task holding it).
@@ -245,16 +248,21 @@ impl Engine {
         let reconnects = conn.redis.reconnect_rx();
         let leases: Arc<Leases> = Arc::default();
         let interval = options.watchdog.renew_interval();
-        let registry = Arc::new(Registry::new(
-            &options.identity,
-            options.watchdog.timeout(),
-            interval * 3,
-            conn.clone(),
-        ));
-        if let Err(e) = registry.write(&[]).await {
-            tracing::debug!(error = %e, "client record not written (the watchdog retries)");
-        }
-        options.watchdog.register_record(&registry);
+        let registry = if options.client_record {
+            let registry = Arc::new(Registry::new(
+                &options.identity,
+                options.watchdog.timeout(),
+                interval * 3,
+                conn.clone(),
+            ));
+            if let Err(e) = registry.write(&[]).await {
+                tracing::debug!(error = %e, "client record not written (the watchdog retries)");
+            }
+            options.watchdog.register_record(&registry);
+            Some(registry)
+        } else {
+            None
+        };
         let engine = Arc::new(Engine {
             background: Background::new(runtime.clone(), conn.clone()),
             pubsub,
@@ -336,8 +344,10 @@ impl Engine {
         .await;
         let drained = hold::drain(self).await;
         let _ = tokio::time::timeout(bound, self.background.idle()).await;
-        self.watchdog.deregister_record(&self.registry);
-        let _ = tokio::time::timeout(bound, self.registry.delete()).await;
+        if let Some(registry) = &self.registry {
+            self.watchdog.deregister_record(registry);
+            let _ = tokio::time::timeout(bound, registry.delete()).await;
+        }
         self.pubsub.quit().await;
         self.conn.close().await;
         drained
@@ -354,13 +364,17 @@ impl Engine {
         let (conn, pubsub) = (self.conn.clone(), self.pubsub.clone());
         let background = self.background.clone();
         let bound = self.conn.settings.command_timeout;
-        self.watchdog.deregister_record(&self.registry);
+        if let Some(registry) = &self.registry {
+            self.watchdog.deregister_record(registry);
+        }
         let registry = self.registry.clone();
         // A runtime that has shut down drops the task unrun: its
         // connection tasks are gone with it.
         drop(self.background.runtime().spawn(async move {
             let _ = tokio::time::timeout(bound, background.idle()).await;
-            let _ = tokio::time::timeout(bound, registry.delete()).await;
+            if let Some(registry) = registry {
+                let _ = tokio::time::timeout(bound, registry.delete()).await;
+            }
             pubsub.quit().await;
             conn.close().await;
         }));

@@ -216,7 +216,7 @@ pub(crate) fn wait_with<'a, A: Attempts + 'a>(
                 if waiting.is_none() && !once {
                     waiting = attempts
                         .waits_for()
-                        .and_then(|(key, owner)| engine.registry.start_wait(key, owner))
+                        .and_then(|(key, owner)| engine.registry.as_ref()?.start_wait(key, owner))
                         .map(Box::new);
                 }
                 let mut bound = engine.recheck_interval;
