@@ -155,6 +155,16 @@ async fn inspect_json_lists_every_kind() {
     assert_eq!(fair["waiters"][0]["field"], waiter_field.as_str());
     assert_eq!(fair["waiters"][0]["app"], "inspect-test");
     assert_eq!(fair["queue"][0]["field"], waiter_field.as_str());
+    // A leasehold waiter counts as gone by its liveness sign (at most
+    // FairLock::THREAD_WAIT ahead), not by its score (which follows
+    // Redisson's arithmetic, minutes ahead).
+    let timeout = fair["queue"][0]["timeout_in_ms"]
+        .as_i64()
+        .expect("a timeout");
+    assert!(
+        timeout > 0 && timeout <= leasehold::FairLock::THREAD_WAIT.as_millis() as i64,
+        "a leasehold waiter's timeout: {timeout} ms"
+    );
 
     assert_eq!(objects["k:fenced"]["holders"][0]["field"], me.as_str());
     assert!(objects["k:fenced"]["token"]
