@@ -17,11 +17,14 @@
 # two clients instead (`leasehold-compare --handoffs`, see
 # compare/src/operators.rs): each is a wait that starts and ends; the
 # holder keeps the lock 30 ms after the waiter found it busy, so use a
-# smaller N (e.g. 200: about a minute per side).
+# smaller N (e.g. 200: about a minute per side). With WHAT=hot,
+# instructions per acquisition of one lock by 64 tasks on 4 clients
+# (`leasehold-compare --hot`; the count moves with the race).
 set -eu
 what=${WHAT:-pairs}
 unit="lock + unlock"
 [ "$what" = handoffs ] && unit=handoff
+[ "$what" = hot ] && unit="contended acquisition"
 n=${1:-2000}
 [ $# -gt 0 ] && shift
 [ $# -gt 0 ] || set -- leasehold rawfred

@@ -144,6 +144,7 @@ fn main() {
         Some("--handoff-peer") => runtime.block_on(across::peer(&args[1..])),
         Some("--pairs") => runtime.block_on(pairs(&args[1..])),
         Some("--handoffs") => runtime.block_on(operators::handoffs(&args[1..])),
+        Some("--hot") => runtime.block_on(operators::hot_acquisitions(&args[1..])),
         _ => runtime.block_on(run()),
     }
 }

@@ -9,9 +9,11 @@
 //!
 //! Both run in the same process against one `redis-server`, in
 //! interleaved rounds: A then B, then B then A, and so on
-//! (`LEASEHOLD_COMPARE_ROUNDS`, default 15: about 3.5 minutes). Each block connects its own
-//! clients, warms them up, measures, and closes them, so one side's
-//! record never lives through the other's block. The scenarios:
+//! (`LEASEHOLD_COMPARE_ROUNDS`, default 15: about 3.5 minutes;
+//! `LEASEHOLD_COMPARE_SCENARIO=one|64|hot|handoff` runs one scenario).
+//! Each block connects its own clients, warms them up, measures, and
+//! closes them, so one side's record never lives through the other's
+//! block. The scenarios:
 //!
 //! | scenario | measured | time per operation |
 //! | --- | --- | --- |
@@ -79,6 +81,26 @@ impl Scenario {
             ),
             Scenario::Handoff => "handoff between 2 clients, holder keeps 2–102 ms (p50 µs)".into(),
         }
+    }
+
+    /// The name `LEASEHOLD_COMPARE_SCENARIO` picks it by.
+    fn short(self) -> &'static str {
+        match self {
+            Scenario::OneTask => "one",
+            Scenario::Tasks64 => "64",
+            Scenario::Hot => "hot",
+            Scenario::Handoff => "handoff",
+        }
+    }
+
+    /// Every scenario, or the one `LEASEHOLD_COMPARE_SCENARIO` names
+    /// (`one`, `64`, `hot`, `handoff`): more rounds of one in the same time.
+    fn chosen() -> Vec<Scenario> {
+        let only = std::env::var("LEASEHOLD_COMPARE_SCENARIO").ok();
+        Scenario::ALL
+            .into_iter()
+            .filter(|s| only.as_deref().is_none_or(|o| o == s.short()))
+            .collect()
     }
 
     fn unit(self) -> &'static str {
@@ -225,10 +247,10 @@ pub async fn ab(server: &RedisServer) {
         .and_then(|v| v.parse().ok())
         .unwrap_or(15);
     // [scenario][side] → blocks, one per round.
-    let mut blocks: Vec<[Vec<Block>; 2]> =
-        Scenario::ALL.iter().map(|_| Default::default()).collect();
+    let scenarios = Scenario::chosen();
+    let mut blocks: Vec<[Vec<Block>; 2]> = scenarios.iter().map(|_| Default::default()).collect();
     for round in 0..rounds {
-        for (s, scenario) in Scenario::ALL.into_iter().enumerate() {
+        for (s, &scenario) in scenarios.iter().enumerate() {
             let mut order = [0, 1];
             if round % 2 == 1 {
                 order.reverse();
@@ -263,7 +285,7 @@ pub async fn ab(server: &RedisServer) {
     );
     println!("| scenario | A: µs | B: µs | B/A per round | B/A median (min–max) | client CPU µs per op, A | client CPU µs per op, B | CPU B/A median (min–max) | commands per op, A | commands per op, B |");
     println!("| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |");
-    for (s, scenario) in Scenario::ALL.into_iter().enumerate() {
+    for (s, &scenario) in scenarios.iter().enumerate() {
         let [a, b] = [&blocks[s][0], &blocks[s][1]];
         let time = |v: &[Block]| v.iter().map(|b| b.us).collect::<Vec<f64>>();
         let cpu = |v: &[Block]| v.iter().map(|b| b.cpu_us).collect::<Vec<f64>>();
@@ -346,4 +368,44 @@ pub async fn handoffs(args: &[String]) {
     for c in &clients {
         c.close().await;
     }
+}
+
+/// `--hot <norecord|leasehold> <N>`: the hot-lock scenario of the A/B
+/// ([`TASKS`] tasks on [`CLIENTS`] clients of that kind, one lock, nothing
+/// done under it) until `N` acquisitions in all, against a loopback
+/// `redis-server` it starts. Run under callgrind by
+/// `compare/instructions.sh` (`WHAT=hot`) for instructions per contended
+/// acquisition; how many tries find the lock busy moves with the race, so
+/// the count moves more between runs than a pair's or a handoff's.
+pub async fn hot_acquisitions(args: &[String]) {
+    let (Some(kind), Some(Ok(n))) = (
+        args.first().and_then(|k| Kind::from_short(k)),
+        args.get(1).map(|n| n.parse::<u64>()),
+    ) else {
+        eprintln!("usage: leasehold-compare --hot norecord|leasehold N");
+        std::process::exit(2);
+    };
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut handles = Vec::with_capacity(CLIENTS);
+    for _ in 0..CLIENTS {
+        handles.push(Handle::connect(kind, &url).await);
+    }
+    let count = Arc::new(AtomicU64::new(0));
+    let mut tasks = JoinSet::new();
+    for t in 0..TASKS {
+        let h = handles[t % CLIENTS].clone();
+        let count = count.clone();
+        tasks.spawn(async move {
+            while count.load(Ordering::Relaxed) < n {
+                let g = h.lock("ops-ab:hot").await;
+                count.fetch_add(1, Ordering::Relaxed);
+                h.unlock(g).await;
+            }
+        });
+    }
+    while let Some(r) = tasks.join_next().await {
+        r.expect("hot-lock task");
+    }
+    close(&handles).await;
 }
