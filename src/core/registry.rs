@@ -268,7 +268,10 @@ impl Registry {
 
     /// Starts the ticker unless it runs.
     fn tick_on(self: &Arc<Self>, runtime: &tokio::runtime::Handle) {
-        if !self.ticking.swap(true, Ordering::AcqRel) {
+        // Read first: while the ticker runs (a busy lock: waits start all
+        // the time), a wait only reads the flag's cache line instead of
+        // writing it from every thread.
+        if !self.ticking.load(Ordering::Acquire) && !self.ticking.swap(true, Ordering::AcqRel) {
             drop(runtime.spawn(ticker(Arc::downgrade(self))));
         }
     }
