@@ -262,7 +262,7 @@ fn raise(lease: LeaseRef, ttl: Duration, after: Duration) {
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         return;
     };
-    let incarnation = lease.lease().snapshot().incarnation;
+    let incarnation = lease.incarnation();
     runtime.spawn(async move {
         tokio::time::sleep(after).await;
         if lease.live_holds() == 0 || !lease.is_current(incarnation) {

@@ -275,8 +275,9 @@ impl Deadlines {
         self.0 = Box::default();
     }
 
-    fn iter(&self) -> std::slice::Iter<'_, Instant> {
-        self.0.iter()
+    /// The latest deadline, if any.
+    fn latest(&self) -> Option<Instant> {
+        self.0.iter().max().copied()
     }
 
     fn len(&self) -> usize {
@@ -998,6 +999,11 @@ impl Lease {
         self.state.lock().holds
     }
 
+    /// The current incarnation (see [`is_current`](Self::is_current)).
+    pub(crate) fn incarnation(&self) -> u64 {
+        self.state.lock().incarnation
+    }
+
     /// Whether holds of `incarnation` can still be in Redis.
     pub(crate) fn is_current(&self, incarnation: u64) -> bool {
         self.state.lock().incarnation == incarnation
@@ -1016,8 +1022,8 @@ impl Lease {
         if s.watched > 0 {
             need = Some(self.watchdog.timeout());
         }
-        for deadline in s.fixed.iter() {
-            let left = deadline.saturating_duration_since(now());
+        if let Some(latest) = s.fixed.latest() {
+            let left = latest.saturating_duration_since(now());
             need = Some(need.map_or(left, |n| n.max(left)));
         }
         let need = need.unwrap_or_else(|| match fallback {
@@ -1176,7 +1182,7 @@ impl Lease {
         if s.watched > 0 {
             self.watchdog.timeout()
         } else if self.kind.renews_fixed() {
-            s.fixed.iter().max().map_or(Duration::ZERO, |d| {
+            s.fixed.latest().map_or(Duration::ZERO, |d| {
                 d.saturating_duration_since(Instant::now())
             })
         } else {
@@ -1220,8 +1226,8 @@ impl Sent {
         let to = if s.watched > 0 {
             sent + ttl
         } else {
-            match s.fixed.iter().max() {
-                Some(&deadline) => deadline.min(sent + ttl),
+            match s.fixed.latest() {
+                Some(deadline) => deadline.min(sent + ttl),
                 None => return,
             }
         };

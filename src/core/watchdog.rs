@@ -884,7 +884,7 @@ async fn per_slot(
 }
 
 /// A TTL as the scripts take it.
-fn ttl_ms(ttl: Duration) -> i64 {
+pub(crate) fn ttl_ms(ttl: Duration) -> i64 {
     ttl.as_millis().min(i64::MAX as u128) as i64
 }
 

@@ -126,7 +126,7 @@ use crate::core::lease::{AcquireReply, Kind, Lease, LeaseInit, ReleaseReply};
 use crate::core::prefix_name;
 use crate::core::pubsub::{wake_all_on_one, Policy};
 use crate::core::script::Script;
-use crate::core::watchdog::Renewal;
+use crate::core::watchdog::{ttl_ms, Renewal};
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::owner::Owner;
@@ -310,9 +310,7 @@ fn read_renewal() -> &'static Renewal {
             args.push(Value::String(lease.field()));
             // Each entry its own TTL: fixed read leases are renewed too, up
             // to their end (see `ReadKind::renews_fixed`).
-            args.push(Value::Integer(
-                lease.renew_ttl().as_millis().min(i64::MAX as u128) as i64,
-            ));
+            args.push(Value::Integer(ttl_ms(lease.renew_ttl())));
         },
         packed: None,
     })
