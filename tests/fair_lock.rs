@@ -780,6 +780,46 @@ end
 return 1
 "#;
 
+/// One run of Redisson's fair acquire ([`JAVA_FAIR_ACQUIRE`]) for Java
+/// waiter `field` on `lock` (30 s lease, 5-minute thread wait): nil when
+/// acquired, else the wait hint.
+async fn java_fair_acquire(
+    redis: &leasehold::fred::clients::Client,
+    lock: &FairLock,
+    field: &str,
+) -> leasehold::fred::types::Value {
+    use leasehold::fred::interfaces::LuaInterface;
+    use leasehold::fred::types::Value;
+    let keys = vec![
+        lock.key().to_owned(),
+        lock.queue_key().to_owned(),
+        lock.timeout_key().to_owned(),
+    ];
+    let args: Vec<Value> = vec![
+        30_000.into(),
+        field.into(),
+        300_000.into(),
+        (epoch_ms() as i64).into(),
+    ];
+    redis.eval(JAVA_FAIR_ACQUIRE, keys, args).await.unwrap()
+}
+
+/// Redisson's fair unlock ([`JAVA_FAIR_UNLOCK`]) of Java holder `field`;
+/// asserts it freed the lock.
+async fn java_fair_unlock(redis: &leasehold::fred::clients::Client, lock: &FairLock, field: &str) {
+    use leasehold::fred::interfaces::LuaInterface;
+    use leasehold::fred::types::Value;
+    let keys = vec![
+        lock.key().to_owned(),
+        lock.queue_key().to_owned(),
+        lock.timeout_key().to_owned(),
+        lock.channel().to_owned(),
+    ];
+    let args: Vec<Value> = vec![30_000.into(), field.into(), (epoch_ms() as i64).into()];
+    let freed: Value = redis.eval(JAVA_FAIR_UNLOCK, keys, args).await.unwrap();
+    assert_eq!(freed, Value::Integer(1));
+}
+
 /// A Java `RFairLock` waiter driven by Redisson's scripts (default thread
 /// wait, 5 minutes): listens on its own channel, acquires, records
 /// `label`, unlocks.
@@ -790,28 +830,12 @@ async fn java_fair_waiter(
     label: &'static str,
     order: Arc<Mutex<Vec<&'static str>>>,
 ) {
-    use leasehold::fred::interfaces::LuaInterface;
     use leasehold::fred::types::Value;
     let redis = support::fixture::client(&server).await;
     let channel = format!("{}:{field}", lock.channel());
     let (_listener, mut rx) = listen(&server, &channel).await;
-    let keys = vec![
-        lock.key().to_owned(),
-        lock.queue_key().to_owned(),
-        lock.timeout_key().to_owned(),
-    ];
     loop {
-        let args: Vec<Value> = vec![
-            30_000.into(),
-            field.as_str().into(),
-            300_000.into(),
-            (epoch_ms() as i64).into(),
-        ];
-        let reply: Value = redis
-            .redis()
-            .eval(JAVA_FAIR_ACQUIRE, keys.clone(), args)
-            .await
-            .unwrap();
+        let reply = java_fair_acquire(redis.redis(), &lock, &field).await;
         let Value::Integer(ttl) = reply else { break };
         // Redisson waits for its message or the hint (0: it spins; a
         // floor keeps this test from spinning hot).
@@ -820,19 +844,7 @@ async fn java_fair_waiter(
     }
     order.lock().unwrap().push(label);
     tokio::time::sleep(Duration::from_millis(5)).await;
-    let mut keys = keys;
-    keys.push(lock.channel().to_owned());
-    let args: Vec<Value> = vec![
-        30_000.into(),
-        field.as_str().into(),
-        (epoch_ms() as i64).into(),
-    ];
-    let freed: Value = redis
-        .redis()
-        .eval(JAVA_FAIR_UNLOCK, keys, args)
-        .await
-        .unwrap();
-    assert_eq!(freed, Value::Integer(1));
+    java_fair_unlock(redis.redis(), &lock, &field).await;
 }
 
 /// Java waiters (Redisson's scripts, 5-minute thread wait) and leasehold
@@ -843,7 +855,6 @@ async fn java_fair_waiter(
 /// arrivals.) Both holders: a leasehold one, then a Java one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn java_and_leasehold_waiters_mixed_are_served_in_arrival_order() {
-    use leasehold::fred::interfaces::LuaInterface;
     use leasehold::fred::types::Value;
     let server = Arc::new(RedisServer::start());
     let (a, b) = (client(&server).await, client(&server).await);
@@ -852,23 +863,8 @@ async fn java_and_leasehold_waiters_mixed_are_served_in_arrival_order() {
         let name = format!("mixed-{round}");
         let lock = a.fair_lock(&name);
         let holder_field = "6f1c3d52-1111-4222-8333-944455556699:99";
-        let keys = vec![
-            lock.key().to_owned(),
-            lock.queue_key().to_owned(),
-            lock.timeout_key().to_owned(),
-        ];
         let holder = if java_holder {
-            let args: Vec<Value> = vec![
-                30_000.into(),
-                holder_field.into(),
-                300_000.into(),
-                (epoch_ms() as i64).into(),
-            ];
-            let taken: Value = java
-                .redis()
-                .eval(JAVA_FAIR_ACQUIRE, keys.clone(), args)
-                .await
-                .unwrap();
+            let taken = java_fair_acquire(java.redis(), &lock, holder_field).await;
             assert_eq!(taken, Value::Null, "the Java holder takes the free lock");
             None
         } else {
@@ -904,21 +900,7 @@ async fn java_and_leasehold_waiters_mixed_are_served_in_arrival_order() {
         }
         match holder {
             Some(guard) => guard.unlock().await.unwrap(),
-            None => {
-                let mut keys = keys;
-                keys.push(lock.channel().to_owned());
-                let args: Vec<Value> = vec![
-                    30_000.into(),
-                    holder_field.into(),
-                    (epoch_ms() as i64).into(),
-                ];
-                let freed: Value = java
-                    .redis()
-                    .eval(JAVA_FAIR_UNLOCK, keys, args)
-                    .await
-                    .unwrap();
-                assert_eq!(freed, Value::Integer(1));
-            }
+            None => java_fair_unlock(java.redis(), &lock, holder_field).await,
         }
         within(HANG, "every Java and leasehold waiter", async {
             while let Some(done) = tasks.join_next().await {
@@ -1109,4 +1091,59 @@ async fn a_force_unlock_keeps_the_grant_it_hands_to_a_local_waiter() {
         granted.unlock().await.unwrap();
         drop(held);
     }
+}
+
+/// A leasehold waiter that gives up moves the timeouts of the waiters
+/// behind it one Java wait (5 minutes) earlier, as Redisson's
+/// `acquireFailed` does, and leaves the ones ahead alone: a Java waiter
+/// queued behind it keeps Redisson's arithmetic (its predecessor's
+/// timeout plus one wait).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leaving_waiter_moves_the_timeouts_behind_it_as_redisson_does() {
+    let server = Arc::new(RedisServer::start());
+    let (a, b) = (client(&server).await, client(&server).await);
+    let java = support::fixture::client(&server).await;
+    let lock = a.fair_lock("leaving");
+    let holder = lock.lock().await.unwrap();
+    let ahead = "6f1c3d52-1111-4222-8333-944455556601:1";
+    let behind = "6f1c3d52-1111-4222-8333-944455556602:2";
+    assert_ne!(
+        java_fair_acquire(java.redis(), &lock, ahead).await,
+        leasehold::fred::types::Value::Null
+    );
+    let leaving = {
+        let lock = b.fair_lock("leaving");
+        tokio::spawn(async move { lock.try_lock_for(Duration::from_secs(2)).await.unwrap() })
+    };
+    eventually(HANG, "the leasehold waiter queued", || {
+        llen(&server, lock.queue_key()) == 2
+    })
+    .await;
+    java_fair_acquire(java.redis(), &lock, behind).await;
+    assert_eq!(llen(&server, lock.queue_key()), 3);
+    let score = |field: &str| -> i64 {
+        server
+            .cmd(&["ZSCORE", lock.timeout_key(), field])
+            .parse::<f64>()
+            .expect("a score") as i64
+    };
+    let (ahead_before, behind_before) = (score(ahead), score(behind));
+    assert!(within(HANG, "the leaving waiter", leaving)
+        .await
+        .unwrap()
+        .is_none());
+    assert_eq!(queue(&server, &lock), [ahead, behind]);
+    assert_eq!(
+        score(ahead),
+        ahead_before,
+        "a waiter ahead keeps its timeout"
+    );
+    assert_eq!(
+        score(behind),
+        behind_before - 300_000,
+        "a waiter behind moves one Java wait"
+    );
+    holder.unlock().await.unwrap();
+    a.shutdown().await.unwrap();
+    b.shutdown().await.unwrap();
 }

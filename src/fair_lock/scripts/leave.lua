@@ -43,7 +43,10 @@ local written = tonumber(nonce_written)
 if not (written and written > tonumber(ARGV[8])) then
     local at = redis.call('lpos', KEYS[2], ARGV[1])
     if at then
-        local behind = redis.call('lrange', KEYS[2], at + 1, -1)
+        local behind = {}
+        for _, field in ipairs(redis.call('lrange', KEYS[2], at + 1, -1)) do
+            behind[field] = true
+        end
         redis.call('lrem', KEYS[2], 0, ARGV[1])
         shift(KEYS[3], now, tonumber(ARGV[5]), behind)
     end

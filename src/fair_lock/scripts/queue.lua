@@ -148,28 +148,17 @@ end
 -- giving up): their timeouts move one Java wait earlier, as Redisson's
 -- acquire and acquireFailed do, but never to less than one leasehold
 -- thread wait from now (a head that just moved up can show up before it
--- is purged). `fields`: every queued field (nil), or a list of them.
-local function shift(timeouts, now, wait, fields)
-    local rest
-    if fields then
-        rest = {}
-        for _, field in ipairs(fields) do
-            local score = redis.call('zscore', timeouts, field)
-            if score then
-                rest[#rest + 1] = field
-                rest[#rest + 1] = score
-            end
-        end
-    else
-        rest = redis.call('zrange', timeouts, 0, -1, 'withscores')
-    end
+-- is purged). `only`: nil (every queued field), or a set of the fields
+-- to move (field -> true).
+local function shift(timeouts, now, wait, only)
+    local rest = redis.call('zrange', timeouts, 0, -1, 'withscores')
     -- One ZADD for the lot (a few hundred pairs a call): one command per
-    -- handoff, not one per queued waiter.
+    -- handoff or leave, not one per queued waiter.
     local moves = {}
     for i = 1, #rest, 2 do
         local score = tonumber(rest[i + 1])
         local moved = math.max(score - JAVA_WAIT, math.min(score, now + wait))
-        if moved ~= score then
+        if moved ~= score and (not only or only[rest[i]]) then
             moves[#moves + 1] = moved
             moves[#moves + 1] = rest[i]
             if #moves >= 512 then
