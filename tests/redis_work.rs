@@ -5,7 +5,7 @@
 
 use leasehold_testkit as support;
 
-use support::fixture::client;
+use support::fixture::{client, lock_keys};
 use support::RedisServer;
 
 /// Every command the server has run, scripts' inner commands included,
@@ -20,6 +20,45 @@ fn commands(server: &RedisServer) -> u64 {
         .sum()
 }
 
+/// Uncontended pairs each count runs.
+const PAIRS: u64 = 100;
+
+/// Commands the server runs for [`PAIRS`] uncontended lock + unlock pairs
+/// of one lock (`fair`: a fair lock), after a warm-up pair (scripts
+/// loaded, connections up); checks no lock key is left after the last
+/// release.
+async fn uncontended(fair: bool) -> u64 {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let (fair_lock, lock) = (c.fair_lock("work"), c.lock("work"));
+    let pair = || async {
+        let guard = if fair {
+            fair_lock.lock().await.unwrap()
+        } else {
+            lock.lock().await.unwrap()
+        };
+        guard.unlock().await.unwrap();
+    };
+    pair().await;
+    let before = commands(&server);
+    for _ in 0..PAIRS {
+        pair().await;
+    }
+    let spent = commands(&server) - before;
+    println!(
+        "{PAIRS} uncontended {}lock + unlock pairs: {spent} Redis commands ({:.2} per pair)",
+        if fair { "fair " } else { "" },
+        spent as f64 / PAIRS as f64
+    );
+    assert!(
+        lock_keys(&server).is_empty(),
+        "keys left: {:?}",
+        lock_keys(&server)
+    );
+    c.shutdown().await.unwrap();
+    spent
+}
+
 /// An uncontended `lock()` + `unlock()` of the plain lock: 2 scripts (one
 /// round trip each), and inside them PTTL, HINCRBY, PEXPIRE to take a new
 /// key, HGET, DEL, PUBLISH to free it, and the request record's GET and
@@ -27,23 +66,11 @@ fn commands(server: &RedisServer) -> u64 {
 /// state with one command each).
 #[tokio::test]
 async fn an_uncontended_lock_and_unlock_costs_twelve_commands() {
-    let server = RedisServer::start();
-    let c = client(&server).await;
-    // Warm: scripts loaded, connections up.
-    let lock = c.lock("work");
-    lock.lock().await.unwrap().unlock().await.unwrap();
-    const PAIRS: u64 = 100;
-    let before = commands(&server);
-    for _ in 0..PAIRS {
-        lock.lock().await.unwrap().unlock().await.unwrap();
-    }
-    let spent = commands(&server) - before;
-    println!(
-        "{PAIRS} uncontended lock + unlock pairs: {spent} Redis commands ({:.2} per pair)",
-        spent as f64 / PAIRS as f64
+    assert_eq!(
+        uncontended(false).await,
+        12 * PAIRS,
+        "Redis commands per pair changed"
     );
-    assert_eq!(spent, 12 * PAIRS, "Redis commands per pair changed");
-    c.shutdown().await.unwrap();
 }
 
 /// The same count for the fair lock: 2 scripts, and inside them EXISTS
@@ -53,22 +80,11 @@ async fn an_uncontended_lock_and_unlock_costs_twelve_commands() {
 /// case first; issue 31's bound is 14).
 #[tokio::test]
 async fn an_uncontended_fair_lock_and_unlock_costs_thirteen_commands() {
-    let server = RedisServer::start();
-    let c = client(&server).await;
-    let lock = c.fair_lock("work");
-    lock.lock().await.unwrap().unlock().await.unwrap();
-    const PAIRS: u64 = 100;
-    let before = commands(&server);
-    for _ in 0..PAIRS {
-        lock.lock().await.unwrap().unlock().await.unwrap();
-    }
-    let spent = commands(&server) - before;
-    println!(
-        "{PAIRS} uncontended fair lock + unlock pairs: {spent} Redis commands ({:.2} per pair)",
-        spent as f64 / PAIRS as f64
+    assert_eq!(
+        uncontended(true).await,
+        13 * PAIRS,
+        "Redis commands per pair changed"
     );
-    assert_eq!(spent, 13 * PAIRS, "Redis commands per pair changed");
-    c.shutdown().await.unwrap();
 }
 
 /// `CLIENTS` tasks, each on its own client, take and give back one lock

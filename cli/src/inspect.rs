@@ -559,23 +559,19 @@ async fn queue(
     // "<lease>:<nonce>:<alive until>" carries the liveness sign its
     // scripts purge it by; its score follows Redisson's arithmetic
     // (minutes ahead, for Java's scripts).
-    let grants = list
-        .strip_prefix("redisson_lock_queue:")
-        .map(|rest| format!("leasehold_grant:{rest}"));
+    let grants = prefixed("leasehold_grant", name);
     for field in fields {
         let mut score: Option<f64> = match l.timeouts.get(name) {
             Some(z) => redis.zscore(z.as_str(), field.as_str()).await?,
             None => None,
         };
-        if let Some(grants) = &grants {
-            let entry: Option<String> = redis.hget(grants.as_str(), field.as_str()).await?;
-            let alive = entry
-                .as_deref()
-                .and_then(|e| e.splitn(3, ':').nth(2))
-                .and_then(|a| a.parse::<f64>().ok());
-            if let Some(alive) = alive {
-                score = Some(score.map_or(alive, |s| s.min(alive)));
-            }
+        let entry: Option<String> = redis.hget(grants.as_str(), field.as_str()).await?;
+        let alive = entry
+            .as_deref()
+            .and_then(|e| e.splitn(3, ':').nth(2))
+            .and_then(|a| a.parse::<f64>().ok());
+        if let Some(alive) = alive {
+            score = Some(score.map_or(alive, |s| s.min(alive)));
         }
         let app = field
             .split(':')

@@ -13,8 +13,9 @@
 //! Adding a contender is one entry in [`CONTENDERS`]. leasehold's
 //! `fair_lock` counts as `lock()` does: its acquire and release are one
 //! `EVALSHA` each; a "kick" `EVALSHA` (a release whose head waiter was not
-//! listening) would count as an acquire request, and its waiters' timeout
-//! refreshes are `ZADD`s, not counted (none happen in a 2 s window).
+//! listening) and a waiter's refresh `EVALSHA` (every 2 s of one wait)
+//! would count as acquire requests (neither happens while the lock is
+//! handed on every few milliseconds).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
