@@ -1147,3 +1147,80 @@ async fn a_leaving_waiter_moves_the_timeouts_behind_it_as_redisson_does() {
     a.shutdown().await.unwrap();
     b.shutdown().await.unwrap();
 }
+
+/// Issue 29, item 2: a late copy of a wait's leave gives back nothing a
+/// later wait of the same owner adopted. The leave of a timed-out wait is
+/// held back in the proxy while the client's connection dies (fred sends
+/// it again on the new connection); the owner then waits again and is
+/// handed the lock by the holder's release. When the held copy of the old
+/// leave reaches Redis after that, the owner's adopted hold must stay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_copy_of_a_leave_gives_back_no_later_grant() {
+    let server = RedisServer::start();
+    let proxy = support::Proxy::start(&server.addr()).await;
+    let url = proxy.url();
+    let holder = client(&server).await;
+    let waiter = client_with(&server, |b| {
+        b.url(&url).command_timeout(Duration::from_secs(2))
+    })
+    .await;
+    for round in 0..3 {
+        let name = format!("late-leave-{round}");
+        let held = holder.fair_lock(&name).lock().await.unwrap();
+        let lock = waiter.fair_lock(&name);
+        let (proxy_ref, server_ref) = (&proxy, &server);
+        // One task, so both waits are one owner.
+        let granted = Owner::new()
+            .scope(async {
+                let field = my_field(&waiter);
+                let first = tokio::spawn({
+                    let lock = lock.clone();
+                    let owner = Owner::current();
+                    owner.scope(async move { lock.try_lock_for(Duration::from_millis(800)).await })
+                });
+                queued(server_ref, &lock, 1).await;
+                // The leave: "publish" then 0 (the owner counts no hold).
+                proxy_ref.stall_next_matching(b"\r\n$7\r\npublish\r\n$1\r\n0\r\n");
+                let first = within(HANG, "the first wait times out", first)
+                    .await
+                    .unwrap()
+                    .unwrap();
+                assert!(first.is_none(), "round {round}: the lock is held");
+                assert_eq!(
+                    proxy_ref.stalled_count(),
+                    round + 1,
+                    "the leave is held back"
+                );
+                let second = tokio::spawn({
+                    let lock = lock.clone();
+                    let owner = Owner::current();
+                    owner.scope(async move { lock.lock().await })
+                });
+                queued(server_ref, &lock, 1).await;
+                (second, field)
+            })
+            .await;
+        let (second, field) = granted;
+        held.unlock().await.unwrap();
+        let guard = within(HANG, "the second wait is handed the lock", second)
+            .await
+            .unwrap()
+            .unwrap();
+        // The old leave's copy arrives now.
+        let before = calls(&server, "evalsha");
+        proxy.release_stalled();
+        eventually(HANG, "the held copy of the leave reaches Redis", || {
+            calls(&server, "evalsha") > before
+        })
+        .await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let on_server = server.cmd(&["HEXISTS", &name, &field]) == "1";
+        assert!(
+            on_server && !guard.is_lost(),
+            "round {round}: a late copy of the first wait's leave gave back the second \
+             wait's hold (field on server: {on_server}, guard lost: {})",
+            guard.is_lost()
+        );
+        guard.unlock().await.unwrap();
+    }
+}

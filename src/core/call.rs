@@ -31,12 +31,12 @@
 //! | `lock.acquire`, `fenced_lock.acquire`, `fair_lock.acquire`, `rw.read_acquire`, `rw.write_acquire`, `semaphore.acquire` | latched (the lease's record) | replay |
 //! | `lock.release`, `fair_lock.release`, `rw.read_release`, `rw.write_release`, `semaphore.release` | latched (the lease's record) | replay |
 //! | `lock.force_unlock`, `fair_lock.force_unlock`, `rw.force_unlock` | latched (a record per call, [`Call::run_once`]) | replay: a copy never frees a lock taken after the first run |
+//! | `fair_lock.leave` | latched (the lease's record; its rid taken under the turn, after the wait's tries) | replay; a copy that arrives after a later wait of the same owner tried never runs, so it cannot give back a grant that wait adopted |
 //! | `latch.count_down`, `latch.try_set_count`, `semaphore.try_set_permits`, `semaphore.add_permits` | latched (a record per call) | replay |
 //! | `lock.renew`, `lock.renew_packed`, `lock.renew_node_packed`, `rw.renew_read`, `rw.renew_read_node`, `semaphore.renew` | plain | a renewal only raises the TTL of a field that still exists; a late copy raises it to at most send time + watchdog timeout, which the holder's own signal never counts beyond |
 //! | `fenced_lock.delete_token` | plain | deletes a counter only when no lock is held on the name; a second run finds nothing |
 //! | `semaphore.available` (reclaims expired permits) | plain | reclaiming what has expired twice finds nothing the second time |
 //! | `fair_lock.kick` | plain | at most one more `0` to a head waiter, which re-checks |
-//! | `fair_lock.leave` | plain | removing an absent queue entry changes nothing, and a grant is given back once (its marker goes with it); **open**: under the owner's turn it accepts any grant nonce, so a copy delayed past a later wait's adopted grant could give that grant back (issue 29, item 2: to be latched) |
 //! | `lock.holders`, `rw.is_locked` | read-only | nothing changes |
 //!
 //! # Bounds

@@ -96,6 +96,7 @@ impl FairLock {
                 lease: lease_ref,
                 names: self.names.clone(),
                 tries: calls.tries.clone(),
+                rid: Default::default(),
             },
         );
         let outcome = {

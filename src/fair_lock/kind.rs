@@ -61,7 +61,7 @@ pub(super) fn scripts() -> &'static Scripts {
             "fair_lock.force_unlock",
             queued!("scripts/force_unlock.lua"),
         ),
-        leave: Script::plain("fair_lock.leave", queued!("scripts/leave.lua")),
+        leave: Script::latched("fair_lock.leave", queued!("scripts/leave.lua")),
         kick: Script::plain("fair_lock.kick", queued!("scripts/kick.lua")),
         refresh: Script::plain("fair_lock.refresh", queued!("scripts/refresh.lua")),
     })

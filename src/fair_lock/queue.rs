@@ -35,15 +35,17 @@
 //!   runtime); waiters still re-check on their own bound.
 
 use std::convert::Infallible;
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fred::bytes_utils::Str;
 use fred::interfaces::ClientLike;
 use fred::types::{ClusterHash, CustomCommand, Value};
+use tokio::time::Instant;
 
 use super::kind::{scripts, Names};
 use crate::core::background::{BoxFuture, Job};
+use crate::core::call::{Call, Outcome};
 use crate::core::conn::Conn;
 use crate::core::lease::LeaseRef;
 use crate::core::Engine;
@@ -137,6 +139,10 @@ pub(crate) struct Leave {
     /// nonce is one of them): only a grant to this very wait is given
     /// back.
     pub(crate) tries: Arc<parking_lot::Mutex<Option<(u64, u64)>>>,
+    /// The leave's request id, chosen when it is first sent (under the
+    /// turn: newer than every try of this wait) and kept, so running the
+    /// job again sends the same request.
+    pub(crate) rid: OnceLock<u64>,
 }
 
 impl Leave {
@@ -177,12 +183,17 @@ impl Leave {
                 .map_or((1, 0), |(first, last)| (first as i64, last as i64))
         };
         args.extend([first.into(), last.into()]);
-        match scripts()
-            .leave
-            .run::<Vec<i64>>(&conn.redis, &keys, &args)
-            .await
-        {
-            Ok(reply) => kick_if_unheard(conn, &self.names, &reply),
+        // Latched on the lease's record: a copy of this leave that arrives
+        // after a later wait of the owner tried finds a newer request id
+        // there and never runs (it could give back a grant that wait
+        // adopted: under the turn any nonce counts).
+        let rid = *self.rid.get_or_init(|| conn.rid());
+        let call = Call::new(conn, &scripts().leave, keys, args, &self.lease.latch(), rid);
+        match call.run(conn, Instant::now()).await {
+            Ok(Outcome::Ran(reply)) => kick_if_unheard(conn, &self.names, &reply),
+            Ok(Outcome::Stale) => {
+                tracing::debug!(key = ?self.names.key, "fair lock: a newer request of the owner ran first; the leave is void");
+            }
             Err(e) => {
                 tracing::warn!(key = ?self.names.key, error = %e, "fair lock: could not leave the queue; the entry runs out by itself");
             }

@@ -9,6 +9,13 @@
 //!
 //! `cut_all` closes every current connection, and `drop_replies_once` loses
 //! the next reply chunk from upstream and then cuts every connection.
+//!
+//! `stall_next_matching` keeps a command on its way: the next chunk from a
+//! client that contains a pattern is held back, with everything after it on
+//! that connection, and the client's end of that connection is closed (the
+//! client sees it die and reconnects), while the server's end stays open.
+//! `release_stalled` delivers the held bytes to the server then: a copy of
+//! a command arriving late, as one stuck in a socket during a partition.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -51,6 +58,13 @@ struct Shared {
     /// Client connections accepted so far.
     accepted: AtomicUsize,
     drop_reply: AtomicBool,
+    /// The pattern of the next client chunk to hold back (see
+    /// `stall_next_matching`).
+    stall_on: std::sync::Mutex<Option<Vec<u8>>>,
+    /// True while held chunks wait; `release_stalled` sets it false.
+    stalled: watch::Sender<bool>,
+    /// Chunks held back so far.
+    held: AtomicUsize,
 }
 
 impl Shared {
@@ -60,6 +74,21 @@ impl Shared {
 
     fn cut_all(&self) {
         self.cuts.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// Whether `chunk` from a client is the one to hold back (the armed
+    /// pattern is then disarmed).
+    fn stalls(&self, chunk: &[u8]) -> bool {
+        let mut armed = self.stall_on.lock().unwrap_or_else(|e| e.into_inner());
+        let hit = armed
+            .as_deref()
+            .is_some_and(|pattern| chunk.windows(pattern.len()).any(|w| w == pattern));
+        if hit {
+            *armed = None;
+            self.stalled.send_replace(true);
+            self.held.fetch_add(1, Ordering::SeqCst);
+        }
+        hit
     }
 }
 
@@ -93,6 +122,9 @@ impl Proxy {
             live: AtomicUsize::new(0),
             accepted: AtomicUsize::new(0),
             drop_reply: AtomicBool::new(false),
+            stall_on: std::sync::Mutex::new(None),
+            stalled: watch::channel(false).0,
+            held: AtomicUsize::new(0),
         });
         tokio::spawn(accept_loop(listener, Arc::clone(&shared)));
         Proxy { addr, shared }
@@ -146,6 +178,34 @@ impl Proxy {
     /// server but its reply was lost.
     pub fn drop_replies_once(&self) {
         self.shared.drop_reply.store(true, Ordering::SeqCst);
+    }
+
+    /// Arms a stall: the next chunk a client sends that contains `pattern`
+    /// (on any connection) is held back, with everything after it on that
+    /// connection, and the client's end of that connection is closed at
+    /// once; the server's end stays open until [`release_stalled`]
+    /// delivers the held bytes (then closes it). An empty pattern is
+    /// refused.
+    ///
+    /// [`release_stalled`]: Proxy::release_stalled
+    pub fn stall_next_matching(&self, pattern: &[u8]) {
+        assert!(!pattern.is_empty(), "stall_next_matching: empty pattern");
+        *self
+            .shared
+            .stall_on
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(pattern.to_vec());
+    }
+
+    /// How many chunks a stall has held back so far.
+    pub fn stalled_count(&self) -> usize {
+        self.shared.held.load(Ordering::SeqCst)
+    }
+
+    /// Delivers the bytes held back by a stall to the server, on the
+    /// connection they were sent on, then closes it.
+    pub fn release_stalled(&self) {
+        self.shared.stalled.send_replace(false);
     }
 
     /// Number of live client connections, held ones included. Closing is
@@ -252,9 +312,23 @@ async fn serve(mut client: TcpStream, shared: &Shared) {
     let _ = upstream.set_nodelay(true);
     let (client_read, client_write) = client.into_split();
     let (upstream_read, upstream_write) = upstream.into_split();
+    // Set when a stall closes the client's end of this connection.
+    let client_gone = watch::channel(false).0;
     tokio::join!(
-        pump(client_read, upstream_write, shared, Direction::Up),
-        pump(upstream_read, client_write, shared, Direction::Down),
+        pump(
+            client_read,
+            upstream_write,
+            shared,
+            Direction::Up,
+            &client_gone
+        ),
+        pump(
+            upstream_read,
+            client_write,
+            shared,
+            Direction::Down,
+            &client_gone
+        ),
     );
 }
 
@@ -279,11 +353,20 @@ async fn hold_while_blackholed(client: &mut TcpStream, shared: &Shared) -> bool 
 
 /// Moves bytes from `from` to `to` according to the mode, until `from`
 /// reaches EOF (then `to` is shut down after the queue drains) or `to`
-/// fails.
-async fn pump(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, shared: &Shared, dir: Direction) {
-    // Each chunk carries the instant it may be written; a FIFO queue keeps
-    // the order even when the delay changes.
-    let (tx, mut rx) = mpsc::unbounded_channel::<(Instant, Vec<u8>)>();
+/// fails. A chunk from the client that a stall holds back (see
+/// `Proxy::stall_next_matching`) waits, with every chunk after it, until
+/// the stall is released; the client's end is closed at once
+/// (`client_gone`).
+async fn pump(
+    mut from: OwnedReadHalf,
+    mut to: OwnedWriteHalf,
+    shared: &Shared,
+    dir: Direction,
+    client_gone: &watch::Sender<bool>,
+) {
+    // Each chunk carries the instant it may be written and whether a stall
+    // holds it; a FIFO queue keeps the order even when the delay changes.
+    let (tx, mut rx) = mpsc::unbounded_channel::<(Instant, bool, Vec<u8>)>();
     let reader = async move {
         let mut buf = vec![0u8; 16 * 1024];
         loop {
@@ -295,20 +378,39 @@ async fn pump(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, shared: &Shared, 
                 shared.cut_all();
                 continue;
             }
+            if dir == Direction::Up && shared.stalls(&buf[..n]) {
+                let _ = tx.send((Instant::now(), true, buf[..n].to_vec()));
+                // The client's end dies now: stop reading it.
+                client_gone.send_replace(true);
+                break;
+            }
             let due = match shared.mode() {
                 Mode::Pass => Instant::now(),
                 Mode::Delay(d) => Instant::now() + d,
                 Mode::Blackhole => continue,
             };
-            if tx.send((due, buf[..n].to_vec())).is_err() {
+            if tx.send((due, false, buf[..n].to_vec())).is_err() {
                 break;
             }
         }
-        // Dropping `tx` lets the writer drain the queue and finish.
+        // Dropping `tx` (and `from`) lets the writer drain the queue and
+        // finish.
     };
     let writer = async move {
-        while let Some((due, chunk)) = rx.recv().await {
-            if due > Instant::now() {
+        let mut gone = client_gone.subscribe();
+        loop {
+            let next = tokio::select! {
+                next = rx.recv() => next,
+                // The client's end of a stalled connection: close it.
+                _ = gone.wait_for(|gone| *gone), if dir == Direction::Down => return,
+            };
+            let Some((due, held, chunk)) = next else {
+                break;
+            };
+            if held {
+                let mut stalled = shared.stalled.subscribe();
+                let _ = stalled.wait_for(|stalled| !*stalled).await;
+            } else if due > Instant::now() {
                 tokio::time::sleep_until(due).await;
             }
             if shared.mode() == Mode::Blackhole {
