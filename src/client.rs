@@ -78,6 +78,7 @@ pub struct ClientBuilder {
     record_waits_after: Option<Duration>,
     detect_deadlocks: bool,
     client_record: Option<bool>,
+    request_record_ttl: Option<Duration>,
 }
 
 #[derive(Debug)]
@@ -449,6 +450,32 @@ impl ClientBuilder {
         self
     }
 
+    /// How long Redis keeps a request record (`leasehold_latch:…`) that
+    /// is not deleted after its reply: the record of a call whose outcome
+    /// is still unknown. While it lives, a re-sent copy of its request
+    /// replays the first run's reply instead of running again; a call is
+    /// re-sent for at most half of it, then settled in the background.
+    /// Default: three command timeouts, at least 30 s. It must be at least
+    /// twice the command timeout (so a re-send window spans a timeout);
+    /// `build` refuses less.
+    ///
+    /// Copies of a request stuck on a connection the client replaced are
+    /// not bounded by this TTL: that connection is killed on the server
+    /// before a later reply is trusted (see the README's failure model).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// let b = leasehold::Client::builder()
+    ///     .command_timeout(Duration::from_secs(2))
+    ///     .request_record_ttl(Duration::from_secs(10));
+    /// ```
+    pub fn request_record_ttl(mut self, ttl: Duration) -> Self {
+        self.request_record_ttl = Some(ttl);
+        self
+    }
+
     /// How many unlock messages the subscriber connection buffers before
     /// the message stream lags (default 4096). A lag is not a loss of
     /// safety — every waiter then re-checks at once — but it costs one
@@ -717,11 +744,21 @@ impl ClientBuilder {
         if message_capacity == 0 {
             return Err(Error::invalid("message capacity must be at least 1"));
         }
+        let latch_ttl = match self.request_record_ttl {
+            Some(ttl) if ttl < command_timeout * 2 => {
+                return Err(Error::invalid(format!(
+                    "the request record TTL ({ttl:?}) must be at least twice the command \
+                     timeout ({command_timeout:?})"
+                )))
+            }
+            Some(ttl) => ttl,
+            None => (command_timeout * 3).max(MIN_LATCH_TTL),
+        };
         let settings = Settings {
             config,
             command_timeout,
             message_capacity,
-            latch_ttl: (command_timeout * 3).max(MIN_LATCH_TTL),
+            latch_ttl,
             rids: Default::default(),
         };
         let client_record = self.client_record.unwrap_or(true);

@@ -255,3 +255,67 @@ async fn a_force_unlock_whose_reply_is_lost_runs_once() {
         }
     }
 }
+
+/// Issue 29, item 3: a copy of a request that reaches Redis after its
+/// request record has expired never runs. The first send of an unlock is
+/// held back in the proxy while the client's connection dies (fred sends
+/// it again on a new one, where it runs); the owner then takes the lock
+/// again, and the held copy reaches Redis only after every record of this
+/// owner on this lock has expired. Before, that copy ran as a new request
+/// and freed the newer hold while its guard said held; now the old
+/// connection is killed on the server before the unlock's reply is
+/// trusted, so the copy is never read.
+#[tokio::test]
+async fn a_release_held_longer_than_its_record_lives_never_runs() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(&server.addr()).await;
+    let url = proxy.url();
+    let record_ttl = Duration::from_secs(2);
+    let c = client_with(&server, |b| {
+        b.url(&url)
+            .command_timeout(Duration::from_secs(1))
+            .request_record_ttl(record_ttl)
+    })
+    .await;
+    let field = format!("{}:{}", c.id(), Owner::current().id());
+    for round in 0..3 {
+        let name = format!("late-release-{round}");
+        let lock = c.lock(&name);
+        let first = lock.lock().await.unwrap();
+        // The release gives back 1 hold, then names its publish command.
+        proxy.stall_next_matching(b"\r\n$1\r\n1\r\n$7\r\npublish\r\n");
+        within(HANG, "an unlock whose first send is held back", first.unlock())
+            .await
+            .unwrap();
+        assert_eq!(proxy.stalled_count(), round + 1, "the first send is held back");
+        let again = lock.lock().await.unwrap();
+        // Past the life of every record of this owner on this lock.
+        tokio::time::sleep(record_ttl + Duration::from_millis(500)).await;
+        proxy.release_stalled();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let count = server.cmd(&["HGET", &name, &field]);
+        assert!(
+            count == "1" && !again.is_lost(),
+            "round {round}: the late copy of the first unlock ran (count {count:?}, guard \
+             lost: {})",
+            again.is_lost()
+        );
+        again.unlock().await.unwrap();
+    }
+}
+
+/// A request record TTL under two command timeouts is refused.
+#[tokio::test]
+async fn a_request_record_ttl_under_two_command_timeouts_is_refused() {
+    let server = RedisServer::start();
+    let built = leasehold::Client::builder()
+        .url(&server.url())
+        .command_timeout(Duration::from_secs(2))
+        .request_record_ttl(Duration::from_secs(3))
+        .build()
+        .await;
+    assert!(
+        matches!(built, Err(leasehold::Error::InvalidArgument(_))),
+        "{built:?}"
+    );
+}

@@ -216,7 +216,12 @@ impl Call {
                 .await;
             let error = match sent {
                 Ok(reply) => match self.read(reply) {
-                    Ok(outcome) => return Ok(outcome),
+                    Ok(outcome) => {
+                        // fred may have sent it again on a new connection:
+                        // the old one dies on the server first (`fence.rs`).
+                        conn.check_fence().await;
+                        return Ok(outcome);
+                    }
                     Err(e) => {
                         // Not our reply: the connection is out of step with
                         // its replies. Start it afresh, then ask again.

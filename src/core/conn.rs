@@ -26,6 +26,8 @@ use fred::interfaces::ClientLike;
 use fred::types::config::{Config, ReconnectPolicy, Server};
 use fred::types::{Builder, ClusterHash, CustomCommand, Key};
 
+use super::fence::Fence;
+
 type FredResult<T> = Result<T, fred::error::Error>;
 
 /// The command connection, as the engine uses it.
@@ -51,6 +53,9 @@ pub(crate) struct Conn {
     /// since `BASE`, the send time of the first unanswered one); 0 while
     /// they are answered. See [`Conn::renewal_unanswered`].
     unanswered_since: AtomicU64,
+    /// The command connections fred has had, to kill a replaced one on
+    /// the server (`fence.rs`).
+    pub(crate) fence: Fence,
 }
 
 /// Connection settings kept to build a fresh connection later (the
@@ -118,6 +123,7 @@ impl Conn {
             last_reset: AtomicU64::new(0),
             last_refresh: AtomicU64::new(0),
             unanswered_since: AtomicU64::new(0),
+            fence: Fence::default(),
         }
     }
 
@@ -189,6 +195,7 @@ impl Conn {
             Some(forced) => forced,
             None => clustered && v7,
         };
+        let fence = Fence::new(&redis);
         opened.0.clear();
         opened.1 = None;
         Ok((
@@ -203,6 +210,7 @@ impl Conn {
                 last_reset: AtomicU64::new(0),
                 last_refresh: AtomicU64::new(0),
                 unanswered_since: AtomicU64::new(0),
+                fence,
             },
             subscriber,
             task,
@@ -245,6 +253,7 @@ impl Conn {
             last_reset: AtomicU64::new(0),
             last_refresh: AtomicU64::new(0),
             unanswered_since: AtomicU64::new(0),
+            fence: Fence::new(&redis),
             redis,
         })
     }
@@ -282,6 +291,19 @@ impl Conn {
             runtime.spawn(async move {
                 let _ = redis.force_reconnection().await;
             });
+        }
+    }
+
+    /// Kills on the server any command connection fred replaced since the
+    /// last check (see `fence.rs`), before a reply that came after it is
+    /// trusted. A failed kill is logged; the next call checks again.
+    ///
+    /// Cancel safe: a dropped sweep is done again by the next check.
+    pub(crate) async fn check_fence(&self) {
+        if self.fence.moved(&self.redis) {
+            if let Err(e) = self.fence.sweep(&self.redis).await {
+                tracing::warn!(error = %e, "could not kill a replaced command connection on the server; checking again at the next call");
+            }
         }
     }
 
