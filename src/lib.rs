@@ -192,6 +192,15 @@ pub mod __bench {
         client.engine().leases.parked()
     }
 
+    /// What deleting request records has made Redis do through `client`
+    /// so far: (script calls, records read, records deleted). Each call is
+    /// one `EVALSHA`, each record read one `GET`, each record deleted one
+    /// `DEL` (see `core/forget.rs`). For tests that count Redis commands.
+    pub fn forgotten(client: &crate::Client) -> (u64, u64, u64) {
+        let f = client.engine().conn.forgotten();
+        (f.calls, f.checked, f.deleted)
+    }
+
     /// How many idle lease records a client keeps at most.
     pub const IDLE_RECORDS: usize = crate::core::lease::IDLE_RECORDS;
 }

@@ -284,10 +284,18 @@ async fn a_release_held_longer_than_its_record_lives_never_runs() {
         let first = lock.lock().await.unwrap();
         // The release gives back 1 hold, then names its publish command.
         proxy.stall_next_matching(b"\r\n$1\r\n1\r\n$7\r\npublish\r\n");
-        within(HANG, "an unlock whose first send is held back", first.unlock())
-            .await
-            .unwrap();
-        assert_eq!(proxy.stalled_count(), round + 1, "the first send is held back");
+        within(
+            HANG,
+            "an unlock whose first send is held back",
+            first.unlock(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            proxy.stalled_count(),
+            round + 1,
+            "the first send is held back"
+        );
         let again = lock.lock().await.unwrap();
         // Past the life of every record of this owner on this lock.
         tokio::time::sleep(record_ttl + Duration::from_millis(500)).await;

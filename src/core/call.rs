@@ -181,7 +181,10 @@ impl Call {
             .run(conn, Instant::now())
             .await?
         {
-            Outcome::Ran(reply) => Ok(reply),
+            Outcome::Ran(reply) => {
+                conn.forget_record(latch, rid);
+                Ok(reply)
+            }
             Outcome::Stale => Err(crate::Error::Redis(fred::error::Error::new(
                 fred::error::ErrorKind::Protocol,
                 "a one-off call was reported stale",

@@ -27,6 +27,7 @@ use fred::types::config::{Config, ReconnectPolicy, Server};
 use fred::types::{Builder, ClusterHash, CustomCommand, Key};
 
 use super::fence::Fence;
+use super::forget::{Forget, Forgotten};
 
 type FredResult<T> = Result<T, fred::error::Error>;
 
@@ -55,7 +56,9 @@ pub(crate) struct Conn {
     unanswered_since: AtomicU64,
     /// The command connections fred has had, to kill a replaced one on
     /// the server (`fence.rs`).
-    pub(crate) fence: Fence,
+    pub(crate) fence: Arc<Fence>,
+    /// Request records whose calls have ended, to delete (`forget.rs`).
+    forget: Forget,
 }
 
 /// Connection settings kept to build a fresh connection later (the
@@ -123,7 +126,8 @@ impl Conn {
             last_reset: AtomicU64::new(0),
             last_refresh: AtomicU64::new(0),
             unanswered_since: AtomicU64::new(0),
-            fence: Fence::default(),
+            fence: Arc::default(),
+            forget: Forget::default(),
         }
     }
 
@@ -195,7 +199,7 @@ impl Conn {
             Some(forced) => forced,
             None => clustered && v7,
         };
-        let fence = Fence::new(&redis);
+        let fence = Arc::new(Fence::new(&redis));
         opened.0.clear();
         opened.1 = None;
         Ok((
@@ -211,6 +215,7 @@ impl Conn {
                 last_refresh: AtomicU64::new(0),
                 unanswered_since: AtomicU64::new(0),
                 fence,
+                forget: Forget::default(),
             },
             subscriber,
             task,
@@ -253,7 +258,8 @@ impl Conn {
             last_reset: AtomicU64::new(0),
             last_refresh: AtomicU64::new(0),
             unanswered_since: AtomicU64::new(0),
-            fence: Fence::new(&redis),
+            fence: Arc::new(Fence::new(&redis)),
+            forget: Forget::default(),
             redis,
         })
     }
@@ -305,6 +311,18 @@ impl Conn {
                 tracing::warn!(error = %e, "could not kill a replaced command connection on the server; checking again at the next call");
             }
         }
+    }
+
+    /// Hands over the request record `record`, which request `rid` wrote,
+    /// once its call has ended for good: it is deleted soon (`forget.rs`).
+    pub(crate) fn forget_record(&self, record: Key, rid: u64) {
+        self.forget
+            .push(&self.redis, self.clustered, &self.fence, record, rid);
+    }
+
+    /// What deleting request records has made Redis do so far.
+    pub(crate) fn forgotten(&self) -> Forgotten {
+        self.forget.forgotten()
     }
 
     /// A renewal call on this connection was answered (in time or late).

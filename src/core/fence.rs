@@ -127,7 +127,13 @@ impl Fence {
         };
         let command = CustomCommand::new_static("CLIENT", ClusterHash::Random, false);
         let args: Vec<Value> = vec!["KILL".into(), "ID".into(), old.into()];
-        match Box::pin(redis.with_options(&options).custom::<Value, _>(command, args)).await {
+        match Box::pin(
+            redis
+                .with_options(&options)
+                .custom::<Value, _>(command, args),
+        )
+        .await
+        {
             Ok(_) => Ok(()),
             Err(e) if e.details().contains("NOPERM") => {
                 if !self.refused.swap(true, Ordering::Relaxed) {

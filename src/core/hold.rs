@@ -169,7 +169,13 @@ pub(crate) async fn acquire(
     );
     let outcome = flight.call().run(&engine.conn, sent).await;
     let (reply, fresh) = match outcome {
-        Ok(Outcome::Ran(reply)) => (lease.kind.acquire_reply(&reply), !reply.is_replay()),
+        Ok(Outcome::Ran(reply)) => {
+            // Done with the call: its record may go (`forget.rs`).
+            engine
+                .conn
+                .forget_record(lease.latch(), flight.call().rid());
+            (lease.kind.acquire_reply(&reply), !reply.is_replay())
+        }
         Ok(Outcome::Stale) => {
             flight.finish();
             return Err(Error::Redis(protocol("a fresh acquire was reported stale")));
@@ -211,7 +217,7 @@ pub(crate) async fn acquire(
         if let Some(e) = missing {
             // Given back before the error is reported: "not held".
             let parts = hold.into_parts();
-            give_back(&engine.conn, &parts, 1, &OnceLock::new()).await?;
+            give_back(&engine.conn, &parts, 1, &OnceLock::new(), true).await?;
             drop(turn);
             return Err(e);
         }
@@ -331,7 +337,9 @@ impl Hold {
         }
         let conn = self.engine.conn.clone();
         let parts = self.into_parts();
-        give_back(&conn, &parts, 1, &OnceLock::new()).await.ok();
+        give_back(&conn, &parts, 1, &OnceLock::new(), true)
+            .await
+            .ok();
         Err(Error::Shutdown)
     }
 
@@ -509,6 +517,7 @@ impl Hold {
         let outcome = flight.call().run(&engine.conn, sent).await;
         match outcome {
             Ok(Outcome::Ran(reply)) => {
+                engine.conn.forget_record(parts.lease.latch(), rid);
                 // The turn is kept until the reply is recorded: the next
                 // acquire or release of the owner must see it.
                 let _turn = flight.finish();
@@ -563,18 +572,21 @@ impl Drop for Hold {
 
 /// Gives back `count` holds of `parts` on `conn` (the caller has the turn,
 /// or there is none to take) and applies the outcome to the lease.
+/// `forget`: the caller is done once this call is (not a job that may be
+/// run again from the start after it): its request record may go.
 async fn give_back(
     conn: &Conn,
     parts: &HoldParts,
     count: u32,
     rid: &OnceLock<u64>,
+    forget: bool,
 ) -> Result<ReleaseReply> {
     let lease = &parts.lease;
     if !lease.is_current(parts.incarnation) {
         return Ok(ReleaseReply::NotHeld);
     }
     let span = release_span(lease, count);
-    let result = send_give_back(conn, lease, parts.term, count, rid)
+    let result = send_give_back(conn, lease, parts.term, count, rid, forget)
         .instrument(span.clone())
         .await;
     record_release(&span, result.as_ref().copied().map_err(|_| ()));
@@ -588,6 +600,7 @@ async fn send_give_back(
     term: Term,
     count: u32,
     rid: &OnceLock<u64>,
+    forget: bool,
 ) -> Result<ReleaseReply> {
     let rid = *rid.get_or_init(|| conn.rid());
     let ttl_ms = lease.requirement_ms(term);
@@ -596,6 +609,9 @@ async fn send_give_back(
     lease.begin_call();
     match call.run(conn, sent).await {
         Ok(Outcome::Ran(reply)) => {
+            if forget {
+                conn.forget_record(lease.latch(), rid);
+            }
             lease.stats.released();
             let raw = reply;
             let reply = lease.kind.release_reply(&raw);
@@ -628,7 +644,7 @@ pub(crate) async fn drain(engine: &Arc<Engine>) -> Result<()> {
                 incarnation,
                 term: Term::Fixed(Instant::now()),
             };
-            give_back(&conn, &parts, count, &OnceLock::new())
+            give_back(&conn, &parts, count, &OnceLock::new(), true)
                 .await
                 .map(|_| ())
         });
@@ -749,7 +765,16 @@ impl Job for Settle {
                             incarnation,
                             term,
                         };
-                        let _ = give_back(conn, &parts, 1, &self.give_back).await;
+                        // Its record, and the call's, go only once the job is
+                        // done: run again from the start, it re-sends both.
+                        if give_back(conn, &parts, 1, &self.give_back, false)
+                            .await
+                            .is_err()
+                        {
+                            // Its outcome is unknown: its record stays.
+                            drop(self.turn.lock().take());
+                            return;
+                        }
                     }
                 }
                 (Ok(Outcome::Ran(reply)), SettleKind::Release { sent, ttl }) => {
@@ -760,8 +785,13 @@ impl Job for Settle {
                 (Ok(Outcome::Stale), _) => {}
                 (Err(e), _) => {
                     tracing::warn!(key = %lease.key_str(), error = %e, "could not settle an abandoned call; a hold it took will expire with its lease");
+                    drop(self.turn.lock().take());
+                    return;
                 }
             }
+            // Done: the newest request this job sent holds the record.
+            let newest = self.give_back.get().copied().unwrap_or(self.call.rid());
+            conn.forget_record(lease.latch(), newest);
             drop(self.turn.lock().take());
         })
     }
@@ -780,7 +810,7 @@ impl Job for Drop_ {
             } else {
                 Some(lease.turn().await)
             };
-            let _ = give_back(conn, &self.hold, 1, &self.rid).await;
+            let _ = give_back(conn, &self.hold, 1, &self.rid, true).await;
         })
     }
 

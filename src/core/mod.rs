@@ -16,6 +16,7 @@
 //! | `conn` | the command and subscriber connections: no blind re-sends, reconnect forever, a fresh connection for teardown |
 //! | `script` | script handles (source + SHA, reloaded only on `NOSCRIPT`); *latched* scripts, idempotent by request id |
 //! | `call` | a mutation run to a **definite** outcome: after a timeout or a dropped connection the same request is sent again; its reply, replayed by the latch if it had already run, is the truth |
+//! | `forget` | request records deleted in batches once their calls have ended (only while they still hold that request) |
 //! | `fence` | the late-copy bound: a command connection fred replaced is killed on the server (`CLIENT KILL ID`) before a reply that came after it is trusted |
 //! | `lease` | one record per (key, owner field): the hold count, the live holds' needs (watchdog or fixed deadline), incarnations, the turn, the lost signal |
 //! | `hold` | a hold's life: acquire under the turn, release on unlock or drop, calls abandoned mid-flight settled in the background |
@@ -56,9 +57,10 @@
 
 pub(crate) mod acquire;
 pub(crate) mod background;
-pub(crate) mod fence;
 pub(crate) mod call;
 pub(crate) mod conn;
+pub(crate) mod fence;
+pub(crate) mod forget;
 pub(crate) mod hold;
 pub(crate) mod lease;
 pub(crate) mod names;

@@ -190,7 +190,10 @@ impl Leave {
         let rid = *self.rid.get_or_init(|| conn.rid());
         let call = Call::new(conn, &scripts().leave, keys, args, &self.lease.latch(), rid);
         match call.run(conn, Instant::now()).await {
-            Ok(Outcome::Ran(reply)) => kick_if_unheard(conn, &self.names, &reply),
+            Ok(Outcome::Ran(reply)) => {
+                conn.forget_record(self.lease.latch(), rid);
+                kick_if_unheard(conn, &self.names, &reply);
+            }
             Ok(Outcome::Stale) => {
                 tracing::debug!(key = ?self.names.key, "fair lock: a newer request of the owner ran first; the leave is void");
             }
