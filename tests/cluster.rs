@@ -175,6 +175,19 @@ async fn core_behaviours(d: &Deployment) {
     within(Duration::from_secs(10), "lost()", held.lost()).await;
     assert!(held.unlock().await.is_err());
 
+    // Request records go once their calls end (issue 29, item 5), on
+    // every node: locks on 200 names spread over the slots.
+    for order in 0..200 {
+        let g = b.lock(&format!("core:order:{order}")).lock().await.unwrap();
+        g.unlock().await.unwrap();
+    }
+    eventually(HANG, "no request record left on any node", || {
+        d.nodes()
+            .iter()
+            .all(|n| n.cmd(&["KEYS", "leasehold_latch:*"]).trim().is_empty())
+    })
+    .await;
+
     a.shutdown().await.unwrap();
     b.shutdown().await.unwrap();
 }

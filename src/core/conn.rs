@@ -27,7 +27,7 @@ use fred::types::config::{Config, ReconnectPolicy, Server};
 use fred::types::{Builder, ClusterHash, CustomCommand, Key};
 
 use super::fence::Fence;
-use super::forget::{Forget, Forgotten};
+use super::forget::{Forget, Forgotten, Route};
 
 type FredResult<T> = Result<T, fred::error::Error>;
 
@@ -316,8 +316,12 @@ impl Conn {
     /// Hands over the request record `record`, which request `rid` wrote,
     /// once its call has ended for good: it is deleted soon (`forget.rs`).
     pub(crate) fn forget_record(&self, record: Key, rid: u64) {
+        let route = Route {
+            clustered: self.clustered,
+            per_node: self.script_flags,
+        };
         self.forget
-            .push(&self.redis, self.clustered, &self.fence, record, rid);
+            .push(&self.redis, route, &self.fence, record, rid);
     }
 
     /// What deleting request records has made Redis do so far.

@@ -13,13 +13,15 @@
 //! So the owner of a call hands its record to [`Forget`] when it is done
 //! with the call (never before: a background job that may be run again
 //! from the start forgets its records only at its end). Records are
-//! deleted in batches every [`EVERY`] by one script call per slot
-//! (`scripts/forget.lua`): a record is deleted only while it still holds
-//! the request handed over, since a newer request of the same owner may
-//! have written it since. A call whose outcome stayed unknown is never
-//! handed over: its record keeps its TTL.
+//! deleted in batches every [`EVERY`]: one script call for a single
+//! server (`scripts/forget.lua`), one per node on a Redis 7 cluster
+//! (`scripts/forget_node.lua`, sent to the node by address), one per slot
+//! on an older cluster. A record is deleted only while it still holds the
+//! request handed over, since a newer request of the same owner may have
+//! written it since. A call whose outcome stayed unknown is never handed
+//! over: its record keeps its TTL.
 //!
-//! Cost: one script call per batch and per slot, and a `GET` (and a `DEL`)
+//! Cost: one script call per batch (and node), and a `GET` (and a `DEL`)
 //! per distinct record in the batch; a lock taken and given back in a loop
 //! costs one record per batch, not per pair.
 
@@ -29,6 +31,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use fred::clients::Client as FredClient;
+use fred::types::config::Server;
 use fred::types::{Key, Value};
 
 use super::fence::Fence;
@@ -40,9 +43,36 @@ pub(crate) const EVERY: Duration = Duration::from_millis(100);
 /// The most records one script call deletes.
 const BATCH: usize = 512;
 
-fn script() -> &'static Script {
-    static SCRIPT: OnceLock<Script> = OnceLock::new();
-    SCRIPT.get_or_init(|| Script::plain("forget", include_str!("scripts/forget.lua")))
+/// The batch scripts: by declared keys (one slot), and per cluster node.
+struct Scripts {
+    keys: Script,
+    node: Script,
+}
+
+fn scripts() -> &'static Scripts {
+    static SCRIPTS: OnceLock<Scripts> = OnceLock::new();
+    SCRIPTS.get_or_init(|| Scripts {
+        keys: Script::plain("forget", include_str!("scripts/forget.lua")),
+        node: Script::plain("forget_node", include_str!("scripts/forget_node.lua")),
+    })
+}
+
+/// Where a client's batches go.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Route {
+    /// A Redis Cluster.
+    pub(crate) clustered: bool,
+    /// Its servers take script flags (Redis 7+): one call per node.
+    pub(crate) per_node: bool,
+}
+
+/// Where one group of records goes.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum Target {
+    /// The single server, or one slot (by declared keys).
+    Slot(u16),
+    /// One cluster node, by address.
+    Node(Server),
 }
 
 /// Request records to delete, and the task that deletes them.
@@ -81,7 +111,7 @@ impl Forget {
     pub(crate) fn push(
         &self,
         redis: &FredClient,
-        clustered: bool,
+        route: Route,
         fence: &Arc<Fence>,
         record: Key,
         rid: u64,
@@ -97,7 +127,7 @@ impl Forget {
             return;
         };
         let (inner, redis, fence) = (self.inner.clone(), redis.clone(), fence.clone());
-        drop(runtime.spawn(async move { inner.run(&redis, clustered, &fence).await }));
+        drop(runtime.spawn(async move { inner.run(&redis, route, &fence).await }));
     }
 
     /// What the batches have made Redis do so far.
@@ -112,7 +142,7 @@ impl Forget {
 
 impl Inner {
     /// Deletes batches every [`EVERY`] until the queue stays empty.
-    async fn run(&self, redis: &FredClient, clustered: bool, fence: &Fence) {
+    async fn run(&self, redis: &FredClient, route: Route, fence: &Fence) {
         loop {
             tokio::time::sleep(EVERY).await;
             let batch = std::mem::take(&mut *self.queue.lock());
@@ -132,38 +162,54 @@ impl Inner {
                     continue;
                 }
             }
-            self.delete(redis, clustered, batch).await;
+            self.delete(redis, route, batch).await;
         }
     }
 
-    /// Deletes `batch` (the newest request per record), one call per slot
-    /// and per [`BATCH`] records.
-    async fn delete(&self, redis: &FredClient, clustered: bool, batch: Vec<(Key, u64)>) {
+    /// Deletes `batch` (the newest request per record), one call per
+    /// target and per [`BATCH`] records.
+    async fn delete(&self, redis: &FredClient, route: Route, batch: Vec<(Key, u64)>) {
         let mut newest: HashMap<Key, u64> = HashMap::with_capacity(batch.len());
         for (record, rid) in batch {
             let at = newest.entry(record).or_insert(rid);
             *at = (*at).max(rid);
         }
-        let mut groups: HashMap<u16, Vec<(Key, u64)>> = HashMap::new();
+        let mut groups: HashMap<Target, Vec<(Key, u64)>> = HashMap::new();
         for (record, rid) in newest {
-            let slot = if clustered {
-                fred::util::redis_keyslot(record.as_bytes())
-            } else {
-                0
-            };
-            groups.entry(slot).or_default().push((record, rid));
+            groups
+                .entry(target(redis, route, &record))
+                .or_default()
+                .push((record, rid));
         }
-        for group in groups.values() {
+        for (target, group) in groups {
             for chunk in group.chunks(BATCH) {
-                let keys: Vec<Key> = chunk.iter().map(|(record, _)| record.clone()).collect();
-                let args: Vec<Value> = chunk
-                    .iter()
-                    .map(|(_, rid)| Value::Integer(*rid as i64))
-                    .collect();
                 self.calls.fetch_add(1, Ordering::Relaxed);
                 self.checked
                     .fetch_add(chunk.len() as u64, Ordering::Relaxed);
-                match script().run::<i64>(redis, &keys, &args).await {
+                let sent = match &target {
+                    Target::Slot(_) => {
+                        let keys: Vec<Key> =
+                            chunk.iter().map(|(record, _)| record.clone()).collect();
+                        let args: Vec<Value> = chunk
+                            .iter()
+                            .map(|(_, rid)| Value::Integer(*rid as i64))
+                            .collect();
+                        scripts().keys.run::<i64>(redis, &keys, &args).await
+                    }
+                    Target::Node(node) => {
+                        let args = chunk
+                            .iter()
+                            .flat_map(|(record, rid)| {
+                                [
+                                    Value::Bytes(record.as_bytes().to_vec().into()),
+                                    Value::Integer(*rid as i64),
+                                ]
+                            })
+                            .collect();
+                        scripts().node.run_on::<i64>(redis, node, args).await
+                    }
+                };
+                match sent {
                     Ok(deleted) => {
                         self.deleted
                             .fetch_add(deleted.max(0) as u64, Ordering::Relaxed);
@@ -175,4 +221,22 @@ impl Inner {
             }
         }
     }
+}
+
+/// Where `record`'s batch goes.
+fn target(redis: &FredClient, route: Route, record: &Key) -> Target {
+    if !route.clustered {
+        return Target::Slot(0);
+    }
+    let slot = fred::util::redis_keyslot(record.as_bytes());
+    if route.per_node {
+        use fred::interfaces::ClusterInterface;
+        if let Some(node) = redis
+            .cached_cluster_state()
+            .and_then(|state| state.get_server(slot).cloned())
+        {
+            return Target::Node(node);
+        }
+    }
+    Target::Slot(slot)
 }

@@ -1,0 +1,23 @@
+#!lua flags=allow-cross-slot-keys
+-- forget_node: forget.lua for the records one Redis Cluster node serves,
+-- in one call, whatever their hash slots (Redis 7.0+). No key is
+-- declared: the call is sent to the node itself (core/script.rs).
+--
+-- ARGV  record 1, request id 1, record 2, request id 2, ...
+--
+-- A record this node does not serve (its slot moved away: redis.pcall
+-- catches the refusal) is left to its TTL.
+--
+-- Reply: how many records were deleted.
+--
+-- Retry policy: harmless to run again (see forget.lua).
+local deleted = 0
+for i = 1, #ARGV, 2 do
+    local record = redis.pcall('get', ARGV[i])
+    local rid = ARGV[i + 1] .. '|'
+    if type(record) == 'string' and string.sub(record, 1, #rid) == rid then
+        redis.pcall('del', ARGV[i])
+        deleted = deleted + 1
+    end
+end
+return deleted
