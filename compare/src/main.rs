@@ -222,6 +222,11 @@ async fn run() {
         operators::ab(&server).await;
         return;
     }
+    // No Python peer in the throughput A/B: it need not set up the venv.
+    if only_throughput() {
+        throughput_ab(&server).await;
+        return;
+    }
 
     let python = if only_handoff() {
         Err("not in the handoff-only run".to_owned())
@@ -241,11 +246,6 @@ async fn run() {
         )
         .await;
         hot::report(&hot32, plan.hot_rounds, plan.hot_window, &python);
-        return;
-    }
-
-    if only_throughput() {
-        throughput_ab(&server).await;
         return;
     }
 
