@@ -176,6 +176,16 @@ pub mod __bench {
         crate::lock::script_sources()
     }
 
+    /// The bodies of the lock's `acquire` and `release` scripts, without
+    /// the latch: each defines `local function body()` and reads KEYS and
+    /// ARGV as [`lock_scripts`] sends them, less the latch key (the last
+    /// key) and the latch TTL and rid (the last two arguments). Sent as
+    /// `<body>\nreturn body()`, it runs the lock's logic alone, with no
+    /// request record, and replies without the rid in front.
+    pub fn lock_script_bodies() -> (&'static str, &'static str) {
+        crate::lock::script_bodies()
+    }
+
     /// The lease records `client` keeps in use (one per lock key and owner
     /// that holds, waits or has a call or release under way): 0 once
     /// nothing is held, waited for or being settled. The idle records it

@@ -11,8 +11,11 @@ use fred::types::{Builder, Expiration, SetOptions, Value};
 
 /// The keys and arguments leasehold sends with its two lock scripts (see
 /// `leasehold::__bench::lock_scripts` and `src/lock/scripts/*.lua`), for
-/// the raw-fred baseline on one client or several. If leasehold's
-/// arguments change, change them here: every raw-fred row follows.
+/// the raw-fred baselines on one client or several: with the latch (as
+/// leasehold sends them) or bare (the scripts' bodies alone, see
+/// `leasehold::__bench::lock_script_bodies`: no latch key, latch TTL or
+/// request id). If leasehold's arguments change, change them here: every
+/// raw-fred row follows.
 mod raw_args {
     use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -27,43 +30,52 @@ mod raw_args {
         RID.fetch_add(1, Ordering::Relaxed).to_string()
     }
 
-    fn latch(name: &str, field: &str) -> String {
-        format!("leasehold_latch:{{{name}}}:{field}")
+    /// With `latched`, appends what the latch takes: its key (the last
+    /// key), its TTL and a new request id (the last two arguments).
+    fn latch(
+        latched: bool,
+        name: &str,
+        field: &str,
+        keys: &mut Vec<String>,
+        args: &mut Vec<String>,
+    ) {
+        if latched {
+            keys.push(format!("leasehold_latch:{{{name}}}:{field}"));
+            args.extend([LATCH_TTL_MS.to_string(), rid()]);
+        }
     }
 
     /// `acquire.lua`: KEYS = [lock, latch], ARGV = [lease ms, owner field,
-    /// latch TTL ms, request id].
-    pub fn acquire(name: &str, field: &str) -> (Vec<String>, Vec<String>) {
-        (
-            vec![name.to_owned(), latch(name, field)],
-            vec![
-                LEASE.as_millis().to_string(),
-                field.to_owned(),
-                LATCH_TTL_MS.to_string(),
-                rid(),
-            ],
-        )
+    /// latch TTL ms, request id] (bare: KEYS = [lock], ARGV = [lease ms,
+    /// owner field]).
+    pub fn acquire(name: &str, field: &str, latched: bool) -> (Vec<String>, Vec<String>) {
+        let mut keys = Vec::with_capacity(2);
+        keys.push(name.to_owned());
+        let mut args = Vec::with_capacity(4);
+        args.extend([LEASE.as_millis().to_string(), field.to_owned()]);
+        latch(latched, name, field, &mut keys, &mut args);
+        (keys, args)
     }
 
     /// `release.lua`: KEYS = [lock, unlock channel, latch], ARGV = [TTL ms
     /// while holds remain, owner field, holds given back, publish command,
-    /// latch TTL ms, request id].
-    pub fn release(name: &str, field: &str) -> (Vec<String>, Vec<String>) {
-        (
-            vec![
-                name.to_owned(),
-                format!("redisson_lock__channel:{{{name}}}"),
-                latch(name, field),
-            ],
-            vec![
-                LEASE.as_millis().to_string(),
-                field.to_owned(),
-                "1".into(),
-                "publish".into(),
-                LATCH_TTL_MS.to_string(),
-                rid(),
-            ],
-        )
+    /// latch TTL ms, request id] (bare: without the latch key and the last
+    /// two arguments).
+    pub fn release(name: &str, field: &str, latched: bool) -> (Vec<String>, Vec<String>) {
+        let mut keys = Vec::with_capacity(3);
+        keys.extend([
+            name.to_owned(),
+            format!("redisson_lock__channel:{{{name}}}"),
+        ]);
+        let mut args = Vec::with_capacity(6);
+        args.extend([
+            LEASE.as_millis().to_string(),
+            field.to_owned(),
+            "1".into(),
+            "publish".into(),
+        ]);
+        latch(latched, name, field, &mut keys, &mut args);
+        (keys, args)
     }
 }
 /// Compare-and-delete, the usual unlock of a `SET NX PX` lock.
@@ -81,6 +93,9 @@ static NEXT_TOKEN: AtomicU64 = AtomicU64::new(1);
 pub enum Kind {
     Leasehold,
     RawFred,
+    /// Raw fred sending the bare bodies of the two scripts: the lock's
+    /// logic without leasehold's request record (no latch GET and SET).
+    RawFredBare,
     Poll10,
     Poll100,
     Rslock,
@@ -93,9 +108,10 @@ pub enum Kind {
 }
 
 impl Kind {
-    pub const ALL: [Kind; 6] = [
+    pub const ALL: [Kind; 7] = [
         Kind::Leasehold,
         Kind::RawFred,
+        Kind::RawFredBare,
         Kind::Poll10,
         Kind::Poll100,
         Kind::Rslock,
@@ -106,6 +122,7 @@ impl Kind {
         match self {
             Kind::Leasehold => "leasehold",
             Kind::RawFred => "raw fred (2×EVALSHA, no waiting)",
+            Kind::RawFredBare => "raw fred, bare scripts (no request record)",
             Kind::Poll10 => "polling SET NX PX, 10 ms",
             Kind::Poll100 => "polling SET NX PX, 100 ms",
             Kind::Rslock => "rslock 0.10 (defaults)",
@@ -119,6 +136,7 @@ impl Kind {
         match self {
             Kind::Leasehold => "leasehold",
             Kind::RawFred => "rawfred",
+            Kind::RawFredBare => "rawbare",
             Kind::Poll10 => "poll10",
             Kind::Poll100 => "poll100",
             Kind::Rslock => "rslock",
@@ -136,16 +154,20 @@ impl Kind {
             .find(|k| k.short() == short)
     }
 
-    /// Whether it can wait for a held lock (the raw baseline cannot).
+    /// Whether it can wait for a held lock (the raw baselines cannot).
     pub fn waits(self) -> bool {
-        self != Kind::RawFred
+        !matches!(self, Kind::RawFred | Kind::RawFredBare)
     }
 
     /// Whether the same task can take a lock it holds.
     pub fn reentrant(self) -> bool {
         matches!(
             self,
-            Kind::Leasehold | Kind::RawFred | Kind::LeaseholdFair | Kind::LeaseholdNoRecord
+            Kind::Leasehold
+                | Kind::RawFred
+                | Kind::RawFredBare
+                | Kind::LeaseholdFair
+                | Kind::LeaseholdNoRecord
         )
     }
 }
@@ -155,11 +177,14 @@ impl Kind {
 pub enum Handle {
     Leasehold(leasehold::Client),
     LeaseholdFair(leasehold::Client),
+    /// Both raw-fred baselines: `latched` sends leasehold's scripts as it
+    /// does, otherwise their bare bodies.
     RawFred {
         redis: FredClient,
         acquire: String,
         release: String,
         id: String,
+        latched: bool,
     },
     Poll {
         redis: FredClient,
@@ -208,17 +233,25 @@ impl Handle {
                     .await
                     .expect("leasehold connect"),
             ),
-            Kind::RawFred => {
+            Kind::RawFred | Kind::RawFredBare => {
                 let redis = fred_client(url).await;
-                let (acquire_lua, release_lua) = leasehold::__bench::lock_scripts();
-                let acquire: String = redis.script_load(acquire_lua).await.expect("load");
-                let release: String = redis.script_load(release_lua).await.expect("load");
+                let latched = kind == Kind::RawFred;
+                let [acquire, release] = if latched {
+                    let (acquire, release) = leasehold::__bench::lock_scripts();
+                    [acquire.to_owned(), release.to_owned()]
+                } else {
+                    let (acquire, release) = leasehold::__bench::lock_script_bodies();
+                    [acquire, release].map(|body| format!("{body}\nreturn body()"))
+                };
+                let acquire: String = redis.script_load(acquire).await.expect("load");
+                let release: String = redis.script_load(release).await.expect("load");
                 let id = format!("raw-{}", NEXT_TOKEN.fetch_add(1, Ordering::Relaxed));
                 Handle::RawFred {
                     redis,
                     acquire,
                     release,
                     id,
+                    latched,
                 }
             }
             Kind::Poll10 | Kind::Poll100 => {
@@ -264,20 +297,24 @@ impl Handle {
                 Guard::Leasehold(c.fair_lock(name).lock().await.expect("leasehold fair lock"))
             }
             Handle::RawFred {
-                redis, acquire, id, ..
+                redis,
+                acquire,
+                id,
+                latched,
+                ..
             } => {
                 // One field per task, as leasehold's owner.
                 let task = tokio::task::try_id()
                     .map(|t| t.to_string())
                     .unwrap_or_default();
                 let field = format!("{id}:{task}");
-                let (keys, args) = raw_args::acquire(name, &field);
+                let (keys, args) = raw_args::acquire(name, &field, *latched);
                 let reply: Value = redis
                     .evalsha(acquire.as_str(), keys, args)
                     .await
                     .expect("raw acquire");
                 assert!(
-                    acquired(&reply),
+                    acquired(&reply, *latched),
                     "raw baseline used on a held lock: {reply:?}"
                 );
                 Guard::RawFred {
@@ -321,15 +358,23 @@ impl Handle {
             (Handle::Leasehold(_) | Handle::LeaseholdFair(_), Guard::Leasehold(g)) => {
                 g.unlock().await.expect("leasehold unlock")
             }
-            (Handle::RawFred { redis, release, .. }, Guard::RawFred { key, field }) => {
-                let (keys, args) = raw_args::release(&key, &field);
+            (
+                Handle::RawFred {
+                    redis,
+                    release,
+                    latched,
+                    ..
+                },
+                Guard::RawFred { key, field },
+            ) => {
+                let (keys, args) = raw_args::release(&key, &field, *latched);
                 let freed: Vec<i64> = redis
                     .evalsha(release.as_str(), keys, args)
                     .await
                     .expect("raw release");
-                // {rid, 0} means the field was missing.
+                // {rid, 0} ({0} bare) means the field was missing.
                 assert!(
-                    freed.get(1).is_some_and(|&s| s > 0),
+                    freed.get(status(*latched)).is_some_and(|&s| s > 0),
                     "raw release of a lock not held: {freed:?}"
                 );
             }
@@ -366,10 +411,16 @@ impl Handle {
 }
 
 /// Whether an `acquire.lua` reply means "now held": {rid, 1, count}
-/// (busy is {rid, 0, pttl}).
-pub fn acquired(reply: &Value) -> bool {
+/// (busy is {rid, 0, pttl}); bare, without the rid.
+pub fn acquired(reply: &Value, latched: bool) -> bool {
     match reply {
-        Value::Array(items) => matches!(items.get(1), Some(Value::Integer(1))),
+        Value::Array(items) => matches!(items.get(status(latched)), Some(Value::Integer(1))),
         _ => false,
     }
+}
+
+/// Where a script's status is in its reply: after the rid the latch puts
+/// in front, or first in a bare script's.
+fn status(latched: bool) -> usize {
+    usize::from(latched)
 }

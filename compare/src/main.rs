@@ -119,9 +119,10 @@ fn only_handoff() -> bool {
 }
 
 /// `LEASEHOLD_COMPARE_ONLY=throughput`: only the 64-task uncontended
-/// throughput of leasehold and raw fred, on 1 and on 4 clients, in
-/// `LEASEHOLD_COMPARE_ROUNDS` (default 7) interleaved rounds of 1 s each:
-/// the A/B run for a change to the lock path.
+/// throughput of leasehold, raw fred and raw fred with the bare scripts
+/// (see [`AB`]), on 1 and on 4 clients, in `LEASEHOLD_COMPARE_ROUNDS`
+/// (default 7) interleaved rounds of 1 s each: the A/B run for a change to
+/// the lock path.
 fn only_throughput() -> bool {
     std::env::var_os("LEASEHOLD_COMPARE_ONLY").is_some_and(|v| v == "throughput")
 }
@@ -149,7 +150,7 @@ fn main() {
     }
 }
 
-/// `--pairs <contender> <N>` (`leasehold`, `rawfred`, ...: see
+/// `--pairs <contender> <N>` (`leasehold`, `rawfred`, `rawbare`, ...: see
 /// `Kind::short`): `N` uncontended lock + unlock pairs from one task, as
 /// the throughput rows make them, against a loopback `redis-server` it
 /// starts. Run under callgrind by `compare/instructions.sh`, which takes
@@ -162,7 +163,7 @@ async fn pairs(args: &[String]) {
         args.first().and_then(|k| Kind::from_short(k)),
         args.get(1).map(|n| n.parse::<u64>()),
     ) else {
-        eprintln!("usage: leasehold-compare --pairs leasehold|rawfred|norecord|… N");
+        eprintln!("usage: leasehold-compare --pairs leasehold|rawfred|rawbare|norecord|… N");
         std::process::exit(2);
     };
     let server = RedisServer::start();
@@ -221,6 +222,11 @@ async fn run() {
         operators::ab(&server).await;
         return;
     }
+    // No Python peer in the throughput A/B: it need not set up the venv.
+    if only_throughput() {
+        throughput_ab(&server).await;
+        return;
+    }
 
     let python = if only_handoff() {
         Err("not in the handoff-only run".to_owned())
@@ -240,11 +246,6 @@ async fn run() {
         )
         .await;
         hot::report(&hot32, plan.hot_rounds, plan.hot_window, &python);
-        return;
-    }
-
-    if only_throughput() {
-        throughput_ab(&url).await;
         return;
     }
 
@@ -271,37 +272,27 @@ async fn run() {
     eprintln!("[uncontended] leasehold RedLock, 3 servers");
     let redlock = bounded(redlock_uncontended(plan)).await;
     // 64-task throughput: interleaved rounds, median (the VM is noisy).
-    // Every contender on one client, then leasehold and raw fred on
-    // CLIENTS clients (the pair's order alternates every round).
-    let mut rates: Vec<Vec<f64>> = vec![Vec::new(); rows.len()];
+    // Every contender on one client, then leasehold and the raw-fred
+    // baselines on CLIENTS clients (their order rotates every round).
+    let mut rates: Vec<Vec<Rate>> = vec![Vec::new(); rows.len()];
     let mut multi = Multi::default();
     for round in 0..plan.rounds {
         eprintln!("[throughput, 64 tasks] round {}", round + 1);
         for (i, (kind, _)) in rows.iter().enumerate() {
-            rates[i].push(throughput(*kind, &url, plan.phase / 3, round, 1).await);
+            rates[i].push(throughput(*kind, &server, plan.phase / 3, round, 1).await);
         }
-        let mut pair = [Kind::Leasehold, Kind::RawFred];
-        if round % 2 == 1 {
-            pair.reverse();
-        }
-        for kind in pair {
-            let rate = throughput(kind, &url, plan.phase / 3, round, CLIENTS).await;
-            match kind {
-                Kind::Leasehold => multi.leasehold.push(rate),
-                _ => multi.raw.push(rate),
-            }
-        }
+        multi.push(ab_round(&server, plan.phase / 3, round, CLIENTS, |_| true).await);
     }
     let single = Multi {
-        leasehold: rates[index(&rows, Kind::Leasehold)].clone(),
-        raw: rates[index(&rows, Kind::RawFred)].clone(),
+        rates: AB.map(|(kind, _)| rates[index(&rows, kind)].clone()),
     };
     for ((_, row), r) in rows.iter_mut().zip(&rates) {
-        row.ops_64 = Some(Stats::of(r).p50);
+        let r: Vec<f64> = r.iter().map(|r| r.per_s).collect();
+        row.ops_64 = Some(Stats::of(&r).p50);
         row.ops_64_range = Some((
-            Stats::of(r).p50,
+            Stats::of(&r).p50,
             r.iter().copied().fold(f64::MAX, f64::min),
-            Stats::of(r).max,
+            Stats::of(&r).max,
         ));
     }
     for (kind, row) in rows.iter_mut().filter(|(k, _)| k.reentrant()) {
@@ -487,12 +478,81 @@ async fn redlock_uncontended(plan: Plan) -> (Stats, f64, (f64, String)) {
     (Stats::of(&samples), rate, requests)
 }
 
-/// Per-round 64-task throughput of leasehold and raw fred (lock + unlock
-/// pairs/s), round `i` of both measured back to back.
+/// The contenders of the interleaved throughput A/B, with the names their
+/// columns use: leasehold, then its two ceilings, raw fred sending its
+/// scripts as it does and with their bare bodies (no request record).
+const AB: [(Kind, &str); 3] = [
+    (Kind::Leasehold, "leasehold"),
+    (Kind::RawFred, "raw fred"),
+    (Kind::RawFredBare, "raw bare"),
+];
+
+/// One 64-task throughput run ([`throughput`]).
+#[derive(Clone, Copy, Default)]
+struct Rate {
+    /// Lock + unlock pairs/s.
+    per_s: f64,
+    /// Commands Redis ran per pair, scripts' inner commands included
+    /// (`INFO stats` `total_commands_processed`).
+    commands: f64,
+    /// This process's CPU time per pair, µs (every thread; connect and
+    /// close are in it, the same for every contender).
+    cpu_us: f64,
+}
+
+/// Per-round 64-task throughput of each of [`AB`] (in its order), round
+/// `i` of all of them measured back to back.
 #[derive(Default)]
 struct Multi {
-    leasehold: Vec<f64>,
-    raw: Vec<f64>,
+    rates: [Vec<Rate>; 3],
+}
+
+impl Multi {
+    /// Adds a round of [`ab_round`].
+    fn push(&mut self, round: [Rate; 3]) {
+        for (rates, rate) in self.rates.iter_mut().zip(round) {
+            rates.push(rate);
+        }
+    }
+
+    /// `AB[i]`'s pairs/s, per round.
+    fn per_s(&self, i: usize) -> Vec<f64> {
+        self.rates[i].iter().map(|r| r.per_s).collect()
+    }
+
+    /// leasehold / `AB[i]`, per round.
+    fn ratios(&self, i: usize) -> Vec<f64> {
+        self.per_s(0)
+            .iter()
+            .zip(self.per_s(i))
+            .map(|(a, b)| a / b)
+            .collect()
+    }
+
+    /// `AB[i]`'s commands per pair, median over the rounds.
+    fn commands(&self, i: usize) -> f64 {
+        let c: Vec<f64> = self.rates[i].iter().map(|r| r.commands).collect();
+        Stats::of(&c).p50
+    }
+}
+
+/// One round of [`AB`] on `clients` clients: each contender `keep` allows
+/// runs [`throughput`] for `phase`, back to back, in an order that rotates
+/// with `round`; the others' rates stay zero.
+async fn ab_round(
+    server: &RedisServer,
+    phase: Duration,
+    round: usize,
+    clients: usize,
+    keep: impl Fn(Kind) -> bool,
+) -> [Rate; 3] {
+    let mut order = [0, 1, 2];
+    order.rotate_left(round % AB.len());
+    let mut rates = [Rate::default(); 3];
+    for i in order.into_iter().filter(|&i| keep(AB[i].0)) {
+        rates[i] = throughput(AB[i].0, server, phase, round, clients).await;
+    }
+    rates
 }
 
 fn index(rows: &[(Kind, Row)], kind: Kind) -> usize {
@@ -501,60 +561,49 @@ fn index(rows: &[(Kind, Row)], kind: Kind) -> usize {
         .expect("contender")
 }
 
-/// See [`only_throughput`]. Each round runs leasehold and raw fred back to
-/// back (the order alternates), on 1 client and then on `CLIENTS`, and
-/// prints every round's ratio and the medians.
-async fn throughput_ab(url: &str) {
+/// See [`only_throughput`]. Each round runs the contenders of [`AB`] back
+/// to back (the order rotates), on 1 client and then on `CLIENTS`, prints
+/// every round's rates and ratios, then the report's throughput table.
+async fn throughput_ab(server: &RedisServer) {
     let rounds: usize = std::env::var("LEASEHOLD_COMPARE_ROUNDS")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(7);
+    // `LEASEHOLD_COMPARE_CONTENDER=leasehold|raw|rawbare`: one side only
+    // (to profile it alone); the ratios are then meaningless.
+    let only = std::env::var("LEASEHOLD_COMPARE_CONTENDER").ok();
+    let keep = |kind: Kind| match only.as_deref() {
+        None => true,
+        Some("raw") => kind == Kind::RawFred,
+        Some(short) => kind.short() == short,
+    };
     let phase = Duration::from_secs(1);
-    let mut ratios = [Vec::new(), Vec::new()];
+    let mut by_clients = [Multi::default(), Multi::default()];
     for round in 0..rounds {
-        for (slot, clients) in [1, CLIENTS].into_iter().enumerate() {
-            let mut pair = vec![Kind::Leasehold, Kind::RawFred];
-            if round % 2 == 1 {
-                pair.reverse();
-            }
-            // `LEASEHOLD_COMPARE_CONTENDER=leasehold|raw`: one side only
-            // (to profile it alone); its ratios are then meaningless.
-            match std::env::var("LEASEHOLD_COMPARE_CONTENDER").as_deref() {
-                Ok("leasehold") => pair.retain(|k| *k == Kind::Leasehold),
-                Ok("raw") => pair.retain(|k| *k == Kind::RawFred),
-                _ => {}
-            }
-            let (mut ours, mut raw) = (0.0, 0.0);
-            let (mut ours_cpu, mut raw_cpu) = (0.0, 0.0);
-            for kind in pair {
-                let cpu = cpu_ns();
-                let rate = throughput(kind, url, phase, round, clients).await;
-                // client CPU per pair, µs (the whole process: connect and
-                // close are in it, the same for both)
-                let per_pair = (cpu_ns() - cpu) as f64 / 1e3 / (rate * phase.as_secs_f64());
-                match kind {
-                    Kind::Leasehold => (ours, ours_cpu) = (rate, per_pair),
-                    _ => (raw, raw_cpu) = (rate, per_pair),
-                }
-            }
+        for (multi, clients) in by_clients.iter_mut().zip([1, CLIENTS]) {
+            let rates = ab_round(server, phase, round, clients, keep).await;
+            let sides: Vec<String> = AB
+                .iter()
+                .zip(&rates)
+                .map(|((_, name), r)| {
+                    format!(
+                        "{name} {:.0}/s ({:.1} µs CPU/pair, {:.2} commands/pair)",
+                        r.per_s, r.cpu_us, r.commands
+                    )
+                })
+                .collect();
             eprintln!(
-                "round {} on {clients} client(s): leasehold {ours:.0}/s ({ours_cpu:.1} µs CPU/pair), raw fred {raw:.0}/s ({raw_cpu:.1} µs), {:.2}x",
+                "round {} on {clients} client(s): {}; leasehold / raw fred {:.2}x, / raw bare {:.2}x",
                 round + 1,
-                ours / raw
+                sides.join(", "),
+                rates[0].per_s / rates[1].per_s,
+                rates[0].per_s / rates[2].per_s
             );
-            ratios[slot].push(ours / raw);
+            multi.push(rates);
         }
     }
-    for (slot, clients) in [1, CLIENTS].into_iter().enumerate() {
-        let mut r = ratios[slot].clone();
-        r.sort_by(f64::total_cmp);
-        println!(
-            "64 tasks on {clients} client(s): leasehold / raw fred, median of {rounds} rounds {:.2} (range {:.2}-{:.2})",
-            r[r.len() / 2],
-            r[0],
-            r[r.len() - 1]
-        );
-    }
+    let [single, multi] = &by_clients;
+    throughput_report(rounds, [single, multi]);
 }
 
 /// CPU time (ns) of every thread of this process.
@@ -570,17 +619,33 @@ fn cpu_ns() -> u64 {
 }
 
 /// Uncontended lock + unlock from 64 tasks (one name each) on `clients`
-/// clients (task t on client t % clients), for `phase`; ops/s.
-async fn throughput(kind: Kind, url: &str, phase: Duration, round: usize, clients: usize) -> f64 {
+/// clients (task t on client t % clients), for `phase`: pairs/s, and the
+/// commands and client CPU per pair.
+async fn throughput(
+    kind: Kind,
+    server: &RedisServer,
+    phase: Duration,
+    round: usize,
+    clients: usize,
+) -> Rate {
+    let cpu = cpu_ns();
     let mut handles = Vec::with_capacity(clients);
     for _ in 0..clients {
-        handles.push(Handle::connect(kind, url).await);
+        handles.push(Handle::connect(kind, &server.url()).await);
     }
+    let commands = total_commands(server);
     let (ops, took) = throughput_on(&handles, kind, phase, round).await;
+    // less the second INFO, which total_commands_processed counts
+    let commands = total_commands(server).saturating_sub(commands + 1);
     for h in &handles {
         h.close().await;
     }
-    ops as f64 / took.as_secs_f64()
+    let pairs = ops.max(1) as f64;
+    Rate {
+        per_s: ops as f64 / took.as_secs_f64(),
+        commands: commands as f64 / pairs,
+        cpu_us: cpu_ns().saturating_sub(cpu) as f64 / 1e3 / pairs,
+    }
 }
 
 /// [`throughput`] on clients already connected (task t on
@@ -931,30 +996,7 @@ fn report(
         );
     }
 
-    println!(
-        "\n## Uncontended throughput, 64 tasks: leasehold against raw fred (the same two EVALSHA), {} interleaved rounds\n",
-        plan.rounds
-    );
-    println!("| clients (64 tasks, one name each) | leasehold pairs/s: median (min–max) | raw fred pairs/s: median (min–max) | leasehold / raw fred, per round | median of the ratios |");
-    println!("| --- | ---: | ---: | --- | ---: |");
-    for (clients, m) in [1, CLIENTS].into_iter().zip(pairs) {
-        let ratios: Vec<f64> = m.leasehold.iter().zip(&m.raw).map(|(a, b)| a / b).collect();
-        println!(
-            "| {clients} | {} | {} | {} | {} |",
-            spread(&m.leasehold, 0),
-            spread(&m.raw, 0),
-            ratios
-                .iter()
-                .map(|r| format!("{r:.2}"))
-                .collect::<Vec<_>>()
-                .join(", "),
-            if ratios.is_empty() {
-                "n/a".to_owned()
-            } else {
-                format!("{:.2}", Stats::of(&ratios).p50)
-            }
-        );
-    }
+    throughput_report(plan.rounds, pairs);
 
     println!("\n## Reentrant acquire (lock already held by the same task)\n");
     println!("| contender | requests / acquire | p50 µs | p99 µs | p50 / PING |");
@@ -987,6 +1029,52 @@ fn report(
             fmt_opt(&r.hot, |v| format!("{:.0}", v.1)),
             r.exclusion.clone().unwrap_or_else(|| "n/a".into())
         );
+    }
+}
+
+/// The 64-task throughput table: for 1 and for `CLIENTS` clients, each of
+/// [`AB`]'s pairs/s, leasehold's ratio to each raw-fred baseline per round
+/// (the runs of a round are neighbours in time, so a ratio is less exposed
+/// to the VM's slow drifts than a ratio of medians) and their median, and
+/// the commands per pair.
+fn throughput_report(rounds: usize, pairs: [&Multi; 2]) {
+    println!(
+        "\n## Uncontended throughput, 64 tasks: leasehold against raw fred (the same two EVALSHA) and raw fred with the bare scripts (no request record), {rounds} interleaved rounds\n",
+    );
+    let mut head = String::from("| clients (64 tasks, one name each) |");
+    for (_, name) in AB {
+        head += &format!(" {name} pairs/s: median (min–max) |");
+    }
+    for (_, name) in &AB[1..] {
+        head += &format!(" leasehold / {name}, per round | median of the ratios |");
+    }
+    let names: Vec<&str> = AB.iter().map(|(_, name)| *name).collect();
+    head += &format!(
+        " commands / pair, {} (INFO, in scripts too) |",
+        names.join(" / ")
+    );
+    println!("{head}");
+    println!("| --- | ---: | ---: | ---: | --- | ---: | --- | ---: | --- |");
+    for (clients, m) in [1, CLIENTS].into_iter().zip(pairs) {
+        let mut line = format!("| {clients} |");
+        for i in 0..AB.len() {
+            line += &format!(" {} |", spread(&m.per_s(i), 0));
+        }
+        for i in 1..AB.len() {
+            let ratios = m.ratios(i);
+            let each: Vec<String> = ratios.iter().map(|r| format!("{r:.2}")).collect();
+            let median = if ratios.is_empty() {
+                "n/a".to_owned()
+            } else {
+                format!("{:.2}", Stats::of(&ratios).p50)
+            };
+            line += &format!(" {} | {median} |", each.join(", "));
+        }
+        let commands: Vec<String> = (0..AB.len())
+            .map(|i| format!("{:.2}", m.commands(i)))
+            .collect();
+        line += &format!(" {} |", commands.join(" / "));
+        println!("{line}");
     }
 }
 

@@ -138,11 +138,17 @@ struct LockKind;
 /// TTL needs), whichever handle took its holds.
 const TAG: u8 = 1;
 
+/// The acquire script's body (it defines `local function body()`), before
+/// the latch wraps it.
+const ACQUIRE_BODY: &str = include_str!("scripts/acquire.lua");
+/// The release script's body, before the latch wraps it.
+const RELEASE_BODY: &str = include_str!("scripts/release.lua");
+
 fn scripts() -> &'static Scripts {
     static SCRIPTS: OnceLock<Scripts> = OnceLock::new();
     SCRIPTS.get_or_init(|| Scripts {
-        acquire: Script::latched("lock.acquire", include_str!("scripts/acquire.lua")),
-        release: Script::latched("lock.release", include_str!("scripts/release.lua")),
+        acquire: Script::latched("lock.acquire", ACQUIRE_BODY),
+        release: Script::latched("lock.release", RELEASE_BODY),
         force_unlock: Script::latched(
             "lock.force_unlock",
             include_str!("scripts/force_unlock.lua"),
@@ -186,6 +192,12 @@ pub(crate) fn hash_renewal() -> &'static Renewal {
 /// baselines of `benches/` and `compare/`.
 pub(crate) fn script_sources() -> (&'static str, &'static str) {
     (scripts().acquire.source(), scripts().release.source())
+}
+
+/// The bodies of the acquire and release scripts, without the latch, for
+/// the bare-script baseline of `compare/`.
+pub(crate) fn script_bodies() -> (&'static str, &'static str) {
+    (ACQUIRE_BODY, RELEASE_BODY)
 }
 
 // === impl Client ===
