@@ -278,10 +278,20 @@ async fn a_release_held_longer_than_its_record_lives_never_runs() {
     })
     .await;
     let field = format!("{}:{}", c.id(), Owner::current().id());
-    for round in 0..3 {
+    for round in 0..4 {
         let name = format!("late-release-{round}");
         let lock = c.lock(&name);
         let first = lock.lock().await.unwrap();
+        if round % 2 == 1 {
+            // A connection fred makes and drops between two replies: the
+            // unlock's first send goes on a connection no sweep has seen.
+            let accepted = proxy.accepted_count();
+            proxy.cut_all();
+            eventually(HANG, "the client reconnects", || {
+                proxy.accepted_count() >= accepted + 2
+            })
+            .await;
+        }
         // The release gives back 1 hold, then names its publish command.
         proxy.stall_next_matching(b"\r\n$1\r\n1\r\n$7\r\npublish\r\n");
         within(

@@ -147,6 +147,10 @@ impl Conn {
             .with_connection_config(|c| {
                 c.connection_timeout = timeout;
                 c.internal_command_timeout = timeout;
+                // Every connection carries the client's fred id as its
+                // name, so a replaced one can be found and killed on the
+                // server (`fence.rs`).
+                c.auto_client_setname = true;
                 // A write, an ASKING and the write after it (see the module
                 // docs): latched scripts make the re-sends harmless.
                 c.max_command_attempts = 3;

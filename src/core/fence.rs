@@ -14,14 +14,18 @@
 //!
 //! # The rule
 //!
-//! fred caches each command connection's server-side id (`CLIENT ID`) when
-//! it connects, before it re-sends anything on it. After every latched
-//! call's reply, [`Fence::moved`] compares those ids with the ones this
-//! fence last saw; if fred replaced a connection, [`Fence::sweep`] sends
-//! `CLIENT KILL ID <old>` to that server on the new connection and only
-//! then is the reply returned. Once the kill is answered the old
-//! connection is closed on the server: bytes still on their way to it are
-//! never read. So:
+//! Every command connection of a client carries the client's fred id as
+//! its name (`CLIENT SETNAME`, on every connect), and fred caches each
+//! connection's server-side id (`CLIENT ID`) when it connects, before it
+//! re-sends anything on it. After every latched call's reply,
+//! [`Fence::moved`] compares those ids with the ones this fence last saw;
+//! if fred replaced a connection, [`Fence::sweep`] lists the server's
+//! clients (`CLIENT LIST TYPE normal`) and kills every one with the
+//! client's name but the current one (`CLIENT KILL ID`), and only then is
+//! the reply returned. That catches a connection fred had and dropped
+//! between two sweeps too. Once the kill is answered the old connection is
+//! closed on the server: bytes still on their way to it are never read.
+//! So:
 //!
 //! * every copy of a request sent before its reply on the connection that
 //!   answered has run (Redis answers a connection's commands in order);
@@ -37,7 +41,8 @@
 //!
 //! * A user without the `CLIENT KILL` permission (an ACL without
 //!   `@admin`/`@dangerous`): the kill is refused, a warning is logged once,
-//!   and the bound is the record's TTL again.
+//!   and the bound is the record's TTL again. Without `CLIENT LIST` only,
+//!   the connection the fence last saw is killed by its id.
 //! * A server that left a cluster's map cannot be reached to kill its old
 //!   connection; its slots moved away, so its copies find keys that are not
 //!   served there any more.
@@ -84,64 +89,105 @@ impl Fence {
         now.iter().any(|(server, id)| seen.get(server) != Some(id))
     }
 
-    /// Kills on the server every command connection fred has replaced since
-    /// the last sweep, and remembers the new ones. Returns once each
-    /// replaced connection is known closed there (killed, or already
-    /// gone), or the first error (the servers not done stay to sweep
-    /// again).
+    /// Kills on the server every command connection of this client but the
+    /// current one, on each server where fred replaced the connection since
+    /// the last sweep, and remembers the new ones. Returns once each such
+    /// connection is known closed there (killed, or already gone), or the
+    /// first error (the servers not done stay to sweep again).
     ///
     /// Cancel safe: dropped half-way, what was not remembered is swept
     /// again next time (killing a connection twice is harmless).
     pub(crate) async fn sweep(&self, redis: &FredClient) -> FredResult<()> {
         let _one = self.sweeping.lock().await;
         let now = redis.connection_ids();
-        let stale: Vec<(Server, i64, i64)> = {
+        let moved: Vec<(Server, Option<i64>, i64)> = {
             let seen = self.seen.lock();
             now.iter()
-                .filter_map(|(server, id)| match seen.get(server) {
-                    Some(old) if old != id => Some((server.clone(), *old, *id)),
-                    _ => None,
-                })
+                .filter(|(server, id)| seen.get(*server) != Some(*id))
+                .map(|(server, id)| (server.clone(), seen.get(server).copied(), *id))
                 .collect()
         };
-        for (server, old, new) in stale {
-            self.kill(redis, &server, old).await?;
-            tracing::debug!(%server, old, new, "killed a replaced command connection on the server");
-            self.seen.lock().insert(server, new);
-        }
-        // Servers first seen now (a new cluster node, or the first
-        // connection): nothing of ours was there before.
-        let mut seen = self.seen.lock();
-        for (server, id) in now {
-            seen.entry(server).or_insert(id);
+        for (server, old, current) in moved {
+            self.sweep_server(redis, &server, old, current).await?;
+            self.seen.lock().insert(server, current);
         }
         Ok(())
     }
 
-    /// `CLIENT KILL ID old` on `server`. A refusal for lack of permission is
-    /// logged once and counts as done (nothing better can be done).
-    async fn kill(&self, redis: &FredClient, server: &Server, old: i64) -> FredResult<()> {
-        let options = Options {
+    /// Kills every connection named as `redis` on `server` but `current`
+    /// (`old`, the one last seen, if the server's client list is refused).
+    async fn sweep_server(
+        &self,
+        redis: &FredClient,
+        server: &Server,
+        old: Option<i64>,
+        current: i64,
+    ) -> FredResult<()> {
+        let on_server = redis.with_options(&Options {
             cluster_node: Some(server.clone()),
             ..Options::default()
+        });
+        let client = || CustomCommand::new_static("CLIENT", ClusterHash::Random, false);
+        let list = Box::pin(on_server.custom::<String, Value>(
+            client(),
+            vec!["LIST".into(), "TYPE".into(), "normal".into()],
+        ))
+        .await;
+        let ours: Vec<i64> = match list {
+            Ok(list) => ours(&list, redis.id(), current),
+            Err(e) if refused(&e) => old.filter(|old| *old != current).into_iter().collect(),
+            Err(e) => return Err(e),
         };
-        let command = CustomCommand::new_static("CLIENT", ClusterHash::Random, false);
-        let args: Vec<Value> = vec!["KILL".into(), "ID".into(), old.into()];
-        match Box::pin(
-            redis
-                .with_options(&options)
-                .custom::<Value, _>(command, args),
-        )
-        .await
-        {
-            Ok(_) => Ok(()),
-            Err(e) if e.details().contains("NOPERM") => {
-                if !self.refused.swap(true, Ordering::Relaxed) {
-                    tracing::warn!(error = %e, "CLIENT KILL refused: a copy of a request stuck on a replaced connection may run later than its call (bounded by the request record's TTL only)");
+        for id in ours {
+            let kill = vec!["KILL".into(), "ID".into(), Value::Integer(id)];
+            match Box::pin(on_server.custom::<Value, Value>(client(), kill)).await {
+                Ok(_) => {
+                    tracing::debug!(%server, id, current, "killed a replaced command connection on the server");
                 }
-                Ok(())
+                Err(e) if refused(&e) => {
+                    if !self.refused.swap(true, Ordering::Relaxed) {
+                        tracing::warn!(error = %e, "CLIENT KILL refused: a copy of a request stuck on a replaced connection may run later than its call (bounded by the request record's TTL only)");
+                    }
+                    return Ok(());
+                }
+                Err(e) => return Err(e),
             }
-            Err(e) => Err(e),
         }
+        Ok(())
+    }
+}
+
+/// Whether `e` is a refusal for lack of permission (an ACL).
+fn refused(e: &fred::error::Error) -> bool {
+    e.details().contains("NOPERM")
+}
+
+/// The ids in a `CLIENT LIST` reply of the connections named `name`, but
+/// `current`.
+fn ours(list: &str, name: &str, current: i64) -> Vec<i64> {
+    list.lines()
+        .filter(|line| {
+            line.split(' ')
+                .any(|f| f.strip_prefix("name=") == Some(name))
+        })
+        .filter_map(|line| line.split(' ').find_map(|f| f.strip_prefix("id=")))
+        .filter_map(|id| id.parse().ok())
+        .filter(|id| *id != current)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ours;
+
+    #[test]
+    fn a_client_list_yields_the_other_connections_of_the_name() {
+        let list = "id=3 addr=127.0.0.1:5 laddr=127.0.0.1:6379 fd=8 name=fred-abc age=9 cmd=evalsha\n\
+                    id=4 addr=127.0.0.1:6 laddr=127.0.0.1:6379 fd=9 name=other age=9 cmd=get\n\
+                    id=7 addr=127.0.0.1:7 laddr=127.0.0.1:6379 fd=10 name=fred-abc age=1 cmd=client|list\n\
+                    id=9 addr=127.0.0.1:8 laddr=127.0.0.1:6379 fd=11 name=fred-abcd age=1 cmd=get\n";
+        assert_eq!(ours(list, "fred-abc", 7), vec![3]);
+        assert_eq!(ours(list, "fred-abc", 1), vec![3, 7]);
+        assert!(ours("", "fred-abc", 7).is_empty());
     }
 }
