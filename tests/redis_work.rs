@@ -8,7 +8,7 @@ use leasehold_testkit as support;
 use std::time::Duration;
 
 use leasehold::__bench::forgotten;
-use support::fixture::{client, lock_keys};
+use support::fixture::{client, eventually, lock_keys};
 use support::RedisServer;
 
 /// Every command the server has run, scripts' inner commands included,
@@ -25,6 +25,9 @@ fn commands(server: &RedisServer) -> u64 {
 
 /// Uncontended pairs each count runs.
 const PAIRS: u64 = 100;
+
+/// Bounds waits that only catch a hang.
+const HANG: Duration = Duration::from_secs(60);
 
 /// Longer than the request records' deletion takes (`core/forget.rs`:
 /// batches 100 ms apart).
@@ -256,5 +259,108 @@ async fn distinct_locks_leave_no_request_records_behind() {
         "{left} request records left 5 s after the last release"
     );
     assert!(lock_keys(&server).is_empty());
+    c.shutdown().await.unwrap();
+}
+
+/// `MEMORY USAGE key` (0 for a missing key), averaged over `keys`.
+fn usage(server: &RedisServer, keys: &[String]) -> f64 {
+    let total: i64 = keys
+        .iter()
+        .map(|k| {
+            server
+                .cmd(&["MEMORY", "USAGE", k, "SAMPLES", "0"])
+                .trim()
+                .parse::<i64>()
+                .unwrap_or(0)
+        })
+        .sum();
+    total as f64 / keys.len() as f64
+}
+
+/// Redis memory per lock state (issue 29, item 5), printed for
+/// BENCHMARKS.md: per held lock (leasehold, and Redisson's layout written
+/// by hand: the same hash and TTL with Redisson's field), per fair-lock
+/// waiter (its queue, timeout and grant entries),
+/// per released lock (right after the last unlock, and once the request
+/// records are deleted), by `MEMORY USAGE` of the keys. What must hold: a
+/// released lock leaves nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_memory_per_held_released_lock_and_fair_waiter() {
+    const LOCKS: usize = 200;
+    const WAITERS: usize = 40;
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let names: Vec<String> = (0..LOCKS).map(|i| format!("order:{i}")).collect();
+    let records = |server: &RedisServer| request_records(server);
+
+    // Held, with the acquires' records, then once they are deleted.
+    let mut guards = Vec::with_capacity(LOCKS);
+    for name in &names {
+        guards.push(c.lock(name).lock().await.unwrap());
+    }
+    let record = usage(&server, &records(&server));
+    let held = usage(&server, &names);
+    tokio::time::sleep(SETTLE).await;
+    assert!(records(&server).is_empty(), "records of held locks deleted");
+
+    // Released: the release's records right after, then nothing.
+    for guard in guards {
+        guard.unlock().await.unwrap();
+    }
+    let left_right_after = records(&server).len();
+    tokio::time::sleep(SETTLE).await;
+    let left = records(&server).len() + lock_keys(&server).len();
+
+    // Redisson's layout for the same locks, written by hand.
+    let java: Vec<String> = (0..LOCKS).map(|i| format!("java:{i}")).collect();
+    for (i, key) in java.iter().enumerate() {
+        let field = format!("6a2a8c5e-3f7e-4a43-9e9b-7e5b1f0c9d11:{}", 1_000 + i);
+        server.cmd(&["HINCRBY", key, &field, "1"]);
+        server.cmd(&["PEXPIRE", key, "30000"]);
+    }
+    let held_java = usage(&server, &java);
+
+    // Waiting: one client each on a fair lock; its queue's keys per
+    // waiter. (A waiter's subscription, one per client and channel as
+    // Redisson's, is too small to tell from the client buffers in INFO
+    // memory.)
+    let fair_holder = c.fair_lock("contended-fair").lock().await.unwrap();
+    let mut waiters = Vec::new();
+    for _ in 0..WAITERS {
+        waiters.push(client(&server).await);
+    }
+    let mut fair_tasks = tokio::task::JoinSet::new();
+    for w in &waiters {
+        let lock = w.fair_lock("contended-fair");
+        fair_tasks.spawn(async move { drop(lock.lock().await) });
+    }
+    let queue = [
+        "redisson_lock_queue:{contended-fair}".to_owned(),
+        "redisson_lock_timeout:{contended-fair}".to_owned(),
+        "leasehold_grant:{contended-fair}".to_owned(),
+    ];
+    eventually(HANG, "every fair waiter queued", || {
+        server.cmd(&["LLEN", &queue[0]]).trim() == WAITERS.to_string()
+    })
+    .await;
+    let fair_waiting = usage(&server, &queue) * queue.len() as f64 / WAITERS as f64;
+    drop(fair_holder);
+    while fair_tasks.join_next().await.is_some() {}
+
+    println!("| what | Redis memory |");
+    println!("| --- | --- |");
+    println!("| a held lock (leasehold: the hash and its TTL) | {held:.0} B |");
+    println!("| a held lock, Redisson's layout written by hand | {held_java:.0} B |");
+    println!("| a request record, until its call has ended | {record:.0} B |");
+    println!(
+        "| a released lock | {left_right_after} of {LOCKS} records right after the last unlock; \
+         {left} keys {} ms later |",
+        SETTLE.as_millis()
+    );
+    println!("| a fair-lock waiter's queue, timeout and grant entries ({WAITERS} waiting) | {fair_waiting:.0} B |");
+    assert_eq!(left, 0, "a released lock leaves nothing");
+    for w in waiters {
+        w.shutdown().await.unwrap();
+    }
     c.shutdown().await.unwrap();
 }

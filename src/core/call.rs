@@ -43,9 +43,17 @@
 //!
 //! Re-sending stops after half the latch TTL; the outcome then stays
 //! unknown, the caller gets the error, and whoever owns the call settles it
-//! in the background (see `hold.rs`). The latch TTL is the longest a copy of
-//! a request may linger on the way and still be recognised; it defaults to
-//! three command timeouts, at least 30 s.
+//! in the background (see `hold.rs`). The latch TTL
+//! (`ClientBuilder::request_record_ttl`) defaults to three command
+//! timeouts, at least 30 s.
+//!
+//! A copy can only reach Redis while its call is in progress: before a
+//! reply that came after fred replaced a connection is returned, every
+//! other connection of the client on that server is killed there
+//! (`fence.rs`), so no byte still on its way to one of them is read. A
+//! record is therefore needed only while its call lasts; once the call's
+//! owner is done with it, the record is deleted (`forget.rs`). A record
+//! whose call's outcome stayed unknown keeps its TTL.
 
 use std::time::Duration;
 

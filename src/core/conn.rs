@@ -89,10 +89,12 @@ static BASE: std::sync::LazyLock<std::time::Instant> =
 
 /// Whether at least a second passed since the time in `last` (ms since
 /// `BASE`); if so, sets it to now. One caller wins a race.
-fn once_a_second(last: &AtomicU64) -> bool {
+/// `last` 0 means never: the first call passes (`BASE` may have been set
+/// just now, by this very call).
+pub(crate) fn once_a_second(last: &AtomicU64) -> bool {
     let now = BASE.elapsed().as_millis() as u64 + 1;
     let then = last.load(Ordering::Relaxed);
-    now.saturating_sub(then) >= 1000
+    (then == 0 || now.saturating_sub(then) >= 1000)
         && last
             .compare_exchange(then, now, Ordering::Relaxed, Ordering::Relaxed)
             .is_ok()
@@ -498,5 +500,20 @@ impl Drop for QuitOnDrop {
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(quit);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The first reset of a process passes, even when it is the call that
+    /// starts the clock (it was skipped: a request that timed out right
+    /// after start did not reconnect a stuck connection).
+    #[test]
+    fn the_first_reset_passes_then_once_a_second() {
+        let last = AtomicU64::new(0);
+        assert!(once_a_second(&last), "the first reset");
+        assert!(!once_a_second(&last), "a second one at once");
     }
 }

@@ -23,7 +23,9 @@
 //!
 //! Cost: one script call per batch (and node), and a `GET` (and a `DEL`)
 //! per distinct record in the batch; a lock taken and given back in a loop
-//! costs one record per batch, not per pair.
+//! costs one record per batch, not per pair. The batches are sent with
+//! `EVAL` (the script is short): in `INFO commandstats` this housekeeping
+//! counts apart from the lock scripts' `EVALSHA`.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -92,6 +94,9 @@ struct Inner {
     calls: AtomicU64,
     checked: AtomicU64,
     deleted: AtomicU64,
+    /// When the connection was last reset for a batch (see
+    /// `conn::once_a_second`).
+    last_reset: AtomicU64,
 }
 
 /// What [`Forget`] has made Redis do: script calls, records read (one
@@ -166,6 +171,19 @@ impl Inner {
         }
     }
 
+    /// Reconnects the command connection, at most once a second.
+    fn reset(&self, redis: &FredClient) {
+        if !super::conn::once_a_second(&self.last_reset) {
+            return;
+        }
+        tracing::warn!("a record batch got another command's reply, or none: reconnecting");
+        let redis = redis.clone();
+        drop(tokio::spawn(async move {
+            use fred::interfaces::ClientLike;
+            let _ = redis.force_reconnection().await;
+        }));
+    }
+
     /// Deletes `batch` (the newest request per record), one call per
     /// target and per [`BATCH`] records.
     async fn delete(&self, redis: &FredClient, route: Route, batch: Vec<(Key, u64)>) {
@@ -194,32 +212,59 @@ impl Inner {
                             .iter()
                             .map(|(_, rid)| Value::Integer(*rid as i64))
                             .collect();
-                        scripts().keys.run::<i64>(redis, &keys, &args).await
+                        scripts().keys.eval::<Value>(redis, None, keys, args).await
                     }
                     Target::Node(node) => {
                         let args = chunk
                             .iter()
                             .flat_map(|(record, rid)| {
-                                [
-                                    Value::Bytes(record.as_bytes().to_vec().into()),
-                                    Value::Integer(*rid as i64),
-                                ]
+                                [Value::from(record.clone()), Value::Integer(*rid as i64)]
                             })
                             .collect();
-                        scripts().node.run_on::<i64>(redis, node, args).await
+                        scripts()
+                            .node
+                            .eval::<Value>(redis, Some(node), Vec::new(), args)
+                            .await
                     }
                 };
-                match sent {
-                    Ok(deleted) => {
-                        self.deleted
-                            .fetch_add(deleted.max(0) as u64, Ordering::Relaxed);
+                match sent.map(|reply| forgot(&reply)) {
+                    Ok(Some(deleted)) => {
+                        self.deleted.fetch_add(deleted, Ordering::Relaxed);
                     }
-                    Err(e) => {
-                        tracing::debug!(error = %e, records = chunk.len(), "records not deleted; they run out with their TTL");
+                    outcome => {
+                        // A reply meant for another command, or none in
+                        // time: the connection may be out of step with its
+                        // replies (requests lost on the way), and the lock
+                        // calls behind this one would take the wrong ones.
+                        // Start it afresh, as a lock call would
+                        // (`Conn::suspect`).
+                        tracing::debug!(
+                            ?outcome,
+                            records = chunk.len(),
+                            "records not deleted; they run out with their TTL"
+                        );
+                        let timed_out = matches!(&outcome, Err(e) if e.kind() == &fred::error::ErrorKind::Timeout);
+                        if matches!(outcome, Ok(None)) || timed_out {
+                            self.reset(redis);
+                        }
                     }
                 }
             }
         }
+    }
+}
+
+/// The count in a batch's reply (`{"forgot", n}`), or `None` if it is
+/// not one.
+fn forgot(reply: &Value) -> Option<u64> {
+    match reply {
+        Value::Array(items) => match items.as_slice() {
+            [word, n] if word.as_str().as_deref() == Some("forgot") => {
+                n.as_i64().map(|n| n.max(0) as u64)
+            }
+            _ => None,
+        },
+        _ => None,
     }
 }
 

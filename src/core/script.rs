@@ -232,6 +232,40 @@ impl Script {
 impl Script {
     /// The arguments of `EVALSHA sha numkeys keys… args…` as a custom
     /// command takes them.
+    /// Runs the script with `EVAL` (its source sent each time: no
+    /// `NOSCRIPT` to handle), by its declared `keys`, or on one cluster
+    /// `node` by address with none. For housekeeping (`forget.rs`): in
+    /// `INFO commandstats` it counts as `EVAL`, apart from the lock
+    /// scripts' `EVALSHA`.
+    pub(crate) async fn eval<R: FromValue>(
+        &self,
+        client: &FredClient,
+        node: Option<&Server>,
+        keys: Vec<Key>,
+        args: Vec<Value>,
+    ) -> FredResult<R> {
+        let mut argv = Vec::with_capacity(2 + keys.len() + args.len());
+        argv.push(Value::String(self.source.as_str().into()));
+        argv.push(Value::Integer(keys.len() as i64));
+        argv.extend(keys.into_iter().map(Value::from));
+        argv.extend(args);
+        let reply = match node {
+            Some(node) => {
+                let on_node = client.with_options(&Options {
+                    cluster_node: Some(node.clone()),
+                    ..Options::default()
+                });
+                let eval = CustomCommand::new_static("EVAL", ClusterHash::Random, false);
+                Box::pin(on_node.custom::<Value, Value>(eval, argv)).await?
+            }
+            None => {
+                let eval = CustomCommand::new_static("EVAL", ClusterHash::FirstKey, false);
+                Box::pin(client.custom::<Value, Value>(eval, argv)).await?
+            }
+        };
+        R::from_value(reply)
+    }
+
     fn argv(&self, keys: Vec<Key>, args: Vec<Value>) -> Vec<Value> {
         let mut argv = Vec::with_capacity(2 + keys.len() + args.len());
         argv.push(Value::String(self.sha1.clone()));

@@ -7,7 +7,8 @@
 -- request of the same owner may have written it since, and its call may
 -- still need it.
 --
--- Reply: how many records were deleted.
+-- Reply: {"forgot", how many records were deleted} (the word tells this
+-- reply from another command's, on a connection out of step).
 --
 -- Retry policy: harmless to run again (a record is deleted at most once,
 -- and only while it holds a request whose call has ended).
@@ -20,4 +21,4 @@ for i, key in ipairs(KEYS) do
         deleted = deleted + 1
     end
 end
-return deleted
+return {'forgot', deleted}

@@ -8,7 +8,8 @@
 -- A record this node does not serve (its slot moved away: redis.pcall
 -- catches the refusal) is left to its TTL.
 --
--- Reply: how many records were deleted.
+-- Reply: {"forgot", how many records were deleted} (the word tells this
+-- reply from another command's, on a connection out of step).
 --
 -- Retry policy: harmless to run again (see forget.lua).
 local deleted = 0
@@ -20,4 +21,4 @@ for i = 1, #ARGV, 2 do
         deleted = deleted + 1
     end
 end
-return deleted
+return {'forgot', deleted}
