@@ -367,3 +367,38 @@ async fn redis_memory_per_held_released_lock_and_fair_waiter() {
     }
     c.shutdown().await.unwrap();
 }
+
+/// A try of a lock someone else holds changes nothing, so it reads and
+/// writes no request record (`Script::latched_after`): `EVALSHA`, `PTTL`,
+/// `HEXISTS`, 3 commands (5 before: the record's `GET` and `SET` too).
+/// Most tries of a hot lock are such tries (issue 31: the herd).
+#[tokio::test]
+async fn a_refused_try_costs_three_commands_and_no_record() {
+    const TRIES: u64 = 100;
+    let server = RedisServer::start();
+    let (holder, other) = (client(&server).await, client(&server).await);
+    let held = holder.lock("busy").lock().await.unwrap();
+    let lock = other.lock("busy");
+    assert!(lock.try_lock().await.unwrap().is_none(), "warm-up try");
+    tokio::time::sleep(SETTLE).await;
+    let before = (commands(&server), forgotten(&other), forgotten(&holder));
+    for _ in 0..TRIES {
+        assert!(lock.try_lock().await.unwrap().is_none());
+    }
+    tokio::time::sleep(SETTLE).await;
+    let after = (commands(&server), forgotten(&other), forgotten(&holder));
+    let forgetting =
+        |a: (u64, u64, u64), b: (u64, u64, u64)| (a.0 - b.0) + (a.1 - b.1) + (a.2 - b.2);
+    let spent = after.0 - before.0 - forgetting(after.1, before.1) - forgetting(after.2, before.2);
+    println!("{TRIES} refused tries: {spent} Redis commands");
+    assert_eq!(spent, 3 * TRIES, "Redis commands per refused try changed");
+    let records: Vec<String> = request_records(&server)
+        .into_iter()
+        .filter(|r| r.contains(&other.id().to_string()))
+        .collect();
+    assert!(
+        records.is_empty(),
+        "the refused tries left records: {records:?}"
+    );
+    held.unlock().await.unwrap();
+}

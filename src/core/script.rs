@@ -15,6 +15,17 @@
 //! request replays the recorded reply instead of running twice (see
 //! `call.rs`).
 //!
+//! # A check before the record
+//!
+//! Most tries of a busy lock are refused, and a refused try changes
+//! nothing. A latched script may start with a check
+//! ([`Script::latched_after`]) that answers such a try before the record
+//! is read, and writes none: a busy try then costs the check's reads only
+//! (the plain lock's: `PTTL`, `HEXISTS`), not the record's `GET` and
+//! `SET`. Nothing is lost: a refused try has no effect to replay, and a
+//! copy of it that runs later is either refused again or, the state
+//! changed, goes through the record like any request.
+//!
 //! # Cluster redirections
 //!
 //! fred 10.1 follows an `ASK` redirection by writing `ASKING` to the
@@ -61,6 +72,7 @@ pub(crate) struct Script {
 }
 
 const LATCH_PROLOGUE: &str = include_str!("scripts/latch_prologue.lua");
+const LATCH_EARLY: &str = include_str!("scripts/latch_early.lua");
 const LATCH_EPILOGUE: &str = include_str!("scripts/latch_epilogue.lua");
 
 impl Script {
@@ -75,6 +87,24 @@ impl Script {
     /// arguments the latch TTL and the request id).
     pub(crate) fn latched(name: &'static str, body: &'static str) -> Script {
         Script::new(name, format!("{LATCH_PROLOGUE}{body}{LATCH_EPILOGUE}"))
+    }
+
+    /// A mutation whose `check` runs before its record is read: the check
+    /// may set `early` to the reply of a try that changes nothing (a lock
+    /// someone else holds), which is answered at once, the rid in front,
+    /// without reading or writing the record. A copy of such a try that
+    /// runs again is answered by the same check, or (the state changed)
+    /// goes through the record like any request; either way it changes
+    /// nothing twice. The check may set values the body reads.
+    pub(crate) fn latched_after(
+        name: &'static str,
+        check: &'static str,
+        body: &'static str,
+    ) -> Script {
+        Script::new(
+            name,
+            format!("{check}{LATCH_EARLY}{LATCH_PROLOGUE}{body}{LATCH_EPILOGUE}"),
+        )
     }
 
     fn new(name: &'static str, source: String) -> Script {

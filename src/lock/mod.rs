@@ -138,16 +138,26 @@ struct LockKind;
 /// TTL needs), whichever handle took its holds.
 const TAG: u8 = 1;
 
+/// The acquire's check that someone else holds the lock, before the
+/// record (`Script::latched_after`); it sets `early` and `pttl`.
+const BUSY_CHECK: &str = include_str!("scripts/busy.lua");
 /// The acquire script's body (it defines `local function body()`), before
 /// the latch wraps it.
 const ACQUIRE_BODY: &str = include_str!("scripts/acquire.lua");
+/// The acquire without its record: the check, its early reply as it is,
+/// then the body (for the bare-script baseline of `compare/`).
+const ACQUIRE_BARE: &str = concat!(
+    include_str!("scripts/busy.lua"),
+    "if early then return early end\n",
+    include_str!("scripts/acquire.lua")
+);
 /// The release script's body, before the latch wraps it.
 const RELEASE_BODY: &str = include_str!("scripts/release.lua");
 
 fn scripts() -> &'static Scripts {
     static SCRIPTS: OnceLock<Scripts> = OnceLock::new();
     SCRIPTS.get_or_init(|| Scripts {
-        acquire: Script::latched("lock.acquire", ACQUIRE_BODY),
+        acquire: Script::latched_after("lock.acquire", BUSY_CHECK, ACQUIRE_BODY),
         release: Script::latched("lock.release", RELEASE_BODY),
         force_unlock: Script::latched(
             "lock.force_unlock",
@@ -197,7 +207,7 @@ pub(crate) fn script_sources() -> (&'static str, &'static str) {
 /// The bodies of the acquire and release scripts, without the latch, for
 /// the bare-script baseline of `compare/`.
 pub(crate) fn script_bodies() -> (&'static str, &'static str) {
-    (ACQUIRE_BODY, RELEASE_BODY)
+    (ACQUIRE_BARE, RELEASE_BODY)
 }
 
 // === impl Client ===

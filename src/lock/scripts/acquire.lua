@@ -14,22 +14,21 @@
 -- the lock must not expire before the longest live hold of the owner.
 --
 -- Retry policy: idempotent by request id; re-sent with the same rid until
--- a reply arrives (core/call.rs).
+-- a reply arrives (core/call.rs). Sent after busy.lua (a refused try
+-- touches no record).
 local function body()
-    -- One PTTL answers both "is the key there" and "for how long": a new
-    -- key costs PTTL, HINCRBY, PEXPIRE; a busy one PTTL, HEXISTS.
-    local pttl = redis.call('pttl', KEYS[1])
+    -- `pttl` was read by busy.lua, which answered a lock held by someone
+    -- else: a new key costs PTTL, HINCRBY, PEXPIRE; a re-entry PTTL,
+    -- HEXISTS, HINCRBY (and PEXPIRE if the TTL must rise); a busy one PTTL,
+    -- HEXISTS and no record.
     if pttl == -2 then
         redis.call('hincrby', KEYS[1], ARGV[2], 1)
         redis.call('pexpire', KEYS[1], ARGV[1])
         return {1, 1}
     end
-    if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
-        local count = redis.call('hincrby', KEYS[1], ARGV[2], 1)
-        if pttl < tonumber(ARGV[1]) then
-            redis.call('pexpire', KEYS[1], ARGV[1])
-        end
-        return {1, count}
+    local count = redis.call('hincrby', KEYS[1], ARGV[2], 1)
+    if pttl < tonumber(ARGV[1]) then
+        redis.call('pexpire', KEYS[1], ARGV[1])
     end
-    return {0, pttl}
+    return {1, count}
 end
