@@ -87,7 +87,13 @@ impl Raw {
             .evalsha(
                 self.acquire.as_str(),
                 vec![key, latch.as_str()],
-                vec![Value::from(30000), field.into(), 30000.into(), rid().into()],
+                vec![
+                    Value::from(30000),
+                    field.into(),
+                    1.into(),
+                    30000.into(),
+                    rid().into(),
+                ],
             )
             .await
             .expect("acquire");
@@ -108,6 +114,7 @@ impl Raw {
                     field.into(),
                     1.into(),
                     "publish".into(),
+                    1.into(),
                     30000.into(),
                     rid().into(),
                 ],

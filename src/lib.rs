@@ -168,20 +168,22 @@ pub use semaphore::{Permit, Semaphore};
 #[doc(hidden)]
 pub mod __bench {
     /// The lock's `acquire` and `release` scripts, as sent. Acquire: KEYS
-    /// `[lock, latch]`, ARGV `[lease ms, field, latch ttl ms, rid]`;
-    /// release: KEYS `[lock, channel, latch]`, ARGV `[ttl ms, field, 1,
-    /// "publish", latch ttl ms, rid]`; the latch is
+    /// `[lock, latch]`, ARGV `[lease ms, field, 1, latch ttl ms, rid]`
+    /// (1: the record may go unread on a new key); release: KEYS `[lock,
+    /// channel, latch]`, ARGV `[ttl ms, field, 1, "publish", expected
+    /// count (1), latch ttl ms, rid]`; the latch is
     /// `leasehold_latch:{lock}:<field>` and the rid grows per latch.
     pub fn lock_scripts() -> (&'static str, &'static str) {
         crate::lock::script_sources()
     }
 
     /// The bodies of the lock's `acquire` and `release` scripts, without
-    /// the latch: each defines `local function body()` and reads KEYS and
-    /// ARGV as [`lock_scripts`] sends them, less the latch key (the last
-    /// key) and the latch TTL and rid (the last two arguments). Sent as
-    /// `<body>\nreturn body()`, it runs the lock's logic alone, with no
-    /// request record, and replies without the rid in front.
+    /// the latch: each is its check (`acquire_check.lua`,
+    /// `release_check.lua`) and defines `local function body()`, and reads
+    /// KEYS and ARGV as [`lock_scripts`] sends them, less the latch key
+    /// (the last key) and the latch TTL and rid (the last two arguments).
+    /// Sent as `<body>\nreturn body()`, it runs the lock's logic alone,
+    /// with no request record, and replies without the rid in front.
     pub fn lock_script_bodies() -> (&'static str, &'static str) {
         crate::lock::script_bodies()
     }

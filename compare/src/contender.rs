@@ -45,34 +45,37 @@ mod raw_args {
         }
     }
 
-    /// `acquire.lua`: KEYS = [lock, latch], ARGV = [lease ms, owner field,
-    /// latch TTL ms, request id] (bare: KEYS = [lock], ARGV = [lease ms,
-    /// owner field]).
+    /// `acquire.lua` (after `acquire_check.lua`): KEYS = [lock, latch],
+    /// ARGV = [lease ms, owner field, 1 (the record may go unread on a new
+    /// key), latch TTL ms, request id] (bare: KEYS = [lock], ARGV without
+    /// the last two).
     pub fn acquire(name: &str, field: &str, latched: bool) -> (Vec<String>, Vec<String>) {
         let mut keys = Vec::with_capacity(2);
         keys.push(name.to_owned());
-        let mut args = Vec::with_capacity(4);
-        args.extend([LEASE.as_millis().to_string(), field.to_owned()]);
+        let mut args = Vec::with_capacity(5);
+        args.extend([LEASE.as_millis().to_string(), field.to_owned(), "1".into()]);
         latch(latched, name, field, &mut keys, &mut args);
         (keys, args)
     }
 
-    /// `release.lua`: KEYS = [lock, unlock channel, latch], ARGV = [TTL ms
-    /// while holds remain, owner field, holds given back, publish command,
-    /// latch TTL ms, request id] (bare: without the latch key and the last
-    /// two arguments).
+    /// `release.lua` (after `release_check.lua`): KEYS = [lock, unlock
+    /// channel, latch], ARGV = [TTL ms while holds remain, owner field,
+    /// holds given back, publish command, the count expected (1: the one
+    /// hold), latch TTL ms, request id] (bare: without the latch key and
+    /// the last two arguments).
     pub fn release(name: &str, field: &str, latched: bool) -> (Vec<String>, Vec<String>) {
         let mut keys = Vec::with_capacity(3);
         keys.extend([
             name.to_owned(),
             format!("redisson_lock__channel:{{{name}}}"),
         ]);
-        let mut args = Vec::with_capacity(6);
+        let mut args = Vec::with_capacity(7);
         args.extend([
             LEASE.as_millis().to_string(),
             field.to_owned(),
             "1".into(),
             "publish".into(),
+            "1".into(),
         ]);
         latch(latched, name, field, &mut keys, &mut args);
         (keys, args)

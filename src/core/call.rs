@@ -251,6 +251,9 @@ impl Call {
             };
             if conn.is_closed() || Instant::now() + pause >= give_up {
                 tracing::warn!(script = self.script.name(), rid = self.rid, error = %error, "outcome still unknown");
+                // A copy may still be on its way: newer requests read
+                // their records (`Conn::records_optional`).
+                conn.unsettled();
                 return Err(error);
             }
             tracing::debug!(script = self.script.name(), rid = self.rid, error = %error, "outcome unknown: sending the request again");

@@ -59,6 +59,11 @@ pub(crate) struct Conn {
     pub(crate) fence: Arc<Fence>,
     /// Request records whose calls have ended, to delete (`forget.rs`).
     forget: Forget,
+    /// Until when (ms since `BASE`) requests must read their record even
+    /// on what looks like a first run: a call ended with an unknown
+    /// outcome, or a replaced connection could not be killed (see
+    /// [`Conn::records_optional`]). 0: never set.
+    unsettled_until: AtomicU64,
 }
 
 /// Connection settings kept to build a fresh connection later (the
@@ -130,6 +135,7 @@ impl Conn {
             unanswered_since: AtomicU64::new(0),
             fence: Arc::default(),
             forget: Forget::default(),
+            unsettled_until: AtomicU64::new(0),
         }
     }
 
@@ -222,6 +228,7 @@ impl Conn {
                 unanswered_since: AtomicU64::new(0),
                 fence,
                 forget: Forget::default(),
+                unsettled_until: AtomicU64::new(0),
             },
             subscriber,
             task,
@@ -266,6 +273,7 @@ impl Conn {
             unanswered_since: AtomicU64::new(0),
             fence: Arc::new(Fence::new(&redis)),
             forget: Forget::default(),
+            unsettled_until: AtomicU64::new(0),
             redis,
         })
     }
@@ -315,8 +323,28 @@ impl Conn {
         if self.fence.moved(&self.redis) {
             if let Err(e) = self.fence.sweep(&self.redis).await {
                 tracing::warn!(error = %e, "could not kill a replaced command connection on the server; checking again at the next call");
+                self.unsettled();
             }
         }
+    }
+
+    /// Whether a new request may skip reading its record when what its
+    /// script reads proves the request's first run (the plain lock's
+    /// checks, `core/script.rs`): true unless, within the last record TTL,
+    /// a call of this client ended with an unknown outcome or a replaced
+    /// connection could not be killed. Then a copy of an older request
+    /// may still reach Redis, and only the record tells it apart.
+    pub(crate) fn records_optional(&self) -> bool {
+        let until = self.unsettled_until.load(Ordering::Relaxed);
+        until == 0 || BASE.elapsed().as_millis() as u64 >= until
+    }
+
+    /// A call ended with an unknown outcome (or a replaced connection
+    /// could not be killed): requests read their records for a record TTL.
+    pub(crate) fn unsettled(&self) {
+        let until =
+            BASE.elapsed().as_millis() as u64 + 1 + self.settings.latch_ttl.as_millis() as u64;
+        self.unsettled_until.fetch_max(until, Ordering::Relaxed);
     }
 
     /// Hands over the request record `record`, which request `rid` wrote,
@@ -510,6 +538,17 @@ mod tests {
     /// The first reset of a process passes, even when it is the call that
     /// starts the clock (it was skipped: a request that timed out right
     /// after start did not reconnect a stuck connection).
+    /// After a call ends with an unknown outcome, new requests read their
+    /// records for a record TTL (a copy of the older one may be on its
+    /// way, and only the record tells it apart).
+    #[test]
+    fn an_unknown_outcome_makes_records_required() {
+        let conn = Conn::offline();
+        assert!(conn.records_optional());
+        conn.unsettled();
+        assert!(!conn.records_optional());
+    }
+
     #[test]
     fn the_first_reset_passes_then_once_a_second() {
         let last = AtomicU64::new(0);

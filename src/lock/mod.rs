@@ -138,27 +138,36 @@ struct LockKind;
 /// TTL needs), whichever handle took its holds.
 const TAG: u8 = 1;
 
-/// The acquire's check that someone else holds the lock, before the
-/// record (`Script::latched_after`); it sets `early` and `pttl`.
-const BUSY_CHECK: &str = include_str!("scripts/busy.lua");
+/// The acquire's check before the record (`Script::latched_after`): a
+/// lock someone else holds, or a first run; it sets `early`,
+/// `read_record` and `pttl`.
+const ACQUIRE_CHECK: &str = include_str!("scripts/acquire_check.lua");
+/// The release's check before the record: a first run; it sets `early`,
+/// `read_record` and `count`.
+const RELEASE_CHECK: &str = include_str!("scripts/release_check.lua");
 /// The acquire script's body (it defines `local function body()`), before
 /// the latch wraps it.
 const ACQUIRE_BODY: &str = include_str!("scripts/acquire.lua");
 /// The acquire without its record: the check, its early reply as it is,
 /// then the body (for the bare-script baseline of `compare/`).
 const ACQUIRE_BARE: &str = concat!(
-    include_str!("scripts/busy.lua"),
+    include_str!("scripts/acquire_check.lua"),
     "if early then return early end\n",
     include_str!("scripts/acquire.lua")
 );
 /// The release script's body, before the latch wraps it.
 const RELEASE_BODY: &str = include_str!("scripts/release.lua");
+/// The release without its record (for the bare-script baseline).
+const RELEASE_BARE: &str = concat!(
+    include_str!("scripts/release_check.lua"),
+    include_str!("scripts/release.lua")
+);
 
 fn scripts() -> &'static Scripts {
     static SCRIPTS: OnceLock<Scripts> = OnceLock::new();
     SCRIPTS.get_or_init(|| Scripts {
-        acquire: Script::latched_after("lock.acquire", BUSY_CHECK, ACQUIRE_BODY),
-        release: Script::latched("lock.release", RELEASE_BODY),
+        acquire: Script::latched_after("lock.acquire", ACQUIRE_CHECK, ACQUIRE_BODY),
+        release: Script::latched_after("lock.release", RELEASE_CHECK, RELEASE_BODY),
         force_unlock: Script::latched(
             "lock.force_unlock",
             include_str!("scripts/force_unlock.lua"),
@@ -207,7 +216,7 @@ pub(crate) fn script_sources() -> (&'static str, &'static str) {
 /// The bodies of the acquire and release scripts, without the latch, for
 /// the bare-script baseline of `compare/`.
 pub(crate) fn script_bodies() -> (&'static str, &'static str) {
-    (ACQUIRE_BARE, RELEASE_BODY)
+    (ACQUIRE_BARE, RELEASE_BARE)
 }
 
 // === impl Client ===
@@ -700,7 +709,12 @@ impl Target for LockTarget<'_> {
             &lease.conn,
             self.script,
             std::iter::once(lease.key()).chain(self.extra_keys.iter().cloned()),
-            [lease_ms.into(), Value::String(lease.field())],
+            [
+                lease_ms.into(),
+                Value::String(lease.field()),
+                // acquire_check.lua: the record may go unread on a new key.
+                i64::from(lease.conn.records_optional()).into(),
+            ],
             &lease.latch(),
             rid,
         )
@@ -725,6 +739,14 @@ impl Kind for LockKind {
                 Value::String(lease.field()),
                 i64::from(count).into(),
                 lease.conn.publish_command().into(),
+                // release_check.lua: the count this owner's field holds
+                // now, if nothing of the client is unknown (0: read the
+                // record as always).
+                if lease.conn.records_optional() {
+                    i64::from(lease.holds()).into()
+                } else {
+                    0.into()
+                },
             ],
             &lease.latch(),
             rid,

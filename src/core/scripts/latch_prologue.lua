@@ -11,24 +11,29 @@
 --   * rid is older than the recorded one: a call that arrived after a newer
 --     one of the same owner ran (e.g. delayed in a proxy). It never runs;
 --     the reply is {rid, -1}.
+--   * `read_record` false (a check before the record, core/script.rs,
+--     proved this is the request's first run: see the lock's check.lua):
+--     the record is not read, and the body runs.
 --   * otherwise the body runs (the function `body` the script defines; it
 --     returns an array of integers whose first is a status >= 0) and its
 --     reply, with the rid put in front, is recorded and returned.
 local latch_key = KEYS[#KEYS]
 local rid = ARGV[#ARGV]
-local latch = redis.call('get', latch_key)
-if latch then
-    local sep = string.find(latch, '|', 1, true)
-    local last = string.sub(latch, 1, sep - 1)
-    if last == rid then
-        local replay = {}
-        for n in string.gmatch(string.sub(latch, sep + 1), '[^,]+') do
-            replay[#replay + 1] = tonumber(n)
+if read_record then
+    local latch = redis.call('get', latch_key)
+    if latch then
+        local sep = string.find(latch, '|', 1, true)
+        local last = string.sub(latch, 1, sep - 1)
+        if last == rid then
+            local replay = {}
+            for n in string.gmatch(string.sub(latch, sep + 1), '[^,]+') do
+                replay[#replay + 1] = tonumber(n)
+            end
+            replay[1] = -replay[1]
+            return replay
         end
-        replay[1] = -replay[1]
-        return replay
-    end
-    if tonumber(last) > tonumber(rid) then
-        return {tonumber(rid), -1}
+        if tonumber(last) > tonumber(rid) then
+            return {tonumber(rid), -1}
+        end
     end
 end

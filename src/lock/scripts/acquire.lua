@@ -4,8 +4,9 @@
 -- KEYS[2]  the latch of this owner on this lock (see core/scripts/latch_prologue.lua)
 -- ARGV[1]  lease in milliseconds
 -- ARGV[2]  owner field: "<client-uuid>:<owner-id>"
--- ARGV[3]  latch TTL in milliseconds
--- ARGV[4]  request id
+-- ARGV[3]  1: the record may go unread on a first run (acquire_check.lua)
+-- ARGV[4]  latch TTL in milliseconds
+-- ARGV[5]  request id
 --
 -- Reply (after the rid the latch puts in front): {1, count} when the caller
 -- now holds the lock (its hold count, now `count`, went up by one), or
@@ -14,13 +15,13 @@
 -- the lock must not expire before the longest live hold of the owner.
 --
 -- Retry policy: idempotent by request id; re-sent with the same rid until
--- a reply arrives (core/call.rs). Sent after busy.lua (a refused try
--- touches no record).
+-- a reply arrives (core/call.rs). Sent after acquire_check.lua (a refused
+-- try touches no record).
 local function body()
-    -- `pttl` was read by busy.lua, which answered a lock held by someone
-    -- else: a new key costs PTTL, HINCRBY, PEXPIRE; a re-entry PTTL,
-    -- HEXISTS, HINCRBY (and PEXPIRE if the TTL must rise); a busy one PTTL,
-    -- HEXISTS and no record.
+    -- `pttl` was read by acquire_check.lua, which answered a lock held by
+    -- someone else: a new key costs PTTL, HINCRBY, PEXPIRE; a re-entry
+    -- PTTL, HEXISTS, HINCRBY (and PEXPIRE if the TTL must rise); a busy one
+    -- PTTL, HEXISTS and no record.
     if pttl == -2 then
         redis.call('hincrby', KEYS[1], ARGV[2], 1)
         redis.call('pexpire', KEYS[1], ARGV[1])

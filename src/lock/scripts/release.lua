@@ -8,19 +8,19 @@
 -- ARGV[2]  owner field
 -- ARGV[3]  how many holds to give back (1; all of them on shutdown)
 -- ARGV[4]  "publish", or "spublish" for sharded pub/sub on a cluster
--- ARGV[5]  latch TTL in milliseconds
--- ARGV[6]  request id
+-- ARGV[5]  the hold count expected before this release (release_check.lua)
+-- ARGV[6]  latch TTL in milliseconds
+-- ARGV[7]  request id
 --
 -- Reply (after the rid): {0} the field is missing (the caller does not
 -- hold the lock; nothing changed), {1, left} holds remain, {2} the lock
 -- was freed: key deleted and "0" published, as Redisson's unlock does.
 --
 -- Retry policy: idempotent by request id (a re-send never gives back a
--- hold twice).
+-- hold twice). Sent after release_check.lua, which reads the count.
 local function body()
-    -- One HGET reads the count: the last hold costs HGET, DEL, PUBLISH;
-    -- an inner one HGET, HSET, PEXPIRE.
-    local count = redis.call('hget', KEYS[1], ARGV[2])
+    -- `count` was read by release_check.lua: the last hold costs HGET,
+    -- DEL, PUBLISH; an inner one HGET, HSET, PEXPIRE.
     if not count then
         return {0}
     end
