@@ -69,6 +69,14 @@ pub enum Error {
     )]
     RuntimeGone,
 
+    /// leasehold's own invariant was broken: Redis answered a request with
+    /// something leasehold's scripts never send (a fresh request reported
+    /// as overtaken by a newer one of its owner, a script reply of the
+    /// wrong shape). Not a fault of Redis or of the network, and not
+    /// retried: please report it as a bug, with the message.
+    #[error("leasehold invariant broken (please report this as a bug): {0}")]
+    Protocol(String),
+
     /// Redis, or the connection to it, failed.
     ///
     /// An acquire or unlock whose outcome stays unknown (the connection
@@ -211,6 +219,10 @@ impl Error {
     pub(crate) fn invalid(what: impl Into<String>) -> Error {
         Error::InvalidArgument(what.into())
     }
+
+    pub(crate) fn protocol(what: impl Into<String>) -> Error {
+        Error::Protocol(what.into())
+    }
 }
 
 /// Whether a failed command may still have run: the connection dropped or
@@ -274,4 +286,20 @@ fn describe_no_quorum(name: &str, quorum: usize, servers: &[ServerResult]) -> St
         servers.len(),
         each.join("; ")
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Error;
+
+    /// leasehold's own invariant breaches are their own variant, neither a
+    /// Redis error nor an unknown outcome (they are not retried), and say
+    /// they are a bug.
+    #[test]
+    fn an_invariant_breach_is_not_a_redis_error() {
+        let e = Error::protocol("a fresh acquire was reported stale");
+        assert!(matches!(e, Error::Protocol(_)));
+        assert!(!e.is_outcome_unknown() && !e.is_transient());
+        assert!(e.to_string().contains("bug"), "{e}");
+    }
 }

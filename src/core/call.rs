@@ -193,10 +193,7 @@ impl Call {
                 conn.forget_record(latch, rid);
                 Ok(reply)
             }
-            Outcome::Stale => Err(crate::Error::Redis(fred::error::Error::new(
-                fred::error::ErrorKind::Protocol,
-                "a one-off call was reported stale",
-            ))),
+            Outcome::Stale => Err(crate::Error::protocol("a one-off call was reported stale")),
         }
     }
 

@@ -178,7 +178,7 @@ pub(crate) async fn acquire(
         }
         Ok(Outcome::Stale) => {
             flight.finish();
-            return Err(Error::Redis(protocol("a fresh acquire was reported stale")));
+            return Err(Error::protocol("a fresh acquire was reported stale"));
         }
         // Still unknown: a background job keeps resolving it.
         Err(e) => return Err(Error::Redis(e)),
@@ -532,7 +532,7 @@ impl Hold {
             Ok(Outcome::Stale) => {
                 flight.finish();
                 record_release(&span, Err(()));
-                Err(Error::Redis(protocol("a fresh release was reported stale")))
+                Err(Error::protocol("a fresh release was reported stale"))
             }
             // A background job keeps resolving it.
             Err(e) => {
@@ -839,8 +839,4 @@ fn record_release(span: &Span, outcome: std::result::Result<ReleaseReply, ()>) {
         Err(()) => "error",
     };
     span.record("outcome", outcome);
-}
-
-fn protocol(details: &'static str) -> fred::error::Error {
-    fred::error::Error::new(fred::error::ErrorKind::Protocol, details)
 }

@@ -86,12 +86,7 @@ pub(crate) async fn holders_of(redis: &fred::clients::Client, key: &Key) -> Resu
         .holders
         .run(redis, std::slice::from_ref(key), &[])
         .await?;
-    parse(reply).ok_or_else(|| {
-        Error::Redis(fred::error::Error::new(
-            fred::error::ErrorKind::Protocol,
-            "unexpected reply to the holders script",
-        ))
-    })
+    parse(reply).ok_or_else(|| Error::protocol("unexpected reply to the holders script"))
 }
 
 /// Reads the script's reply: `{pttl, field, value, …}`.
