@@ -90,7 +90,7 @@ impl Raw {
                 vec![
                     Value::from(30000),
                     field.into(),
-                    1.into(),
+                    0.into(),
                     30000.into(),
                     rid().into(),
                 ],

@@ -168,8 +168,8 @@ pub use semaphore::{Permit, Semaphore};
 #[doc(hidden)]
 pub mod __bench {
     /// The lock's `acquire` and `release` scripts, as sent. Acquire: KEYS
-    /// `[lock, latch]`, ARGV `[lease ms, field, 1, latch ttl ms, rid]`
-    /// (1: the record may go unread on a new key); release: KEYS `[lock,
+    /// `[lock, latch]`, ARGV `[lease ms, field, 0, latch ttl ms, rid]`
+    /// (0: the holds counted before); release: KEYS `[lock,
     /// channel, latch]`, ARGV `[ttl ms, field, 1, "publish", expected
     /// count (1), latch ttl ms, rid]`; the latch is
     /// `leasehold_latch:{lock}:<field>` and the rid grows per latch.

@@ -46,14 +46,14 @@ mod raw_args {
     }
 
     /// `acquire.lua` (after `acquire_check.lua`): KEYS = [lock, latch],
-    /// ARGV = [lease ms, owner field, 1 (the record may go unread on a new
-    /// key), latch TTL ms, request id] (bare: KEYS = [lock], ARGV without
-    /// the last two).
+    /// ARGV = [lease ms, owner field, 0 (the holds counted before: none),
+    /// latch TTL ms, request id] (bare: KEYS = [lock], ARGV without the
+    /// last two).
     pub fn acquire(name: &str, field: &str, latched: bool) -> (Vec<String>, Vec<String>) {
         let mut keys = Vec::with_capacity(2);
         keys.push(name.to_owned());
         let mut args = Vec::with_capacity(5);
-        args.extend([LEASE.as_millis().to_string(), field.to_owned(), "1".into()]);
+        args.extend([LEASE.as_millis().to_string(), field.to_owned(), "0".into()]);
         latch(latched, name, field, &mut keys, &mut args);
         (keys, args)
     }

@@ -712,8 +712,13 @@ impl Target for LockTarget<'_> {
             [
                 lease_ms.into(),
                 Value::String(lease.field()),
-                // acquire_check.lua: the record may go unread on a new key.
-                i64::from(lease.conn.records_optional()).into(),
+                // acquire_check.lua: the holds the client counts, if
+                // nothing of the client is unknown (-1: use the record).
+                if lease.conn.records_optional() {
+                    i64::from(lease.holds()).into()
+                } else {
+                    (-1).into()
+                },
             ],
             &lease.latch(),
             rid,

@@ -4,7 +4,8 @@
 -- KEYS[2]  the latch of this owner on this lock (see core/scripts/latch_prologue.lua)
 -- ARGV[1]  lease in milliseconds
 -- ARGV[2]  owner field: "<client-uuid>:<owner-id>"
--- ARGV[3]  1: the record may go unread on a first run (acquire_check.lua)
+-- ARGV[3]  the hold count the client counts before this acquire, or -1
+--          (acquire_check.lua)
 -- ARGV[4]  latch TTL in milliseconds
 -- ARGV[5]  request id
 --
@@ -19,9 +20,10 @@
 -- try touches no record).
 local function body()
     -- `pttl` was read by acquire_check.lua, which answered a lock held by
-    -- someone else: a new key costs PTTL, HINCRBY, PEXPIRE; a re-entry
-    -- PTTL, HEXISTS, HINCRBY (and PEXPIRE if the TTL must rise); a busy one
-    -- PTTL, HEXISTS and no record.
+    -- someone else and a copy that already ran: a new key costs PTTL,
+    -- HINCRBY, PEXPIRE; a re-entry PTTL, HGET, HINCRBY (and PEXPIRE if the
+    -- TTL must rise); a busy one PTTL, HGET. With the client's count
+    -- matching Redis, no record is read or written.
     if pttl == -2 then
         redis.call('hincrby', KEYS[1], ARGV[2], 1)
         redis.call('pexpire', KEYS[1], ARGV[1])

@@ -11,10 +11,13 @@
 -- The field holding exactly that count proves this is the request's
 -- first run: a copy that ran before lowered it (or deleted it), and only
 -- this owner's own requests, one at a time, change it. Then the record
--- is not read. Any other count, or none, reads the record: a copy that
+-- is not read (it is written: a copy of this release finds the field
+-- lowered or gone, and only the record tells "released" from "lost
+-- before"). Any other count, or none, reads the record: a copy that
 -- already ran replays its reply.
 --
 -- Sets `count` (the field's value, or false) for the body.
 local count = redis.call('hget', KEYS[1], ARGV[2])
-local early = nil
+local early, early_replay = nil, false
 local read_record = not (ARGV[5] ~= '0' and count == ARGV[5])
+local write_record = true
