@@ -300,6 +300,38 @@ async fn requirepass_server() {
     );
 }
 
+/// A user that may not name its connections, nor list or kill clients
+/// (a managed Redis that restricts `CLIENT`): the client still connects
+/// and locks (connections are not named; a replaced one is killed by its
+/// id where that is allowed, and otherwise the bound is the record's TTL).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_without_client_setname_still_locks() {
+    let server = RedisServer::start_with(&["--requirepass", "s3cret"]).with_password("s3cret");
+    assert_eq!(
+        server.cmd(&[
+            "ACL",
+            "SETUSER",
+            "app",
+            "on",
+            ">pw",
+            "~*",
+            "&*",
+            "+@all",
+            "-client|setname",
+            "-client|list",
+            "-client|kill",
+        ]),
+        "OK"
+    );
+    let port = server.port();
+    within(
+        Duration::from_secs(60),
+        "locks through a user without CLIENT SETNAME",
+        works_through(&format!("redis://app:pw@127.0.0.1:{port}"), "restricted"),
+    )
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acl_user() {
     let server = RedisServer::start_with(&["--requirepass", "s3cret"]).with_password("s3cret");

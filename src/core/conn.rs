@@ -148,6 +148,25 @@ impl Conn {
         settings: Settings,
         sharded: Option<bool>,
     ) -> crate::Result<(Conn, SubscriberClient, fred::types::ConnectHandle)> {
+        match Conn::connect_as(settings.clone(), sharded, true).await {
+            // A user that may not name its connections (a managed Redis
+            // that restricts `CLIENT`): connect without names; the fence
+            // then kills a replaced connection by its id (`fence.rs`).
+            Err(crate::Error::Redis(e)) if e.details().contains("client name") => {
+                tracing::warn!(error = %e, "CLIENT SETNAME refused: connecting without connection names");
+                Conn::connect_as(settings, sharded, false).await
+            }
+            other => other,
+        }
+    }
+
+    /// [`connect`](Self::connect), naming every command connection after
+    /// the client (`named`) or not.
+    async fn connect_as(
+        settings: Settings,
+        sharded: Option<bool>,
+        named: bool,
+    ) -> crate::Result<(Conn, SubscriberClient, fred::types::ConnectHandle)> {
         let timeout = settings.command_timeout;
         let mut builder = Builder::from_config(settings.config.clone());
         builder
@@ -158,7 +177,7 @@ impl Conn {
                 // Every connection carries the client's fred id as its
                 // name, so a replaced one can be found and killed on the
                 // server (`fence.rs`).
-                c.auto_client_setname = true;
+                c.auto_client_setname = named;
                 // A write, an ASKING and the write after it (see the module
                 // docs): latched scripts make the re-sends harmless.
                 c.max_command_attempts = 3;
@@ -211,7 +230,7 @@ impl Conn {
             Some(forced) => forced,
             None => clustered && v7,
         };
-        let fence = Arc::new(Fence::new(&redis));
+        let fence = Arc::new(Fence::new(&redis, named));
         opened.0.clear();
         opened.1 = None;
         Ok((
@@ -271,7 +290,7 @@ impl Conn {
             last_reset: AtomicU64::new(0),
             last_refresh: AtomicU64::new(0),
             unanswered_since: AtomicU64::new(0),
-            fence: Arc::new(Fence::new(&redis)),
+            fence: Arc::new(Fence::new(&redis, false)),
             forget: Forget::default(),
             unsettled_until: AtomicU64::new(0),
             redis,

@@ -41,8 +41,10 @@
 //!
 //! * A user without the `CLIENT KILL` permission (an ACL without
 //!   `@admin`/`@dangerous`): the kill is refused, a warning is logged once,
-//!   and the bound is the record's TTL again. Without `CLIENT LIST` only,
-//!   the connection the fence last saw is killed by its id.
+//!   and the bound is the record's TTL again. Without `CLIENT LIST`, or
+//!   without `CLIENT SETNAME` (the client then connects with unnamed
+//!   connections), only the connection the fence last saw is killed, by
+//!   its id: one fred made and dropped between two sweeps is not.
 //! * A server that left a cluster's map cannot be reached to kill its old
 //!   connection; its slots moved away, so its copies find keys that are not
 //!   served there any more.
@@ -70,13 +72,19 @@ pub(crate) struct Fence {
     sweeping: tokio::sync::Mutex<()>,
     /// `CLIENT KILL` was refused (no permission): warned once.
     refused: AtomicBool,
+    /// The client's connections carry its name (`CLIENT SETNAME` was
+    /// allowed): a sweep finds them by it. Otherwise it kills the
+    /// connection it last saw, by id.
+    named: bool,
 }
 
 impl Fence {
-    /// A fence that has seen `redis`'s current connections.
-    pub(crate) fn new(redis: &FredClient) -> Fence {
+    /// A fence that has seen `redis`'s current connections; `named`: they
+    /// carry the client's name.
+    pub(crate) fn new(redis: &FredClient, named: bool) -> Fence {
         Fence {
             seen: parking_lot::Mutex::new(redis.connection_ids()),
+            named,
             ..Fence::default()
         }
     }
@@ -128,15 +136,20 @@ impl Fence {
             ..Options::default()
         });
         let client = || CustomCommand::new_static("CLIENT", ClusterHash::Random, false);
-        let list = Box::pin(on_server.custom::<String, Value>(
-            client(),
-            vec!["LIST".into(), "TYPE".into(), "normal".into()],
-        ))
-        .await;
-        let ours: Vec<i64> = match list {
-            Ok(list) => ours(&list, redis.id(), current),
-            Err(e) if refused(&e) => old.filter(|old| *old != current).into_iter().collect(),
-            Err(e) => return Err(e),
+        let by_id = || old.filter(|old| *old != current).into_iter().collect();
+        let ours: Vec<i64> = if self.named {
+            let list = Box::pin(on_server.custom::<String, Value>(
+                client(),
+                vec!["LIST".into(), "TYPE".into(), "normal".into()],
+            ))
+            .await;
+            match list {
+                Ok(list) => ours(&list, redis.id(), current),
+                Err(e) if refused(&e) => by_id(),
+                Err(e) => return Err(e),
+            }
+        } else {
+            by_id()
         };
         for id in ours {
             let kill = vec!["KILL".into(), "ID".into(), Value::Integer(id)];
