@@ -97,12 +97,18 @@ static BASE: std::sync::LazyLock<std::time::Instant> =
 /// `last` 0 means never: the first call passes (`BASE` may have been set
 /// just now, by this very call).
 pub(crate) fn once_a_second(last: &AtomicU64) -> bool {
-    let now = BASE.elapsed().as_millis() as u64 + 1;
+    let now = now_ms();
     let then = last.load(Ordering::Relaxed);
     (then == 0 || now.saturating_sub(then) >= 1000)
         && last
             .compare_exchange(then, now, Ordering::Relaxed, Ordering::Relaxed)
             .is_ok()
+}
+
+/// Milliseconds since `BASE`, plus one: never 0, which the clocks above
+/// keep for "never".
+fn now_ms() -> u64 {
+    BASE.elapsed().as_millis() as u64 + 1
 }
 
 // === impl Conn ===
@@ -354,15 +360,13 @@ impl Conn {
     /// connection could not be killed. Then a copy of an older request
     /// may still reach Redis, and only the record tells it apart.
     pub(crate) fn records_optional(&self) -> bool {
-        let until = self.unsettled_until.load(Ordering::Relaxed);
-        until == 0 || BASE.elapsed().as_millis() as u64 >= until
+        now_ms() >= self.unsettled_until.load(Ordering::Relaxed)
     }
 
     /// A call ended with an unknown outcome (or a replaced connection
     /// could not be killed): requests read their records for a record TTL.
     pub(crate) fn unsettled(&self) {
-        let until =
-            BASE.elapsed().as_millis() as u64 + 1 + self.settings.latch_ttl.as_millis() as u64;
+        let until = now_ms() + self.settings.latch_ttl.as_millis() as u64;
         self.unsettled_until.fetch_max(until, Ordering::Relaxed);
     }
 
@@ -554,9 +558,6 @@ impl Drop for QuitOnDrop {
 mod tests {
     use super::*;
 
-    /// The first reset of a process passes, even when it is the call that
-    /// starts the clock (it was skipped: a request that timed out right
-    /// after start did not reconnect a stuck connection).
     /// After a call ends with an unknown outcome, new requests read their
     /// records for a record TTL (a copy of the older one may be on its
     /// way, and only the record tells it apart).
@@ -568,6 +569,9 @@ mod tests {
         assert!(!conn.records_optional());
     }
 
+    /// The first reset of a process passes, even when it is the call that
+    /// starts the clock (it was skipped: a request that timed out right
+    /// after start did not reconnect a stuck connection).
     #[test]
     fn the_first_reset_passes_then_once_a_second() {
         let last = AtomicU64::new(0);
