@@ -57,8 +57,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use fred::clients::Client as FredClient;
 use fred::interfaces::{ClientInterface, ClientLike};
-use fred::types::config::{Options, Server};
+use fred::types::config::Server;
 use fred::types::{ClusterHash, CustomCommand, Value};
+
+use super::script::on_node;
 
 type FredResult<T> = Result<T, fred::error::Error>;
 
@@ -131,10 +133,7 @@ impl Fence {
         old: Option<i64>,
         current: i64,
     ) -> FredResult<()> {
-        let on_server = redis.with_options(&Options {
-            cluster_node: Some(server.clone()),
-            ..Options::default()
-        });
+        let on_server = on_node(redis, server);
         let client = || CustomCommand::new_static("CLIENT", ClusterHash::Random, false);
         let by_id = || old.filter(|old| *old != current).into_iter().collect();
         let ours: Vec<i64> = if self.named {

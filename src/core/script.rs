@@ -227,10 +227,7 @@ impl Script {
         node: &Server,
         args: Vec<Value>,
     ) -> FredResult<R> {
-        let on_node = client.with_options(&Options {
-            cluster_node: Some(node.clone()),
-            ..Options::default()
-        });
+        let on_node = on_node(client, node);
         let argv = self.argv(Vec::new(), args);
         let evalsha = || CustomCommand::new_static("EVALSHA", ClusterHash::Random, false);
         let seen = self.loads_of(client);
@@ -286,8 +283,6 @@ impl Script {
 }
 
 impl Script {
-    /// The arguments of `EVALSHA sha numkeys keys… args…` as a custom
-    /// command takes them.
     /// Runs the script with `EVAL` (its source sent each time: no
     /// `NOSCRIPT` to handle), by its declared `keys`, or on one cluster
     /// `node` by address with none. For housekeeping (`forget.rs`): in
@@ -300,19 +295,11 @@ impl Script {
         keys: Vec<Key>,
         args: Vec<Value>,
     ) -> FredResult<R> {
-        let mut argv = Vec::with_capacity(2 + keys.len() + args.len());
-        argv.push(Value::String(self.source.as_str().into()));
-        argv.push(Value::Integer(keys.len() as i64));
-        argv.extend(keys.into_iter().map(Value::from));
-        argv.extend(args);
+        let argv = command_args(Value::String(self.source.as_str().into()), keys, args);
         let reply = match node {
             Some(node) => {
-                let on_node = client.with_options(&Options {
-                    cluster_node: Some(node.clone()),
-                    ..Options::default()
-                });
                 let eval = CustomCommand::new_static("EVAL", ClusterHash::Random, false);
-                Box::pin(on_node.custom::<Value, Value>(eval, argv)).await?
+                Box::pin(on_node(client, node).custom::<Value, Value>(eval, argv)).await?
             }
             None => {
                 let eval = CustomCommand::new_static("EVAL", ClusterHash::FirstKey, false);
@@ -322,14 +309,34 @@ impl Script {
         R::from_value(reply)
     }
 
+    /// The arguments of `EVALSHA sha numkeys keys… args…` as a custom
+    /// command takes them.
     fn argv(&self, keys: Vec<Key>, args: Vec<Value>) -> Vec<Value> {
-        let mut argv = Vec::with_capacity(2 + keys.len() + args.len());
-        argv.push(Value::String(self.sha1.clone()));
-        argv.push(Value::Integer(keys.len() as i64));
-        argv.extend(keys.into_iter().map(Value::from));
-        argv.extend(args);
-        argv
+        command_args(Value::String(self.sha1.clone()), keys, args)
     }
+}
+
+/// The arguments of `EVAL`/`EVALSHA`: the script (`head`: its source or
+/// SHA-1), the key count, the keys, the arguments.
+fn command_args(head: Value, keys: Vec<Key>, args: Vec<Value>) -> Vec<Value> {
+    let mut argv = Vec::with_capacity(2 + keys.len() + args.len());
+    argv.push(head);
+    argv.push(Value::Integer(keys.len() as i64));
+    argv.extend(keys.into_iter().map(Value::from));
+    argv.extend(args);
+    argv
+}
+
+/// `client`, sending to one server by address (a cluster node; on a
+/// single server, that server): nothing can redirect what it sends.
+pub(crate) fn on_node(
+    client: &FredClient,
+    node: &Server,
+) -> fred::clients::WithOptions<FredClient> {
+    client.with_options(&Options {
+        cluster_node: Some(node.clone()),
+        ..Options::default()
+    })
 }
 
 /// The server's `NOSCRIPT`: the script did not run.
