@@ -28,6 +28,7 @@ use fred::types::{Builder, ClusterHash, CustomCommand, Key};
 
 use super::fence::Fence;
 use super::forget::{Forget, Forgotten, Route};
+use super::reset::{now_ms, once_a_second, Resets, BASE};
 
 type FredResult<T> = Result<T, fred::error::Error>;
 
@@ -46,8 +47,9 @@ pub(crate) struct Conn {
     /// Set when the client closes the connection for good (shutdown):
     /// nothing is sent again after that.
     closed: AtomicBool,
-    /// When the connection was last reset as suspect (ms since `BASE`).
-    last_reset: AtomicU64,
+    /// Resets of this connection as suspect, shared with the record
+    /// batches (`reset.rs`).
+    resets: Arc<Resets>,
     /// When fred's slot map was last refreshed on request (ms since `BASE`).
     last_refresh: AtomicU64,
     /// Since when renewals on this connection have gone unanswered (ms
@@ -88,27 +90,23 @@ static NEXT_CONN: AtomicU64 = AtomicU64::new(1);
 /// The command timeout of a closed connection (see `Conn::close`).
 const CLOSED_COMMAND_TIMEOUT: Duration = Duration::from_millis(1);
 
-/// Origin of `Conn::last_reset` and `Conn::last_refresh`.
-static BASE: std::sync::LazyLock<std::time::Instant> =
-    std::sync::LazyLock::new(std::time::Instant::now);
-
-/// Whether at least a second passed since the time in `last` (ms since
-/// `BASE`); if so, sets it to now. One caller wins a race.
-/// `last` 0 means never: the first call passes (`BASE` may have been set
-/// just now, by this very call).
-pub(crate) fn once_a_second(last: &AtomicU64) -> bool {
-    let now = now_ms();
-    let then = last.load(Ordering::Relaxed);
-    (then == 0 || now.saturating_sub(then) >= 1000)
-        && last
-            .compare_exchange(then, now, Ordering::Relaxed, Ordering::Relaxed)
-            .is_ok()
-}
-
-/// Milliseconds since `BASE`, plus one: never 0, which the clocks above
-/// keep for "never".
-fn now_ms() -> u64 {
-    BASE.elapsed().as_millis() as u64 + 1
+/// What keeps a command connection's copies bounded and its records
+/// deleted: its fence (`named`: its connections carry the client's name),
+/// its resets, and the record batches that use both.
+fn upkeep(
+    redis: &FredClient,
+    clustered: bool,
+    script_flags: bool,
+    named: bool,
+) -> (Arc<Fence>, Arc<Resets>, Forget) {
+    let fence = Arc::new(Fence::new(redis, named));
+    let resets = Arc::<Resets>::default();
+    let route = Route {
+        clustered,
+        per_node: script_flags,
+    };
+    let forget = Forget::new(redis, route, fence.clone(), resets.clone());
+    (fence, resets, forget)
 }
 
 // === impl Conn ===
@@ -122,6 +120,7 @@ impl Conn {
         let redis = Builder::from_config(config.clone())
             .build()
             .unwrap_or_else(|e| panic!("an unconnected fred client: {e}"));
+        let (fence, resets, forget) = upkeep(&redis, false, true, false);
         Conn {
             id: NEXT_CONN.fetch_add(1, Ordering::Relaxed),
             redis,
@@ -136,11 +135,11 @@ impl Conn {
                 rids: Arc::new(AtomicU64::new(1)),
             },
             closed: AtomicBool::new(false),
-            last_reset: AtomicU64::new(0),
             last_refresh: AtomicU64::new(0),
             unanswered_since: AtomicU64::new(0),
-            fence: Arc::default(),
-            forget: Forget::default(),
+            fence,
+            forget,
+            resets,
             unsettled_until: AtomicU64::new(0),
         }
     }
@@ -236,7 +235,7 @@ impl Conn {
             Some(forced) => forced,
             None => clustered && v7,
         };
-        let fence = Arc::new(Fence::new(&redis, named));
+        let (fence, resets, forget) = upkeep(&redis, clustered, v7, named);
         opened.0.clear();
         opened.1 = None;
         Ok((
@@ -248,11 +247,11 @@ impl Conn {
                 script_flags: v7,
                 settings,
                 closed: AtomicBool::new(false),
-                last_reset: AtomicU64::new(0),
                 last_refresh: AtomicU64::new(0),
                 unanswered_since: AtomicU64::new(0),
                 fence,
-                forget: Forget::default(),
+                forget,
+                resets,
                 unsettled_until: AtomicU64::new(0),
             },
             subscriber,
@@ -286,6 +285,7 @@ impl Conn {
                 ));
             }
         }
+        let (fence, resets, forget) = upkeep(&redis, self.clustered, self.script_flags, false);
         Ok(Conn {
             id: NEXT_CONN.fetch_add(1, Ordering::Relaxed),
             clustered: self.clustered,
@@ -293,11 +293,11 @@ impl Conn {
             script_flags: self.script_flags,
             settings: self.settings.clone(),
             closed: AtomicBool::new(false),
-            last_reset: AtomicU64::new(0),
             last_refresh: AtomicU64::new(0),
             unanswered_since: AtomicU64::new(0),
-            fence: Arc::new(Fence::new(&redis, false)),
-            forget: Forget::default(),
+            fence,
+            forget,
+            resets,
             unsettled_until: AtomicU64::new(0),
             redis,
         })
@@ -327,16 +327,7 @@ impl Conn {
     /// not see it, since replies keep arriving). Reconnects it, at most once
     /// a second; what was in flight fails and is sent again by its caller.
     pub(crate) fn suspect(&self, why: &str) {
-        if !once_a_second(&self.last_reset) {
-            return;
-        }
-        tracing::warn!(why, "command connection suspect: reconnecting");
-        let redis = self.redis.clone();
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move {
-                let _ = redis.force_reconnection().await;
-            });
-        }
+        self.resets.suspect(&self.redis, why);
     }
 
     /// Kills on the server any command connection fred replaced since the
@@ -373,12 +364,7 @@ impl Conn {
     /// Hands over the request record `record`, which request `rid` wrote,
     /// once its call has ended for good: it is deleted soon (`forget.rs`).
     pub(crate) fn forget_record(&self, record: Key, rid: u64) {
-        let route = Route {
-            clustered: self.clustered,
-            per_node: self.script_flags,
-        };
-        self.forget
-            .push(&self.redis, route, &self.fence, record, rid);
+        self.forget.push(record, rid);
     }
 
     /// What deleting request records has made Redis do so far.
@@ -567,15 +553,5 @@ mod tests {
         assert!(conn.records_optional());
         conn.unsettled();
         assert!(!conn.records_optional());
-    }
-
-    /// The first reset of a process passes, even when it is the call that
-    /// starts the clock (it was skipped: a request that timed out right
-    /// after start did not reconnect a stuck connection).
-    #[test]
-    fn the_first_reset_passes_then_once_a_second() {
-        let last = AtomicU64::new(0);
-        assert!(once_a_second(&last), "the first reset");
-        assert!(!once_a_second(&last), "a second one at once");
     }
 }

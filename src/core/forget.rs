@@ -37,6 +37,7 @@ use fred::types::config::Server;
 use fred::types::{Key, Value};
 
 use super::fence::Fence;
+use super::reset::Resets;
 use super::script::Script;
 
 /// How long records handed over wait before they are deleted together.
@@ -78,13 +79,21 @@ enum Target {
 }
 
 /// Request records to delete, and the task that deletes them.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Forget {
     inner: Arc<Inner>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Inner {
+    /// The command connection the batches go on.
+    redis: FredClient,
+    route: Route,
+    /// Checked before a batch (a replaced connection whose kill failed may
+    /// still hold a copy).
+    fence: Arc<Fence>,
+    /// The connection's resets, shared with its lock calls.
+    resets: Arc<Resets>,
     /// (record, request id) handed over since the last batch.
     queue: parking_lot::Mutex<Vec<(Key, u64)>>,
     /// A task is due to delete the queue.
@@ -94,9 +103,6 @@ struct Inner {
     calls: AtomicU64,
     checked: AtomicU64,
     deleted: AtomicU64,
-    /// When the connection was last reset for a batch (see
-    /// `conn::once_a_second`).
-    last_reset: AtomicU64,
 }
 
 /// What [`Forget`] has made Redis do: script calls, records read (one
@@ -109,18 +115,35 @@ pub(crate) struct Forgotten {
 }
 
 impl Forget {
+    /// Deletes records on `redis` (routed by `route`), checking `fence`
+    /// first and resetting the connection through `resets` when a batch
+    /// finds it out of step.
+    pub(crate) fn new(
+        redis: &FredClient,
+        route: Route,
+        fence: Arc<Fence>,
+        resets: Arc<Resets>,
+    ) -> Forget {
+        Forget {
+            inner: Arc::new(Inner {
+                redis: redis.clone(),
+                route,
+                fence,
+                resets,
+                queue: parking_lot::Mutex::default(),
+                armed: AtomicBool::new(false),
+                calls: AtomicU64::new(0),
+                checked: AtomicU64::new(0),
+                deleted: AtomicU64::new(0),
+            }),
+        }
+    }
+
     /// Hands over `record`, which request `rid` wrote and whose call has
     /// ended: it is deleted within about [`EVERY`], unless a newer request
     /// has written it by then. Without a runtime to delete it on, the
     /// record keeps its TTL.
-    pub(crate) fn push(
-        &self,
-        redis: &FredClient,
-        route: Route,
-        fence: &Arc<Fence>,
-        record: Key,
-        rid: u64,
-    ) {
+    pub(crate) fn push(&self, record: Key, rid: u64) {
         self.inner.queue.lock().push((record, rid));
         if self.inner.armed.load(Ordering::Relaxed) || self.inner.armed.swap(true, Ordering::AcqRel)
         {
@@ -131,8 +154,8 @@ impl Forget {
             self.inner.armed.store(false, Ordering::Release);
             return;
         };
-        let (inner, redis, fence) = (self.inner.clone(), redis.clone(), fence.clone());
-        drop(runtime.spawn(async move { inner.run(&redis, route, &fence).await }));
+        let inner = self.inner.clone();
+        drop(runtime.spawn(async move { inner.run().await }));
     }
 
     /// What the batches have made Redis do so far.
@@ -147,7 +170,8 @@ impl Forget {
 
 impl Inner {
     /// Deletes batches every [`EVERY`] until the queue stays empty.
-    async fn run(&self, redis: &FredClient, route: Route, fence: &Fence) {
+    async fn run(&self) {
+        let (redis, fence) = (&self.redis, &self.fence);
         loop {
             tokio::time::sleep(EVERY).await;
             let batch = std::mem::take(&mut *self.queue.lock());
@@ -167,26 +191,14 @@ impl Inner {
                     continue;
                 }
             }
-            self.delete(redis, route, batch).await;
+            self.delete(batch).await;
         }
-    }
-
-    /// Reconnects the command connection, at most once a second.
-    fn reset(&self, redis: &FredClient) {
-        if !super::conn::once_a_second(&self.last_reset) {
-            return;
-        }
-        tracing::warn!("a record batch got another command's reply, or none: reconnecting");
-        let redis = redis.clone();
-        drop(tokio::spawn(async move {
-            use fred::interfaces::ClientLike;
-            let _ = redis.force_reconnection().await;
-        }));
     }
 
     /// Deletes `batch` (the newest request per record), one call per
     /// target and per [`BATCH`] records.
-    async fn delete(&self, redis: &FredClient, route: Route, batch: Vec<(Key, u64)>) {
+    async fn delete(&self, batch: Vec<(Key, u64)>) {
+        let (redis, route) = (&self.redis, self.route);
         let mut newest: HashMap<Key, u64> = HashMap::with_capacity(batch.len());
         for (record, rid) in batch {
             let at = newest.entry(record).or_insert(rid);
@@ -245,7 +257,10 @@ impl Inner {
                         );
                         let timed_out = matches!(&outcome, Err(e) if e.kind() == &fred::error::ErrorKind::Timeout);
                         if matches!(outcome, Ok(None)) || timed_out {
-                            self.reset(redis);
+                            self.resets.suspect(
+                                redis,
+                                "a record batch got another command's reply, or none",
+                            );
                         }
                     }
                 }

@@ -17,6 +17,7 @@
 //! | `script` | script handles (source + SHA, reloaded only on `NOSCRIPT`); *latched* scripts, idempotent by request id |
 //! | `call` | a mutation run to a **definite** outcome: after a timeout or a dropped connection the same request is sent again; its reply, replayed by the latch if it had already run, is the truth |
 //! | `forget` | request records deleted in batches once their calls have ended (only while they still hold that request) |
+//! | `reset` | reconnecting a command connection found out of step with its replies, at most once a second, whoever finds it |
 //! | `fence` | the late-copy bound: a command connection fred replaced is killed on the server (`CLIENT KILL ID`) before a reply that came after it is trusted |
 //! | `lease` | one record per (key, owner field): the hold count, the live holds' needs (watchdog or fixed deadline), incarnations, the turn, the lost signal |
 //! | `hold` | a hold's life: acquire under the turn, release on unlock or drop, calls abandoned mid-flight settled in the background |
@@ -68,6 +69,7 @@ pub(crate) mod open;
 pub(crate) mod pack;
 pub(crate) mod pubsub;
 pub(crate) mod registry;
+pub(crate) mod reset;
 pub(crate) mod script;
 pub(crate) mod stats;
 pub(crate) mod wait;
