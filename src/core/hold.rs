@@ -747,51 +747,53 @@ impl Job for Settle {
         Box::pin(async move {
             let outcome = self.call.run(conn, self.kind.sent()).await;
             let lease = &self.lease;
-            match (outcome, self.kind) {
+            // Whether every call of the job has a definite outcome: only
+            // then may its record go (run again from the start, the job
+            // re-sends them all, so not before it is done).
+            let settled = match (outcome, self.kind) {
                 (Ok(Outcome::Ran(reply)), SettleKind::Acquire { sent, ttl, began }) => {
-                    if let AcquireReply::Held { count, .. } = lease.kind.acquire_reply(&reply) {
-                        // It ran for a caller that has gone: count the hold
-                        // as a guard would, and give it back at once. Its
-                        // answer comes late: it ends no other owner's hold.
-                        let term = Term::Fixed(Instant::now());
-                        let taken = Taken {
-                            began,
-                            fresh: false,
-                        };
-                        let (_, incarnation) = lease.acquired_by(count, term, sent, ttl, taken);
-                        lease.retire(term);
-                        let parts = HoldParts {
-                            lease: lease.clone_ref(),
-                            incarnation,
-                            term,
-                        };
-                        // Its record, and the call's, go only once the job is
-                        // done: run again from the start, it re-sends both.
-                        if give_back(conn, &parts, 1, &self.give_back, false)
-                            .await
-                            .is_err()
-                        {
-                            // Its outcome is unknown: its record stays.
-                            drop(self.turn.lock().take());
-                            return;
+                    match lease.kind.acquire_reply(&reply) {
+                        AcquireReply::Held { count, .. } => {
+                            // It ran for a caller that has gone: count the
+                            // hold as a guard would, and give it back at
+                            // once. Its answer comes late: it ends no other
+                            // owner's hold.
+                            let term = Term::Fixed(Instant::now());
+                            let taken = Taken {
+                                began,
+                                fresh: false,
+                            };
+                            let (_, incarnation) = lease.acquired_by(count, term, sent, ttl, taken);
+                            lease.retire(term);
+                            let parts = HoldParts {
+                                lease: lease.clone_ref(),
+                                incarnation,
+                                term,
+                            };
+                            give_back(conn, &parts, 1, &self.give_back, false)
+                                .await
+                                .is_ok()
                         }
+                        AcquireReply::Busy(_) => true,
                     }
                 }
                 (Ok(Outcome::Ran(reply)), SettleKind::Release { sent, ttl }) => {
                     lease.stats.released();
                     lease.released(lease.kind.release_reply(&reply), 1, sent, ttl);
                     lease.kind.after_release(lease, &reply);
+                    true
                 }
-                (Ok(Outcome::Stale), _) => {}
+                (Ok(Outcome::Stale), _) => true,
                 (Err(e), _) => {
                     tracing::warn!(key = %lease.key_str(), error = %e, "could not settle an abandoned call; a hold it took will expire with its lease");
-                    drop(self.turn.lock().take());
-                    return;
+                    false
                 }
+            };
+            if settled {
+                // The newest request this job sent holds the record.
+                let newest = self.give_back.get().copied().unwrap_or(self.call.rid());
+                conn.forget_record(lease.latch(), newest);
             }
-            // Done: the newest request this job sent holds the record.
-            let newest = self.give_back.get().copied().unwrap_or(self.call.rid());
-            conn.forget_record(lease.latch(), newest);
             drop(self.turn.lock().take());
         })
     }
