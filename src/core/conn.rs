@@ -351,7 +351,9 @@ impl Conn {
     /// connection could not be killed. Then a copy of an older request
     /// may still reach Redis, and only the record tells it apart.
     pub(crate) fn records_optional(&self) -> bool {
-        now_ms() >= self.unsettled_until.load(Ordering::Relaxed)
+        // Read on every lock call: the clock only once something was unsettled.
+        let until = self.unsettled_until.load(Ordering::Relaxed);
+        until == 0 || now_ms() >= until
     }
 
     /// A call ended with an unknown outcome (or a replaced connection

@@ -249,7 +249,7 @@ impl Inner {
                         // replies (requests lost on the way), and the lock
                         // calls behind this one would take the wrong ones.
                         // Start it afresh, as a lock call would
-                        // (`Conn::suspect`).
+                        // (`reset.rs`).
                         tracing::debug!(
                             ?outcome,
                             records = chunk.len(),
