@@ -33,6 +33,14 @@ const HANG: Duration = Duration::from_secs(60);
 /// batches 100 ms apart).
 const SETTLE: Duration = Duration::from_millis(400);
 
+/// The Redis commands `client`'s record batches have made so far
+/// (`core/forget.rs`): an `EVAL` per batch, a `GET` per record read, a
+/// `DEL` per record deleted.
+fn batch_commands(client: &leasehold::Client) -> u64 {
+    let (calls, read, deleted) = forgotten(client);
+    calls + read + deleted
+}
+
 /// The request records (`leasehold_latch:…`) on the server.
 fn request_records(server: &RedisServer) -> Vec<String> {
     server
@@ -63,16 +71,13 @@ async fn uncontended(fair: bool) -> u64 {
     // The warm-up's request records are deleted before counting starts
     // (`core/forget.rs` deletes them in batches, 100 ms apart).
     tokio::time::sleep(SETTLE).await;
-    let before = (commands(&server), forgotten(&c));
+    let before = (commands(&server), batch_commands(&c), forgotten(&c).0);
     for _ in 0..PAIRS {
         pair().await;
     }
     tokio::time::sleep(SETTLE).await;
-    let after = (commands(&server), forgotten(&c));
-    // The batches that deleted the records: one EVALSHA each, a GET per
-    // record read, a DEL per record deleted.
-    let forgetting =
-        (after.1 .0 - before.1 .0) + (after.1 .1 - before.1 .1) + (after.1 .2 - before.1 .2);
+    let after = (commands(&server), batch_commands(&c), forgotten(&c).0);
+    let forgetting = after.1 - before.1;
     let spent = after.0 - before.0 - forgetting;
     println!(
         "{PAIRS} uncontended {}lock + unlock pairs: {spent} Redis commands ({:.2} per pair), \
@@ -82,7 +87,7 @@ async fn uncontended(fair: bool) -> u64 {
         forgetting as f64 / PAIRS as f64,
     );
     assert!(
-        forgetting <= 3 * (after.1 .0 - before.1 .0),
+        forgetting <= 3 * (after.2 - before.2),
         "at most one record per batch in a loop over one lock"
     );
     assert!(
@@ -386,15 +391,14 @@ async fn a_refused_try_costs_three_commands_and_no_record() {
     let lock = other.lock("busy");
     assert!(lock.try_lock().await.unwrap().is_none(), "warm-up try");
     tokio::time::sleep(SETTLE).await;
-    let before = (commands(&server), forgotten(&other), forgotten(&holder));
+    // The server's commands but the record batches of both clients.
+    let lock_commands = || commands(&server) - batch_commands(&other) - batch_commands(&holder);
+    let before = lock_commands();
     for _ in 0..TRIES {
         assert!(lock.try_lock().await.unwrap().is_none());
     }
     tokio::time::sleep(SETTLE).await;
-    let after = (commands(&server), forgotten(&other), forgotten(&holder));
-    let forgetting =
-        |a: (u64, u64, u64), b: (u64, u64, u64)| (a.0 - b.0) + (a.1 - b.1) + (a.2 - b.2);
-    let spent = after.0 - before.0 - forgetting(after.1, before.1) - forgetting(after.2, before.2);
+    let spent = lock_commands() - before;
     println!("{TRIES} refused tries: {spent} Redis commands");
     assert_eq!(spent, 3 * TRIES, "Redis commands per refused try changed");
     let records: Vec<String> = request_records(&server)
