@@ -5,17 +5,20 @@
 //! reports the outcome. It carries its owner, so it can move between tasks.
 //!
 //! [`LeaseSignal`] is a guard's lost signal on its own, for work run under
-//! a lock by [`Lock::with`](crate::Lock::with): the work watches it, the
-//! runner (`LockGuard::run`) cancels the work when it fires.
+//! a lock by [`LockHandle::with`](crate::LockHandle::with): the work
+//! watches it, the runner (`handle::run`) cancels the work when it fires.
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use crate::core::hold::Hold;
 use crate::core::lease::Signal;
 use crate::core::pubsub::Lingering;
 use crate::error::{Error, Result};
+use crate::handle::raw::{sealed, RawGuard};
 use crate::owner::Owner;
 
 /// One hold on a lock (of any kind: [`Lock`](crate::Lock) and the rest of
@@ -92,7 +95,27 @@ pub struct LockGuard {
 /// ```
 #[derive(Clone, Debug)]
 pub struct LeaseSignal {
-    signal: Arc<Signal>,
+    watch: Watch,
+}
+
+/// What a [`LeaseSignal`] watches.
+#[derive(Clone, Debug)]
+enum Watch {
+    /// One hold's lease.
+    One(Arc<Signal>),
+    /// Several holds, of which `quorum` must stay valid (a
+    /// [`MultiGuard`](crate::MultiGuard)'s members).
+    Quorum(Arc<Quorum>),
+}
+
+/// Several leases, of which `quorum` must stay valid, `drift` before their
+/// ends (a MultiLock's: all of them, no drift; a RedLock's: a majority,
+/// less its clock-drift allowance).
+#[derive(Debug)]
+struct Quorum {
+    members: Vec<Arc<Signal>>,
+    quorum: usize,
+    drift: Duration,
 }
 
 // === impl LeaseSignal ===
@@ -109,7 +132,10 @@ impl LeaseSignal {
     /// # Ok(()) }
     /// ```
     pub fn is_lost(&self) -> bool {
-        self.signal.is_lost()
+        match &self.watch {
+            Watch::One(signal) => signal.is_lost(),
+            Watch::Quorum(q) => q.valid_until() <= Instant::now(),
+        }
     }
 
     /// Completes when the lease is lost (as [`LockGuard::lost`]).
@@ -130,7 +156,10 @@ impl LeaseSignal {
     /// # Ok(()) }
     /// ```
     pub async fn lost(&self) {
-        self.signal.lost().await
+        match &self.watch {
+            Watch::One(signal) => signal.lost().await,
+            Watch::Quorum(q) => q.lost().await,
+        }
     }
 
     /// Since when the lease is lost (as [`LockGuard::lost_since`]).
@@ -142,8 +171,94 @@ impl LeaseSignal {
     /// client.lock("a").with(|lease| async move { assert!(lease.lost_since().is_none()) }).await?;
     /// # Ok(()) }
     /// ```
-    pub fn lost_since(&self) -> Option<tokio::time::Instant> {
-        self.signal.lost_since()
+    pub fn lost_since(&self) -> Option<Instant> {
+        match &self.watch {
+            Watch::One(signal) => signal.lost_since(),
+            Watch::Quorum(q) => Some(q.valid_until()).filter(|end| *end <= Instant::now()),
+        }
+    }
+
+    /// The signal of one hold.
+    pub(crate) fn of(hold: &Hold) -> LeaseSignal {
+        LeaseSignal {
+            watch: Watch::One(hold.signal()),
+        }
+    }
+
+    /// A signal of several holds, lost once fewer than `quorum` of them
+    /// stay valid `drift` before their ends (`quorum` 0: lost at once).
+    pub(crate) fn quorum(members: Vec<LeaseSignal>, quorum: usize, drift: Duration) -> LeaseSignal {
+        let members = members
+            .into_iter()
+            .flat_map(|m| match m.watch {
+                Watch::One(signal) => vec![signal],
+                Watch::Quorum(q) => q.members.clone(),
+            })
+            .collect();
+        LeaseSignal {
+            watch: Watch::Quorum(Arc::new(Quorum {
+                members,
+                quorum,
+                drift,
+            })),
+        }
+    }
+
+    /// How long the holds stay valid if nothing is renewed from now on
+    /// (zero once lost).
+    pub(crate) fn validity(&self) -> Duration {
+        let end = match &self.watch {
+            Watch::One(signal) if signal.is_lost() => return Duration::ZERO,
+            Watch::One(signal) => signal.until(),
+            Watch::Quorum(q) => q.valid_until(),
+        };
+        end.saturating_duration_since(Instant::now())
+    }
+}
+
+// === impl Quorum ===
+
+impl Quorum {
+    /// When the quorum stops being valid: the quorum-th latest end among
+    /// the members, less the drift. A member's end is when it was lost, or
+    /// the lower bound of its key's expiry this client knows (raised by
+    /// each renewal). In the past once lost.
+    fn valid_until(&self) -> Instant {
+        let now = Instant::now();
+        let mut ends: Vec<Instant> = self
+            .members
+            .iter()
+            .map(|m| m.lost_since().unwrap_or_else(|| m.until()))
+            .collect();
+        if self.quorum == 0 || ends.len() < self.quorum {
+            return now.checked_sub(Duration::from_nanos(1)).unwrap_or(now);
+        }
+        ends.sort_unstable_by(|a, b| b.cmp(a));
+        let end = ends[self.quorum - 1];
+        end.checked_sub(self.drift).unwrap_or(end.min(now))
+    }
+
+    /// Completes when the quorum is lost.
+    async fn lost(&self) {
+        use futures_util::stream::{FuturesUnordered, StreamExt};
+        loop {
+            let end = self.valid_until();
+            if end <= Instant::now() {
+                return;
+            }
+            // Wake when a member is lost, or when the validity would run
+            // out (a renewal may have moved it on by then: look again).
+            let mut members: FuturesUnordered<_> = self
+                .members
+                .iter()
+                .filter(|m| !m.is_lost())
+                .map(|m| m.lost())
+                .collect();
+            tokio::select! {
+                _ = members.next() => {}
+                _ = tokio::time::sleep_until(end) => {}
+            }
+        }
     }
 }
 
@@ -353,66 +468,9 @@ impl LockGuard {
         self.hold.token()
     }
 
-    /// A lower bound of when the lease may end in Redis, as this client
-    /// knows it: raised by each renewal, cut by releases (see
-    /// `core::lease::Signal`). Past it the guard reports lost.
-    pub(crate) fn valid_until(&self) -> tokio::time::Instant {
-        self.hold.until()
-    }
-
-    /// Runs `f`'s work while this guard holds, then unlocks: the work is
-    /// dropped (cancelled) as soon as the lease is lost. Returns its
-    /// output, or [`Error::Lost`] if the lease was lost before the unlock
-    /// (seen while the work ran, as it ended, or by the unlock finding the
-    /// hold gone). A failed unlock of a hold that was not lost still
-    /// returns the output: the release is then finished in the background,
-    /// as for a dropped guard.
-    ///
-    /// Cancel safe: dropped, it drops the work and this guard (which
-    /// releases in the background).
-    pub(crate) async fn run<F, Fut, T>(self, f: F) -> Result<T>
-    where
-        F: FnOnce(LeaseSignal) -> Fut,
-        Fut: Future<Output = T>,
-    {
-        let work = f(self.lease_signal());
-        let output = {
-            let mut work = std::pin::pin!(work);
-            tokio::select! {
-                biased;
-                _ = self.lost() => None,
-                output = &mut work => Some(output),
-            }
-        };
-        self.finish(output).await
-    }
-
-    /// Unlocks after work run under this guard (`output`: `None` if it was
-    /// cancelled on a loss) and says what the caller gets: the output, or
-    /// [`Error::Lost`] if the lease was lost before the unlock (see
-    /// [`run`](Self::run)).
-    pub(crate) async fn finish<T>(self, output: Option<T>) -> Result<T> {
-        let lost = output.is_none() || self.is_lost();
-        let key = self.hold.key();
-        let name = key_text(&key);
-        let released = self.unlock().await;
-        match (output, released) {
-            (Some(output), Ok(())) if !lost => Ok(output),
-            (Some(output), Err(e)) if !lost && !matches!(e, Error::NotHeld { .. }) => {
-                tracing::debug!(lock = %name, error = %e, "unlock after the work failed; the hold is given back in the background");
-                Ok(output)
-            }
-            _ => Err(Error::Lost {
-                name: name.to_string(),
-            }),
-        }
-    }
-
     /// This guard's lost signal, on its own.
     pub(crate) fn lease_signal(&self) -> LeaseSignal {
-        LeaseSignal {
-            signal: self.hold.signal(),
-        }
+        LeaseSignal::of(&self.hold)
     }
 
     /// The owner the hold belongs to.
@@ -427,6 +485,22 @@ impl LockGuard {
     /// ```
     pub fn owner(&self) -> Owner {
         self.owner
+    }
+}
+
+impl sealed::Sealed for LockGuard {}
+
+impl RawGuard for LockGuard {
+    fn lease_signal(&self) -> LeaseSignal {
+        LockGuard::lease_signal(self)
+    }
+
+    fn give_back(self) -> impl Future<Output = Result<()>> + Send + 'static {
+        self.unlock()
+    }
+
+    fn what(&self) -> String {
+        self.key().to_owned()
     }
 }
 

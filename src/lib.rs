@@ -139,6 +139,7 @@ mod error;
 mod fair_lock;
 mod fenced_lock;
 mod guard;
+mod handle;
 mod latch;
 mod lock;
 mod multi;
@@ -155,6 +156,7 @@ pub use error::{Error, Result, ServerOutcome, ServerResult};
 pub use fair_lock::FairLock;
 pub use fenced_lock::FencedLock;
 pub use guard::{LeaseSignal, LockGuard};
+pub use handle::LockHandle;
 pub use latch::CountDownLatch;
 pub use lock::{Holder, Lock};
 pub use multi::{Member, MultiGuard, MultiLock, RedLock};
@@ -162,6 +164,30 @@ pub use operators::{ClientRecord, Deadlock, DeadlockMember, WaitRecord};
 pub use owner::Owner;
 pub use rw_lock::{ReadLock, ReadWriteLock, WriteLock};
 pub use semaphore::{Permit, Semaphore};
+
+/// The raw lock kinds behind [`LockHandle`]: each lock kind of the family
+/// is a `LockHandle` over one of them (as `lock_api::Mutex<R, T>` is over
+/// a `RawMutex`), so every kind has the same verbs, written once. Name the
+/// traits to write code generic over lock kinds; the kinds themselves are
+/// not used directly.
+///
+/// # Example
+///
+/// ```no_run
+/// use leasehold::{raw::RawSingle, LockHandle};
+///
+/// async fn busy<R: RawSingle>(lock: &LockHandle<R>) -> leasehold::Result<bool> {
+///     lock.is_locked().await
+/// }
+/// ```
+pub mod raw {
+    pub use crate::fair_lock::Fair;
+    pub use crate::fenced_lock::Fenced;
+    pub use crate::handle::raw::{RawGuard, RawLock, RawSingle};
+    pub use crate::lock::Plain;
+    pub use crate::multi::{Multi, Redlock};
+    pub use crate::rw_lock::{Read, Write};
+}
 
 /// Not part of the API: what the benchmarks' bare-fred baseline needs to
 /// send exactly the requests leasehold sends.
@@ -258,6 +284,11 @@ mod bounds {
         {
             is_send_sync::<crate::blocking::Client>();
             is_send_sync::<crate::blocking::Lock>();
+            is_send_sync::<crate::blocking::FairLock>();
+            is_send_sync::<crate::blocking::ReadWriteLock>();
+            is_send_sync::<crate::blocking::Semaphore>();
+            is_send_sync::<crate::blocking::Permit>();
+            is_send_sync::<crate::blocking::CountDownLatch>();
             is_send_sync::<crate::blocking::LockGuard>();
         }
     }
@@ -286,6 +317,12 @@ mod bounds {
         send(rw.write().try_lock_for(std::time::Duration::ZERO));
         send(rw.read().force_unlock());
         send(rw.write().is_locked());
+        send(rw.read().with(|_| async {}));
+        send(rw.write().holders());
+        send(fenced.holders());
+        let fair = client.fair_lock("fa");
+        send(fair.with(|_| async {}));
+        send(fair.try_lock_until(tokio::time::Instant::now()));
         send(guard.lost());
         send(guard.unlock());
         send(client.shutdown());
@@ -293,6 +330,7 @@ mod bounds {
         let multi = crate::MultiLock::new(vec![lock.clone()]);
         send(multi.lock());
         send(multi.try_lock_for(std::time::Duration::ZERO));
+        send(multi.with(|_| async {}));
         let red = crate::RedLock::new(vec![client.clone()], "x");
         send(red.lock());
         send(red.try_lock());
@@ -302,6 +340,8 @@ mod bounds {
         send(sem.acquire());
         send(sem.try_acquire_for(std::time::Duration::ZERO));
         send(sem.available_permits());
+        send(sem.with(|_| async {}));
+        send(sem.try_acquire_until(tokio::time::Instant::now()));
         send(sem.add_permits(1));
         let latch = client.count_down_latch("l");
         send(latch.wait());

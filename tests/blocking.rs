@@ -397,3 +397,74 @@ fn operators_see_blocking_clients_and_their_deadlocks() {
     a.shutdown().unwrap();
     b.shutdown().unwrap();
 }
+
+/// Every primitive is on `blocking::Client`, with the async API's verbs
+/// (issue 32): two threads exclude each other on a fair lock, a fenced
+/// lock's guards carry growing tokens, a read-write lock lets readers share
+/// and keeps the writer out, a semaphore's permits are counted (and `with`
+/// runs under one), and a latch releases its waiter.
+#[test]
+fn every_primitive_blocks_with_the_same_verbs() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).unwrap();
+
+    // Fair lock: held against another thread, then handed to it.
+    let fair = client.fair_lock("fair");
+    let held = fair.lock().unwrap();
+    assert_eq!(fair.hold_count().unwrap(), 1);
+    let other = fair.clone();
+    let waiter = std::thread::spawn(move || {
+        assert!(other.try_lock().unwrap().is_none(), "held by the main thread");
+        other.try_lock_for(HANG).unwrap().is_some()
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    held.unlock().unwrap();
+    assert!(waiter.join().unwrap(), "the waiting thread got the fair lock");
+    assert_eq!(fair.with(|_| 3).unwrap(), 3);
+
+    // Fenced lock: tokens only grow.
+    let fenced = client.fenced_lock("fenced");
+    let first = fenced.lock().unwrap().token().unwrap();
+    let second = fenced.lock().unwrap().token().unwrap();
+    assert!(second > first);
+    assert_eq!(fenced.token().unwrap(), Some(second));
+
+    // Read-write lock: readers share, the writer waits for them.
+    let rw = client.read_write_lock("rw");
+    let read = rw.read().lock().unwrap();
+    let (r, w) = (rw.read(), rw.write());
+    let other = std::thread::spawn(move || {
+        let shared = r.try_lock().unwrap().is_some();
+        let writes = w.try_lock().unwrap().is_some();
+        (shared, writes)
+    });
+    assert_eq!(other.join().unwrap(), (true, false));
+    assert_eq!(rw.read().holders().unwrap().len(), 1);
+    read.unlock().unwrap();
+    assert!(rw.write().try_lock().unwrap().is_some());
+
+    // Semaphore: two permits, a third waits in vain; `with` runs under one.
+    let sem = client.semaphore("sem");
+    assert!(sem.try_set_permits(2).unwrap());
+    let p1 = sem.acquire().unwrap();
+    let p2 = sem.try_acquire().unwrap().expect("a second permit");
+    assert_eq!(sem.available_permits().unwrap(), 0);
+    let deadline = Instant::now() + Duration::from_millis(200);
+    assert!(sem.try_acquire_until(deadline).unwrap().is_none());
+    p1.release().unwrap();
+    drop(p2);
+    eventually(HANG, "the dropped permit is back", || {
+        sem.available_permits().unwrap() == 2
+    });
+    assert_eq!(sem.with(|_| 5).unwrap(), 5);
+
+    // Latch: a thread waits until the count reaches zero.
+    let latch = client.count_down_latch("latch");
+    assert!(latch.try_set_count(1).unwrap());
+    let l = latch.clone();
+    let waiting = std::thread::spawn(move || l.wait_for(HANG).unwrap());
+    latch.count_down().unwrap();
+    assert!(waiting.join().unwrap());
+    assert_eq!(latch.count().unwrap(), 0);
+    client.shutdown().unwrap();
+}

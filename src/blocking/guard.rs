@@ -131,6 +131,21 @@ impl LockGuard {
         self.guard.key()
     }
 
+    /// The fencing token of a fenced lock's hold (see
+    /// [`crate::LockGuard::token`]); `None` for the other kinds.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # fn f(client: leasehold::blocking::Client) -> leasehold::Result<()> {
+    /// let token = client.fenced_lock("ledger").lock()?.token();
+    /// assert!(token.is_some());
+    /// # Ok(()) }
+    /// ```
+    pub fn token(&self) -> Option<u64> {
+        self.guard.token()
+    }
+
     /// The owner the hold belongs to: the thread that took it.
     ///
     /// # Example

@@ -63,16 +63,22 @@
 //! ```
 
 mod guard;
+mod handle;
+mod latch;
+mod rw_lock;
+mod semaphore;
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 pub use guard::LockGuard;
+pub use handle::{FairLock, FencedLock, Lock, LockHandle, ReadLock, WriteLock};
+pub use latch::CountDownLatch;
+pub use rw_lock::ReadWriteLock;
+pub use semaphore::{Permit, Semaphore};
 
 use crate::error::{Error, Result};
-use crate::guard::LeaseSignal;
-use crate::lock::Holder;
+
 use crate::operators::Deadlock;
 use crate::owner::Owner;
 use crate::{Stats, Watchdog};
@@ -98,26 +104,6 @@ use crate::{Stats, Watchdog};
 /// ```
 #[derive(Clone, Debug)]
 pub struct Client {
-    inner: Arc<Inner>,
-}
-
-/// A blocking [`Lock`](crate::Lock): the same lock, by name. Cheap to
-/// clone.
-///
-/// # Example
-///
-/// ```no_run
-/// # fn f(client: leasehold::blocking::Client) -> leasehold::Result<()> {
-/// let lock = client.lock("orders:42");
-/// if let Some(guard) = lock.try_lock()? {
-///     // … critical section …
-///     guard.unlock()?;
-/// }
-/// # Ok(()) }
-/// ```
-#[derive(Clone, Debug)]
-pub struct Lock {
-    lock: crate::Lock,
     inner: Arc<Inner>,
 }
 
@@ -159,10 +145,81 @@ impl Client {
     /// # }
     /// ```
     pub fn lock(&self, name: &str) -> Lock {
-        Lock {
-            lock: self.inner.client.lock(name),
-            inner: self.inner.clone(),
-        }
+        LockHandle::new(self.inner.client.lock(name), self.inner.clone())
+    }
+
+    /// A handle to the fair lock called `name` (see
+    /// [`Client::fair_lock`](crate::Client::fair_lock)).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # fn f(client: leasehold::blocking::Client) -> leasehold::Result<()> {
+    /// let guard = client.fair_lock("printer").lock()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn fair_lock(&self, name: &str) -> FairLock {
+        LockHandle::new(self.inner.client.fair_lock(name), self.inner.clone())
+    }
+
+    /// A handle to the fenced lock called `name` (see
+    /// [`Client::fenced_lock`](crate::Client::fenced_lock)).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # fn f(client: leasehold::blocking::Client) -> leasehold::Result<()> {
+    /// let guard = client.fenced_lock("ledger").lock()?;
+    /// assert!(guard.token().is_some());
+    /// # Ok(()) }
+    /// ```
+    pub fn fenced_lock(&self, name: &str) -> FencedLock {
+        LockHandle::new(self.inner.client.fenced_lock(name), self.inner.clone())
+    }
+
+    /// A handle to the read-write lock called `name` (see
+    /// [`Client::read_write_lock`](crate::Client::read_write_lock)).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # fn f(client: leasehold::blocking::Client) -> leasehold::Result<()> {
+    /// let guard = client.read_write_lock("config").read().lock()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn read_write_lock(&self, name: &str) -> ReadWriteLock {
+        ReadWriteLock::new(self.inner.client.read_write_lock(name), self.inner.clone())
+    }
+
+    /// A handle to the semaphore called `name` (see
+    /// [`Client::semaphore`](crate::Client::semaphore)).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # fn f(client: leasehold::blocking::Client) -> leasehold::Result<()> {
+    /// let sem = client.semaphore("workers");
+    /// sem.try_set_permits(3)?;
+    /// let permit = sem.acquire()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn semaphore(&self, name: &str) -> Semaphore {
+        Semaphore::new(self.inner.client.semaphore(name), self.inner.clone())
+    }
+
+    /// A handle to the count-down latch called `name` (see
+    /// [`Client::count_down_latch`](crate::Client::count_down_latch)).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # fn f(client: leasehold::blocking::Client) -> leasehold::Result<()> {
+    /// let latch = client.count_down_latch("boot");
+    /// latch.try_set_count(2)?;
+    /// # Ok(()) }
+    /// ```
+    pub fn count_down_latch(&self, name: &str) -> CountDownLatch {
+        CountDownLatch::new(self.inner.client.count_down_latch(name), self.inner.clone())
     }
 
     /// The client's uuid (see [`Client::id`](crate::Client::id)).
@@ -293,302 +350,6 @@ impl crate::ClientBuilder {
             }),
         })
     }
-}
-
-// === impl Lock ===
-
-impl Lock {
-    /// The lock's name (without the key prefix).
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # fn f(client: leasehold::blocking::Client) {
-    /// assert_eq!(client.lock("a").name(), "a");
-    /// # }
-    /// ```
-    pub fn name(&self) -> &str {
-        self.lock.name()
-    }
-
-    /// The Redis key of the lock hash (prefix included).
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # fn f(client: leasehold::blocking::Client) {
-    /// let key = client.lock("a").key().to_owned();
-    /// # }
-    /// ```
-    pub fn key(&self) -> &str {
-        self.lock.key()
-    }
-
-    /// The unlock channel (see [`Lock::channel`](crate::Lock::channel)).
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # fn f(client: leasehold::blocking::Client) {
-    /// assert!(client.lock("a").channel().starts_with("redisson_lock__channel:"));
-    /// # }
-    /// ```
-    pub fn channel(&self) -> &str {
-        self.lock.channel()
-    }
-
-    /// Runs `work` under the lock: blocks until the lock is held (a lease
-    /// the watchdog renews), runs `work` on this thread, unlocks, and
-    /// returns its output — or [`Error::Lost`] if the lease was lost
-    /// before the unlock. Unlike the async
-    /// [`Lock::with`](crate::Lock::with), a running closure cannot be
-    /// cancelled: check `lease.is_lost()` where a stop matters.
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # fn f(client: leasehold::blocking::Client) -> leasehold::Result<()> {
-    /// let written = client.lock("orders:42").with(|lease| {
-    ///     let mut written = 0;
-    ///     for _batch in 0..10 {
-    ///         if lease.is_lost() {
-    ///             break;
-    ///         }
-    ///         written += 1; // … write one batch …
-    ///     }
-    ///     written
-    /// })?;
-    /// # Ok(()) }
-    /// ```
-    pub fn with<T>(&self, work: impl FnOnce(&LeaseSignal) -> T) -> Result<T> {
-        let guard = self.inner.block_on(self.lock.lock())??;
-        run(guard, work, &self.inner)
-    }
-
-    /// As [`with`](Self::with), waiting at most `wait` for the lock:
-    /// `Ok(None)` if it was not acquired in time (`work` is not called).
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # use std::time::Duration;
-    /// # fn f(client: leasehold::blocking::Client) -> leasehold::Result<()> {
-    /// let done = client.lock("report").try_with_for(Duration::from_secs(1), |_| "done")?;
-    /// # Ok(()) }
-    /// ```
-    pub fn try_with_for<T>(
-        &self,
-        wait: Duration,
-        work: impl FnOnce(&LeaseSignal) -> T,
-    ) -> Result<Option<T>> {
-        match self.inner.block_on(self.lock.try_lock_for(wait))?? {
-            Some(guard) => run(guard, work, &self.inner).map(Some),
-            None => Ok(None),
-        }
-    }
-
-    /// Blocks until this thread holds the lock (see
-    /// [`Lock::lock`](crate::Lock::lock)).
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # fn f(client: leasehold::blocking::Client) -> leasehold::Result<()> {
-    /// let guard = client.lock("orders:42").lock()?;
-    /// guard.unlock()?;
-    /// # Ok(()) }
-    /// ```
-    pub fn lock(&self) -> Result<LockGuard> {
-        self.guard(self.lock.lock())
-    }
-
-    /// Blocks until held, with a fixed `lease` (see
-    /// [`Lock::lock_with_lease`](crate::Lock::lock_with_lease)).
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # use std::time::Duration;
-    /// # fn f(client: leasehold::blocking::Client) -> leasehold::Result<()> {
-    /// let guard = client.lock("orders:42").lock_with_lease(Duration::from_secs(10))?;
-    /// # Ok(()) }
-    /// ```
-    pub fn lock_with_lease(&self, lease: Duration) -> Result<LockGuard> {
-        self.guard(self.lock.lock_with_lease(lease))
-    }
-
-    /// One try, no wait (see [`Lock::try_lock`](crate::Lock::try_lock)).
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # fn f(client: leasehold::blocking::Client) -> leasehold::Result<()> {
-    /// let guard = client.lock("orders:42").try_lock()?;
-    /// # Ok(()) }
-    /// ```
-    pub fn try_lock(&self) -> Result<Option<LockGuard>> {
-        self.maybe_guard(self.lock.try_lock())
-    }
-
-    /// Blocks up to `wait` for the lock (see
-    /// [`Lock::try_lock_for`](crate::Lock::try_lock_for)).
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # use std::time::Duration;
-    /// # fn f(client: leasehold::blocking::Client) -> leasehold::Result<()> {
-    /// let guard = client.lock("orders:42").try_lock_for(Duration::from_millis(500))?;
-    /// # Ok(()) }
-    /// ```
-    pub fn try_lock_for(&self, wait: Duration) -> Result<Option<LockGuard>> {
-        self.maybe_guard(self.lock.try_lock_for(wait))
-    }
-
-    /// Blocks until `deadline` at most for the lock (see
-    /// [`Lock::try_lock_until`](crate::Lock::try_lock_until)).
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # use std::time::{Duration, Instant};
-    /// # fn f(client: leasehold::blocking::Client) -> leasehold::Result<()> {
-    /// let deadline = Instant::now() + Duration::from_secs(1);
-    /// let guard = client.lock("orders:42").try_lock_until(deadline)?;
-    /// # Ok(()) }
-    /// ```
-    pub fn try_lock_until(&self, deadline: Instant) -> Result<Option<LockGuard>> {
-        self.try_lock_for(deadline.saturating_duration_since(Instant::now()))
-    }
-
-    /// Blocks up to `wait`, then holds with a fixed `lease` (see
-    /// [`Lock::try_lock_with_lease`](crate::Lock::try_lock_with_lease)).
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # use std::time::Duration;
-    /// # fn f(client: leasehold::blocking::Client) -> leasehold::Result<()> {
-    /// let lock = client.lock("orders:42");
-    /// let guard = lock.try_lock_with_lease(Duration::from_secs(1), Duration::from_secs(10))?;
-    /// # Ok(()) }
-    /// ```
-    pub fn try_lock_with_lease(
-        &self,
-        wait: Duration,
-        lease: Duration,
-    ) -> Result<Option<LockGuard>> {
-        self.maybe_guard(self.lock.try_lock_with_lease(wait, lease))
-    }
-
-    /// Whether anyone holds the lock.
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # fn f(client: leasehold::blocking::Client) -> leasehold::Result<()> {
-    /// let busy = client.lock("orders:42").is_locked()?;
-    /// # Ok(()) }
-    /// ```
-    pub fn is_locked(&self) -> Result<bool> {
-        self.inner.block_on(self.lock.is_locked())?
-    }
-
-    /// Whether this thread holds the lock.
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # fn f(client: leasehold::blocking::Client) -> leasehold::Result<()> {
-    /// let lock = client.lock("orders:42");
-    /// let _guard = lock.lock()?;
-    /// assert!(lock.is_held_by_current_thread()?);
-    /// # Ok(()) }
-    /// ```
-    pub fn is_held_by_current_thread(&self) -> Result<bool> {
-        self.inner.block_on(self.lock.is_held_by_current_task())?
-    }
-
-    /// How many holds this thread has on the lock.
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # fn f(client: leasehold::blocking::Client) -> leasehold::Result<()> {
-    /// assert_eq!(client.lock("orders:42").hold_count()?, 0);
-    /// # Ok(()) }
-    /// ```
-    pub fn hold_count(&self) -> Result<u32> {
-        self.inner.block_on(self.lock.hold_count())?
-    }
-
-    /// The lock's remaining lease (see
-    /// [`Lock::remaining_lease`](crate::Lock::remaining_lease)).
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # fn f(client: leasehold::blocking::Client) -> leasehold::Result<()> {
-    /// let left = client.lock("orders:42").remaining_lease()?;
-    /// # Ok(()) }
-    /// ```
-    pub fn remaining_lease(&self) -> Result<Option<Duration>> {
-        self.inner.block_on(self.lock.remaining_lease())?
-    }
-
-    /// Who holds the lock and for how long (see
-    /// [`Lock::holders`](crate::Lock::holders)).
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # fn f(client: leasehold::blocking::Client) -> leasehold::Result<()> {
-    /// for h in client.lock("orders:42").holders()? {
-    ///     println!("{} ({} holds, {:?} left)", h.field, h.holds, h.remaining_lease);
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub fn holders(&self) -> Result<Vec<Holder>> {
-        self.inner.block_on(self.lock.holders())?
-    }
-
-    /// Deletes the lock whoever holds it (see
-    /// [`Lock::force_unlock`](crate::Lock::force_unlock)).
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # fn f(client: leasehold::blocking::Client) -> leasehold::Result<()> {
-    /// let was_locked = client.lock("orders:42").force_unlock()?;
-    /// # Ok(()) }
-    /// ```
-    pub fn force_unlock(&self) -> Result<bool> {
-        self.inner.block_on(self.lock.force_unlock())?
-    }
-
-    fn guard(&self, acquire: impl Future<Output = Result<crate::LockGuard>>) -> Result<LockGuard> {
-        let guard = self.inner.block_on(acquire)??;
-        Ok(LockGuard::new(guard, self.inner.clone()))
-    }
-
-    fn maybe_guard(
-        &self,
-        acquire: impl Future<Output = Result<Option<crate::LockGuard>>>,
-    ) -> Result<Option<LockGuard>> {
-        let guard = self.inner.block_on(acquire)??;
-        Ok(guard.map(|g| LockGuard::new(g, self.inner.clone())))
-    }
-}
-
-/// Runs `work` on this thread under `guard`, then unlocks.
-fn run<T>(
-    guard: crate::LockGuard,
-    work: impl FnOnce(&LeaseSignal) -> T,
-    inner: &Inner,
-) -> Result<T> {
-    let lease = guard.lease_signal();
-    let output = work(&lease);
-    inner.block_on(guard.finish(Some(output)))?
 }
 
 // === impl Inner ===

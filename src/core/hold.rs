@@ -364,12 +364,6 @@ impl Hold {
         self.signal.clone()
     }
 
-    /// A lower bound of when the key may expire in Redis (see
-    /// `lease::Signal`): raised by renewals, cut by releases.
-    pub(crate) fn until(&self) -> Instant {
-        self.signal.until()
-    }
-
     /// The key of the lock this hold is on.
     pub(crate) fn key(&self) -> fred::types::Key {
         self.lease_record().key()

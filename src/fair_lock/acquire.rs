@@ -12,7 +12,7 @@ use tokio::time::Instant;
 
 use super::kind::{scripts, waiter_channel, FairKind, LINGER, TAG};
 use super::queue::{self, now_ms, Leave, Queued, THREAD_WAIT};
-use super::FairLock;
+use super::Fair;
 use crate::core::acquire::{acquire, Granted, Target};
 use crate::core::call::Call;
 use crate::core::hold::Hold;
@@ -46,9 +46,9 @@ pub(super) fn wake_or_grant(message: &[u8]) -> Wake {
     }
 }
 
-// === impl FairLock ===
+// === impl Fair ===
 
-impl FairLock {
+impl Fair {
     /// Waits in the queue (see the module docs). `wait: None` waits
     /// forever; zero tries once without queueing.
     pub(crate) async fn acquire(
@@ -134,7 +134,7 @@ impl FairLock {
 /// What one wait of a fair lock takes (see `core::acquire::Target`).
 #[derive(Clone, Copy)]
 struct FairTarget<'a> {
-    lock: &'a FairLock,
+    lock: &'a Fair,
     owner: u64,
     field: &'a str,
     own_channel: &'a str,

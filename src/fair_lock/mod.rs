@@ -172,15 +172,15 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fred::interfaces::{HashesInterface, KeysInterface};
-use tokio::time::Instant;
+use fred::interfaces::KeysInterface;
 
 use crate::client::Client;
 use crate::core::prefix_name;
 use crate::error::{Error, Result};
-use crate::guard::{LeaseSignal, LockGuard};
-use crate::lock::Holder;
-use crate::owner::Owner;
+use crate::guard::LockGuard;
+use crate::handle::raw::{sealed, RawLock, RawSingle};
+use crate::handle::LockHandle;
+use crate::lock::{every_field, hold_count_of, holders_of, remaining_lease_of, Holder};
 
 use kind::{scripts, Names};
 use queue::{kick_if_unheard, now_ms, GRANT, THREAD_WAIT};
@@ -189,14 +189,19 @@ use queue::{kick_if_unheard, now_ms, GRANT, THREAD_WAIT};
 /// across every client and process (Redisson's `RFairLock`). Cheap to
 /// clone; nothing is sent until a method is called.
 ///
-/// The same methods as [`Lock`](crate::Lock), and the same [`LockGuard`]:
-/// holds, re-entry, fixed or watchdog leases and `lost()` work exactly as
-/// there. What differs is waiting: waiters join one queue in Redis and
+/// The [`LockHandle`] of the fair kind: every lock verb, as for a
+/// [`Lock`](crate::Lock), and the same [`LockGuard`]: holds, re-entry,
+/// fixed or watchdog leases and `lost()` work exactly as there, plus
+/// [`queue_key`](LockHandle::queue_key) and
+/// [`timeout_key`](LockHandle::timeout_key). What differs is waiting: waiters join one queue in Redis and
 /// each release wakes only the head waiter, so a busy lock costs one
 /// acquire per handoff instead of one per waiting client, and nobody
 /// waits behind later arrivals. A lock that is free is taken at once only
 /// if nobody is queued. See the module docs for the keys and for what a
-/// dead waiter costs (at most [`THREAD_WAIT`](Self::THREAD_WAIT)).
+/// dead waiter costs (at most [`THREAD_WAIT`](LockHandle::THREAD_WAIT)). A
+/// dropped wait leaves the queue; `force_unlock` hands the lock to the
+/// head waiter (queued waiters keep their places); `holders` lists
+/// holders only, not queued waiters.
 ///
 /// # Example
 ///
@@ -208,8 +213,20 @@ use queue::{kick_if_unheard, now_ms, GRANT, THREAD_WAIT};
 /// guard.unlock().await?;
 /// # Ok(()) }
 /// ```
+pub type FairLock = LockHandle<Fair>;
+
+/// The raw kind of a [`FairLock`] (see [`RawLock`]): its client, keys and
+/// channels. Not used directly.
+///
+/// # Example
+///
+/// ```no_run
+/// # fn f(client: leasehold::Client) {
+/// let lock: leasehold::LockHandle<leasehold::raw::Fair> = client.fair_lock("a");
+/// # }
+/// ```
 #[derive(Clone, Debug)]
-pub struct FairLock {
+pub struct Fair {
     client: Client,
     name: Arc<str>,
     key_str: Arc<str>,
@@ -236,13 +253,13 @@ impl Client {
     pub fn fair_lock(&self, name: &str) -> FairLock {
         let key = self.key(name);
         let channel = prefix_name("redisson_lock__channel", &key);
-        FairLock {
+        LockHandle::from_raw(Fair {
             client: self.clone(),
             name: name.into(),
             names: Names::of(&key),
             key_str: key.into(),
             channel: channel.into(),
-        }
+        })
     }
 }
 
@@ -274,32 +291,6 @@ impl FairLock {
     /// ```
     pub const GRANT: Duration = GRANT;
 
-    /// The name given to [`Client::fair_lock`] (without the key prefix).
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # fn f(client: leasehold::Client) {
-    /// assert_eq!(client.fair_lock("a").name(), "a");
-    /// # }
-    /// ```
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// The Redis key of the lock hash (prefix included).
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # fn f(client: leasehold::Client) {
-    /// assert_eq!(client.fair_lock("a").key(), "a");
-    /// # }
-    /// ```
-    pub fn key(&self) -> &str {
-        &self.key_str
-    }
-
     /// The queue's key: `redisson_lock_queue:{<key>}` (no braces added to
     /// a key that has some).
     ///
@@ -311,7 +302,7 @@ impl FairLock {
     /// # }
     /// ```
     pub fn queue_key(&self) -> &str {
-        self.names.queue.as_str().unwrap_or_default()
+        self.raw().names.queue.as_str().unwrap_or_default()
     }
 
     /// The waiters' timeouts key: `redisson_lock_timeout:{<key>}`.
@@ -324,325 +315,81 @@ impl FairLock {
     /// # }
     /// ```
     pub fn timeout_key(&self) -> &str {
-        self.names.timeouts.as_str().unwrap_or_default()
+        self.raw().names.timeouts.as_str().unwrap_or_default()
+    }
+}
+
+// === impl Fair ===
+
+impl Fair {
+    /// The client the lock is taken through (`MultiLock` orders its
+    /// members by client id).
+    pub(crate) fn client(&self) -> &Client {
+        &self.client
     }
 
-    /// The stem of the waiters' channels, `redisson_lock__channel:{<key>}`:
-    /// the waiter with field `f` listens on `<stem>:<f>`.
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # fn f(client: leasehold::Client) {
-    /// assert_eq!(client.fair_lock("a").channel(), "redisson_lock__channel:{a}");
-    /// # }
-    /// ```
-    pub fn channel(&self) -> &str {
+    fn redis(&self) -> &fred::clients::Client {
+        &self.client.engine().conn.redis
+    }
+
+    fn check(&self) -> Result<()> {
+        self.client.engine().check()?;
+        if self.name.is_empty() {
+            return Err(Error::invalid("lock name is empty"));
+        }
+        Ok(())
+    }
+}
+
+impl sealed::Sealed for Fair {}
+
+impl RawLock for Fair {
+    type Guard = LockGuard;
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn acquire(
+        &self,
+        lease: Option<Duration>,
+        wait: Option<Duration>,
+    ) -> impl Future<Output = Result<Option<LockGuard>>> + Send + '_ {
+        // The wait in the queue (`acquire.rs`).
+        Fair::acquire(self, lease, wait)
+    }
+}
+
+impl RawSingle for Fair {
+    fn key(&self) -> &str {
+        &self.key_str
+    }
+
+    /// `redisson_lock__channel:{name}`: a waiter listens on
+    /// `<this>:<field>`.
+    fn channel(&self) -> &str {
         &self.channel
     }
 
-    /// Runs `work` under the lock, as [`Lock::with`](crate::Lock::with)
-    /// does: waits in the queue (a lease the watchdog renews), runs the
-    /// future, unlocks; [`Error::Lost`] if the lease is lost meanwhile
-    /// (the future is dropped at once).
-    ///
-    /// # Cancel safety
-    ///
-    /// Dropping the returned future drops `work`'s future (if it started)
-    /// and gives the hold back in the background; a dropped wait holds
-    /// nothing and leaves the queue (as for [`lock`](Self::lock)).
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
-    /// let n = client.fair_lock("printer").with(|_lease| async { 42 }).await?;
-    /// # Ok(()) }
-    /// ```
-    pub async fn with<F, Fut, T>(&self, work: F) -> Result<T>
-    where
-        F: FnOnce(LeaseSignal) -> Fut,
-        Fut: Future<Output = T>,
-    {
-        let guard = must_acquire(self.acquire(None, None).await?);
-        guard.run(work).await
-    }
-
-    /// As [`with`](Self::with), but waits at most `wait`: `Ok(None)` if
-    /// the lock was not acquired in time (`work` is not called).
-    ///
-    /// # Cancel safety
-    ///
-    /// As for [`with`](Self::with).
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # use std::time::Duration;
-    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
-    /// let lock = client.fair_lock("printer");
-    /// if lock.try_with_for(Duration::from_secs(1), |_| async {}).await?.is_none() {
-    ///     println!("busy");
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub async fn try_with_for<F, Fut, T>(&self, wait: Duration, work: F) -> Result<Option<T>>
-    where
-        F: FnOnce(LeaseSignal) -> Fut,
-        Fut: Future<Output = T>,
-    {
-        match self.acquire(None, Some(wait)).await? {
-            Some(guard) => guard.run(work).await.map(Some),
-            None => Ok(None),
-        }
-    }
-
-    /// Waits in the queue until the lock is held by the current owner,
-    /// with a lease the watchdog renews while the guard lives.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: a dropped future holds nothing and leaves the queue at
-    /// once (list and zset, in the background). If an acquire it sent
-    /// succeeds after it was dropped, the hold is given back at once.
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
-    /// let guard = client.fair_lock("printer").lock().await?;
-    /// # Ok(()) }
-    /// ```
-    pub async fn lock(&self) -> Result<LockGuard> {
-        self.acquire(None, None).await.map(must_acquire)
-    }
-
-    /// Like [`lock`](Self::lock), with a fixed `lease`: the lock expires
-    /// `lease` after it was taken unless unlocked before; it is never
-    /// renewed. [`Error::InvalidArgument`] if `lease` is under 1 ms.
-    ///
-    /// # Cancel safety
-    ///
-    /// As for [`lock`](Self::lock).
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # use std::time::Duration;
-    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
-    /// let guard = client.fair_lock("printer").lock_with_lease(Duration::from_secs(10)).await?;
-    /// # Ok(()) }
-    /// ```
-    pub async fn lock_with_lease(&self, lease: Duration) -> Result<LockGuard> {
-        self.acquire(Some(lease), None).await.map(must_acquire)
-    }
-
-    /// Takes the lock if it is free and nobody is queued (or it is already
-    /// held by the current owner), without waiting and without joining
-    /// the queue. `Ok(None)` otherwise.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: if the future is dropped while the acquire is in
-    /// flight and it succeeds, the hold is given back at once.
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
-    /// if let Some(guard) = client.fair_lock("printer").try_lock().await? {
-    ///     guard.unlock().await?;
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub async fn try_lock(&self) -> Result<Option<LockGuard>> {
-        self.acquire(None, Some(Duration::ZERO)).await
-    }
-
-    /// Waits in the queue up to `wait` for the lock. `Ok(None)` if it was
-    /// not acquired in time; the waiter has then left the queue.
-    /// `Duration::MAX` waits forever.
-    ///
-    /// # Cancel safety
-    ///
-    /// As for [`lock`](Self::lock).
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # use std::time::Duration;
-    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
-    /// let guard = client.fair_lock("printer").try_lock_for(Duration::from_secs(1)).await?;
-    /// # Ok(()) }
-    /// ```
-    pub async fn try_lock_for(&self, wait: Duration) -> Result<Option<LockGuard>> {
-        self.acquire(None, Some(wait)).await
-    }
-
-    /// Waits in the queue until `deadline` for the lock. `Ok(None)` if it
-    /// was not acquired in time.
-    ///
-    /// # Cancel safety
-    ///
-    /// As for [`lock`](Self::lock).
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # use std::time::Duration;
-    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
-    /// let deadline = tokio::time::Instant::now() + Duration::from_secs(1);
-    /// let guard = client.fair_lock("printer").try_lock_until(deadline).await?;
-    /// # Ok(()) }
-    /// ```
-    pub async fn try_lock_until(&self, deadline: Instant) -> Result<Option<LockGuard>> {
-        let wait = deadline.saturating_duration_since(Instant::now());
-        self.acquire(None, Some(wait)).await
-    }
-
-    /// Waits in the queue up to `wait` for the lock, then holds it with a
-    /// fixed `lease` (never renewed). `Ok(None)` if it was not acquired in
-    /// time.
-    ///
-    /// # Cancel safety
-    ///
-    /// As for [`lock`](Self::lock).
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # use std::time::Duration;
-    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
-    /// let lock = client.fair_lock("printer");
-    /// let guard = lock.try_lock_with_lease(Duration::from_secs(1), Duration::from_secs(10)).await?;
-    /// # Ok(()) }
-    /// ```
-    pub async fn try_lock_with_lease(
-        &self,
-        wait: Duration,
-        lease: Duration,
-    ) -> Result<Option<LockGuard>> {
-        self.acquire(Some(lease), Some(wait)).await
-    }
-
-    /// Whether anyone holds the lock.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe (a read).
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
-    /// let busy = client.fair_lock("printer").is_locked().await?;
-    /// # Ok(()) }
-    /// ```
-    pub async fn is_locked(&self) -> Result<bool> {
+    async fn is_locked(&self) -> Result<bool> {
         self.check()?;
         let n: i64 = self.redis().exists(self.names.key.clone()).await?;
         Ok(n > 0)
     }
 
-    /// Whether the current owner ([`Owner::current`]) holds the lock.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe (a read).
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
-    /// let lock = client.fair_lock("printer");
-    /// let _g = lock.lock().await?;
-    /// assert!(lock.is_held_by_current_task().await?);
-    /// # Ok(()) }
-    /// ```
-    pub async fn is_held_by_current_task(&self) -> Result<bool> {
-        Ok(self.hold_count().await? > 0)
-    }
-
-    /// How many holds the current owner has on the lock (0 if none).
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe (a read).
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
-    /// assert_eq!(client.fair_lock("printer").hold_count().await?, 0);
-    /// # Ok(()) }
-    /// ```
-    pub async fn hold_count(&self) -> Result<u32> {
+    async fn hold_count(&self) -> Result<u32> {
         self.check()?;
-        let field = self.client.field(Owner::current().id(), "");
-        let count: Option<i64> = self.redis().hget(self.names.key.clone(), field).await?;
-        Ok(count.unwrap_or(0).clamp(0, u32::MAX as i64) as u32)
+        hold_count_of(self.redis(), &self.client, &self.names.key, "").await
     }
 
-    /// The lock's remaining lease, or `None` if it is not held or has no
-    /// expiry.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe (a read).
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
-    /// let left = client.fair_lock("printer").remaining_lease().await?;
-    /// # Ok(()) }
-    /// ```
-    pub async fn remaining_lease(&self) -> Result<Option<Duration>> {
+    async fn remaining_lease(&self) -> Result<Option<Duration>> {
         self.check()?;
-        let ttl: i64 = self.redis().pttl(self.names.key.clone()).await?;
-        Ok((ttl >= 0).then(|| Duration::from_millis(ttl as u64)))
+        remaining_lease_of(self.redis(), &self.names.key).await
     }
 
-    /// Who holds the lock and for how long, as
-    /// [`Lock::holders`](crate::Lock::holders) reads it (the hash is the
-    /// same shape). Queued waiters are not holders.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe (a read).
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
-    /// for h in client.fair_lock("printer").holders().await? {
-    ///     println!("{}: {} holds", h.field, h.holds);
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub async fn holders(&self) -> Result<Vec<Holder>> {
-        self.check()?;
-        crate::lock::holders_of(self.redis(), &self.names.key).await
-    }
-
-    /// Deletes the lock whoever holds it, and tells the head waiter.
-    /// Returns whether there was a lock to delete. Guards of this client's
-    /// holders report `lost` at once; guards in other clients at their
-    /// watchdog's next renewal (or when their fixed lease ends). Queued
-    /// waiters keep their places.
-    ///
-    /// # Cancel safety
-    ///
-    /// If the future is dropped, the delete may or may not have happened.
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
-    /// let was_locked = client.fair_lock("printer").force_unlock().await?;
-    /// # Ok(()) }
-    /// ```
-    pub async fn force_unlock(&self) -> Result<bool> {
+    /// Queued waiters keep their places: the head waiter is handed the
+    /// lock.
+    async fn force_unlock(&self) -> Result<bool> {
         self.check()?;
         let engine = self.client.engine();
         let mut args = vec![now_ms().into(), engine.conn.publish_command().into()];
@@ -664,26 +411,8 @@ impl FairLock {
         Ok(reply.first() == Some(&1))
     }
 
-    /// The client the lock is taken through (`MultiLock` orders its
-    /// members by client id).
-    pub(crate) fn client(&self) -> &Client {
-        &self.client
+    async fn holders(&self) -> Result<Vec<Holder>> {
+        self.check()?;
+        holders_of(self.redis(), &self.names.key, every_field).await
     }
-
-    fn redis(&self) -> &fred::clients::Client {
-        &self.client.engine().conn.redis
-    }
-
-    fn check(&self) -> Result<()> {
-        self.client.engine().check()?;
-        if self.name.is_empty() {
-            return Err(Error::invalid("lock name is empty"));
-        }
-        Ok(())
-    }
-}
-
-fn must_acquire(guard: Option<LockGuard>) -> LockGuard {
-    // `acquire` with no deadline only returns once it holds the lock.
-    guard.unwrap_or_else(|| unreachable!("acquire without a deadline returned no guard"))
 }

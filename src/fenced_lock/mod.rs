@@ -32,25 +32,32 @@
 //! rules. A dropped acquire holds nothing (a token it took is simply
 //! skipped); a dropped guard releases in the background.
 
+use std::future::Future;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use fred::interfaces::KeysInterface;
 use fred::types::Key;
-use tokio::time::Instant;
 
 use crate::client::Client;
 use crate::core::prefix_name;
 use crate::core::script::Script;
 use crate::error::Result;
 use crate::guard::LockGuard;
-use crate::lock::Lock;
+use crate::handle::raw::{sealed, RawLock, RawSingle};
+use crate::handle::LockHandle;
+use crate::lock::{Holder, Plain};
 
 /// A reentrant distributed lock whose every acquire takes a fencing token
 /// ([`LockGuard::token`]) larger than all tokens taken before, by anyone.
-/// The same methods as [`Lock`](crate::Lock), plus [`token`](Self::token)
-/// and [`delete_token`](Self::delete_token). Cheap to clone; nothing is
-/// sent until a method is called.
+/// The [`LockHandle`] of the fenced kind: every lock verb, as for a
+/// [`Lock`](crate::Lock), plus [`token_key`](LockHandle::token_key),
+/// [`token`](LockHandle::token) and
+/// [`delete_token`](LockHandle::delete_token). Its guards' `token()` is
+/// `Some`; a dropped acquire may use up a token (tokens have gaps, never
+/// repeats). Its `force_unlock` leaves the token counter alone, so the next
+/// holder's token is still larger than every earlier one. Cheap to clone;
+/// nothing is sent until a method is called.
 ///
 /// Holders send their token with each write, and the protected resource
 /// refuses tokens smaller than the largest it has seen (see *When to
@@ -130,11 +137,22 @@ use crate::lock::Lock;
 /// guard.unlock().await?;
 /// # Ok(()) }
 /// ```
+pub type FencedLock = LockHandle<Fenced>;
+
+/// The raw kind of a [`FencedLock`] (see [`RawLock`]): the plain lock of
+/// the same name (its hash, field, channel, release and renewal are the
+/// fenced lock's) and the token counter. Not used directly.
+///
+/// # Example
+///
+/// ```no_run
+/// # fn f(client: leasehold::Client) {
+/// let lock: leasehold::LockHandle<leasehold::raw::Fenced> = client.fenced_lock("a");
+/// # }
+/// ```
 #[derive(Clone, Debug)]
-pub struct FencedLock {
-    /// The plain lock of the same name: its hash, field, channel, release
-    /// and renewal are the fenced lock's.
-    lock: Lock,
+pub struct Fenced {
+    lock: Plain,
     token_key_str: Arc<str>,
     token_key: Key,
 }
@@ -177,59 +195,19 @@ impl Client {
     /// # }
     /// ```
     pub fn fenced_lock(&self, name: &str) -> FencedLock {
-        let lock = self.lock(name);
-        let token_key = prefix_name("redisson_lock_token", lock.key());
-        FencedLock {
+        let lock = Plain::new(self, name);
+        let token_key = prefix_name("redisson_lock_token", RawSingle::key(&lock));
+        LockHandle::from_raw(Fenced {
             lock,
             token_key: Key::from(token_key.as_str()),
             token_key_str: token_key.into(),
-        }
+        })
     }
 }
 
 // === impl FencedLock ===
 
 impl FencedLock {
-    /// The name given to [`Client::fenced_lock`] (without the key prefix).
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # fn f(client: leasehold::Client) {
-    /// assert_eq!(client.fenced_lock("a").name(), "a");
-    /// # }
-    /// ```
-    pub fn name(&self) -> &str {
-        self.lock.name()
-    }
-
-    /// The Redis key of the lock hash (prefix included): the plain lock's.
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # fn f(client: leasehold::Client) {
-    /// assert_eq!(client.fenced_lock("a").key(), client.lock("a").key());
-    /// # }
-    /// ```
-    pub fn key(&self) -> &str {
-        self.lock.key()
-    }
-
-    /// The unlock channel: the plain lock's,
-    /// `redisson_lock__channel:{<key>}`.
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # fn f(client: leasehold::Client) {
-    /// assert_eq!(client.fenced_lock("a").channel(), "redisson_lock__channel:{a}");
-    /// # }
-    /// ```
-    pub fn channel(&self) -> &str {
-        self.lock.channel()
-    }
-
     /// The token counter's key: `redisson_lock_token:{<key>}`, or
     /// `redisson_lock_token:<key>` if the key contains `{` (Redisson's
     /// rule: it shares the lock's hash slot). It never expires (see
@@ -243,237 +221,7 @@ impl FencedLock {
     /// # }
     /// ```
     pub fn token_key(&self) -> &str {
-        &self.token_key_str
-    }
-
-    /// Waits until the lock is held by the current owner, with a lease the
-    /// watchdog renews while the guard lives. The guard's
-    /// [`token`](LockGuard::token) is `Some`: a token larger than every
-    /// token taken before.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: a dropped future holds nothing. If an acquire it sent
-    /// succeeds after it was dropped, the hold is given back at once (the
-    /// token it took is skipped); its subscription reference is released
-    /// and an unused wake-up is passed to the next waiter. It loses only its
-    /// place in the local queue.
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
-    /// let guard = client.fenced_lock("ledger").lock().await?;
-    /// let token: Option<u64> = guard.token();
-    /// # Ok(()) }
-    /// ```
-    pub async fn lock(&self) -> Result<LockGuard> {
-        self.acquire(None, None).await.map(must_acquire)
-    }
-
-    /// Like [`lock`](Self::lock), with a fixed `lease`: the lock expires
-    /// `lease` after it was taken unless unlocked before; it is never
-    /// renewed. [`Error::InvalidArgument`](crate::Error::InvalidArgument)
-    /// if `lease` is under 1 ms.
-    ///
-    /// # Cancel safety
-    ///
-    /// As for [`lock`](Self::lock).
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # use std::time::Duration;
-    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
-    /// let guard = client.fenced_lock("ledger").lock_with_lease(Duration::from_secs(10)).await?;
-    /// # Ok(()) }
-    /// ```
-    pub async fn lock_with_lease(&self, lease: Duration) -> Result<LockGuard> {
-        self.acquire(Some(lease), None).await.map(must_acquire)
-    }
-
-    /// Takes the lock if it is free (or already held by the current owner),
-    /// without waiting. `Ok(None)` if someone else holds it (no token is
-    /// taken then).
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: if the future is dropped while the acquire is in
-    /// flight and it succeeds, the hold is given back at once.
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
-    /// if let Some(guard) = client.fenced_lock("ledger").try_lock().await? {
-    ///     guard.unlock().await?;
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub async fn try_lock(&self) -> Result<Option<LockGuard>> {
-        self.acquire(None, Some(Duration::ZERO)).await
-    }
-
-    /// Waits up to `wait` for the lock. `Ok(None)` if it was not acquired
-    /// in time. `Duration::MAX` waits forever.
-    ///
-    /// # Cancel safety
-    ///
-    /// As for [`lock`](Self::lock).
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # use std::time::Duration;
-    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
-    /// let lock = client.fenced_lock("ledger");
-    /// if let Some(guard) = lock.try_lock_for(Duration::from_millis(500)).await? {
-    ///     guard.unlock().await?;
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub async fn try_lock_for(&self, wait: Duration) -> Result<Option<LockGuard>> {
-        self.acquire(None, Some(wait)).await
-    }
-
-    /// Waits until `deadline` for the lock. `Ok(None)` if it was not
-    /// acquired in time.
-    ///
-    /// # Cancel safety
-    ///
-    /// As for [`lock`](Self::lock).
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # use std::time::Duration;
-    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
-    /// let deadline = tokio::time::Instant::now() + Duration::from_secs(1);
-    /// let guard = client.fenced_lock("ledger").try_lock_until(deadline).await?;
-    /// # Ok(()) }
-    /// ```
-    pub async fn try_lock_until(&self, deadline: Instant) -> Result<Option<LockGuard>> {
-        let wait = deadline.saturating_duration_since(Instant::now());
-        self.acquire(None, Some(wait)).await
-    }
-
-    /// Waits up to `wait` for the lock, then holds it with a fixed `lease`
-    /// (never renewed). `Ok(None)` if it was not acquired in time.
-    ///
-    /// # Cancel safety
-    ///
-    /// As for [`lock`](Self::lock).
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # use std::time::Duration;
-    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
-    /// let lock = client.fenced_lock("ledger");
-    /// let guard = lock.try_lock_with_lease(Duration::from_secs(1), Duration::from_secs(10)).await?;
-    /// # Ok(()) }
-    /// ```
-    pub async fn try_lock_with_lease(
-        &self,
-        wait: Duration,
-        lease: Duration,
-    ) -> Result<Option<LockGuard>> {
-        self.acquire(Some(lease), Some(wait)).await
-    }
-
-    /// Whether anyone holds the lock (through a fenced or a plain handle).
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe (a read).
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
-    /// let busy = client.fenced_lock("ledger").is_locked().await?;
-    /// # Ok(()) }
-    /// ```
-    pub async fn is_locked(&self) -> Result<bool> {
-        self.lock.is_locked().await
-    }
-
-    /// Whether the current owner ([`Owner::current`](crate::Owner::current))
-    /// holds the lock.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe (a read).
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
-    /// let lock = client.fenced_lock("ledger");
-    /// let g = lock.lock().await?;
-    /// assert!(lock.is_held_by_current_task().await?);
-    /// # Ok(()) }
-    /// ```
-    pub async fn is_held_by_current_task(&self) -> Result<bool> {
-        self.lock.is_held_by_current_task().await
-    }
-
-    /// How many holds the current owner has on the lock (0 if none),
-    /// taken through fenced or plain handles.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe (a read).
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
-    /// let lock = client.fenced_lock("ledger");
-    /// assert_eq!(lock.hold_count().await?, 0);
-    /// # Ok(()) }
-    /// ```
-    pub async fn hold_count(&self) -> Result<u32> {
-        self.lock.hold_count().await
-    }
-
-    /// The lock's remaining lease, or `None` if it is not held or has no
-    /// expiry.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe (a read).
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
-    /// let left = client.fenced_lock("ledger").remaining_lease().await?;
-    /// # Ok(()) }
-    /// ```
-    pub async fn remaining_lease(&self) -> Result<Option<Duration>> {
-        self.lock.remaining_lease().await
-    }
-
-    /// Deletes the lock whoever holds it, and wakes its waiters, as
-    /// [`Lock::force_unlock`](crate::Lock::force_unlock) does. Returns
-    /// whether there was a lock to delete. The token counter is left alone:
-    /// the next holder's token is still larger than every earlier one, so
-    /// the resource refuses the late writes of the holder forced out.
-    ///
-    /// # Cancel safety
-    ///
-    /// If the future is dropped, the delete may or may not have happened.
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
-    /// let was_locked = client.fenced_lock("ledger").force_unlock().await?;
-    /// # Ok(()) }
-    /// ```
-    pub async fn force_unlock(&self) -> Result<bool> {
-        self.lock.force_unlock().await
+        &self.raw().token_key_str
     }
 
     /// The last token handed out for this name (`GET` of the counter, as
@@ -495,8 +243,13 @@ impl FencedLock {
     /// # Ok(()) }
     /// ```
     pub async fn token(&self) -> Result<Option<u64>> {
-        self.lock.check()?;
-        let token: Option<i64> = self.lock.redis().get(self.token_key.clone()).await?;
+        self.raw().lock.check()?;
+        let token: Option<i64> = self
+            .raw()
+            .lock
+            .redis()
+            .get(self.raw().token_key.clone())
+            .await?;
         Ok(token.map(|t| t.max(0) as u64))
     }
 
@@ -525,43 +278,82 @@ impl FencedLock {
     /// # Ok(()) }
     /// ```
     pub async fn delete_token(&self) -> Result<bool> {
-        self.lock.check()?;
+        self.raw().lock.check()?;
         let deleted: i64 = scripts()
             .delete_token
             .run(
-                self.lock.redis(),
-                &[Key::from(self.key()), self.token_key.clone()],
+                self.raw().lock.redis(),
+                &[Key::from(self.key()), self.raw().token_key.clone()],
                 &Vec::<fred::types::Value>::new(),
             )
             .await?;
         Ok(deleted == 1)
     }
+}
 
+// === impl Fenced ===
+
+impl Fenced {
     /// The client the lock is taken through (`MultiLock` orders its
     /// members by client id).
     pub(crate) fn client(&self) -> &Client {
         self.lock.client()
     }
+}
+
+impl sealed::Sealed for Fenced {}
+
+impl RawLock for Fenced {
+    type Guard = LockGuard;
+
+    fn name(&self) -> &str {
+        RawLock::name(&self.lock)
+    }
 
     /// The plain lock's wait loop, with the fenced acquire script: every
-    /// hold takes a token. `wait: None` waits forever.
-    pub(crate) async fn acquire(
+    /// hold takes a token.
+    fn acquire(
         &self,
         lease: Option<Duration>,
         wait: Option<Duration>,
-    ) -> Result<Option<LockGuard>> {
-        self.lock
-            .acquire_with(
-                &scripts().acquire,
-                std::slice::from_ref(&self.token_key),
-                lease,
-                wait,
-            )
-            .await
+    ) -> impl Future<Output = Result<Option<LockGuard>>> + Send + '_ {
+        self.lock.acquire_with(
+            &scripts().acquire,
+            std::slice::from_ref(&self.token_key),
+            lease,
+            wait,
+        )
     }
 }
 
-fn must_acquire(guard: Option<LockGuard>) -> LockGuard {
-    // `acquire` with no deadline only returns once it holds the lock.
-    guard.unwrap_or_else(|| unreachable!("acquire without a deadline returned no guard"))
+/// The plain lock's reads, force-unlock (the token counter is left alone)
+/// and holders: the same hash.
+impl RawSingle for Fenced {
+    fn key(&self) -> &str {
+        self.lock.key()
+    }
+
+    fn channel(&self) -> &str {
+        self.lock.channel()
+    }
+
+    fn is_locked(&self) -> impl Future<Output = Result<bool>> + Send + '_ {
+        self.lock.is_locked()
+    }
+
+    fn hold_count(&self) -> impl Future<Output = Result<u32>> + Send + '_ {
+        self.lock.hold_count()
+    }
+
+    fn remaining_lease(&self) -> impl Future<Output = Result<Option<Duration>>> + Send + '_ {
+        self.lock.remaining_lease()
+    }
+
+    fn force_unlock(&self) -> impl Future<Output = Result<bool>> + Send + '_ {
+        self.lock.force_unlock()
+    }
+
+    fn holders(&self) -> impl Future<Output = Result<Vec<Holder>>> + Send + '_ {
+        self.lock.holders()
+    }
 }

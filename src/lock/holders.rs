@@ -1,18 +1,19 @@
-//! Who holds a lock, for operators: [`Lock::holders`].
+//! Who holds a lock, for operators: [`LockHandle::holders`](crate::LockHandle::holders).
 //!
 //! One read-only script (`scripts/holders.lua`) reads the lock hash and
 //! its TTL together; each field is parsed into the client uuid and owner
 //! id when it has leasehold's (and Redisson's `RLock`) shape
-//! `<uuid>:<decimal id>`, and kept raw otherwise.
+//! `<uuid>:<decimal id>` (a write lock's holder: with `:write` after
+//! it), and kept raw otherwise.
 
 use std::time::Duration;
 
 use fred::types::{Key, Value};
 
-use super::{scripts, Lock};
+use super::scripts;
 use crate::error::{Error, Result};
 
-/// One holder of a lock, as [`Lock::holders`] read it.
+/// One holder of a lock, as [`LockHandle::holders`](crate::LockHandle::holders) read it.
 ///
 /// # Example
 ///
@@ -47,50 +48,31 @@ pub struct Holder {
     pub remaining_lease: Option<Duration>,
 }
 
-// === impl Lock ===
-
-impl Lock {
-    /// Who holds the lock and for how long: one [`Holder`] per field of the
-    /// lock hash, with the key's remaining TTL; empty if the lock is free.
-    /// One read, consistent in itself (an operator's view: it may be out of
-    /// date by the time it is printed).
-    ///
-    /// A lock taken by this crate has exactly one holder (several holds
-    /// of one owner are one holder with `holds > 1`).
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe (a read).
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
-    /// let lock = client.lock("orders:42");
-    /// let _guard = lock.lock().await?;
-    /// let holders = lock.holders().await?;
-    /// assert_eq!(holders[0].client, Some(client.id()));
-    /// assert_eq!(holders[0].owner, Some(leasehold::Owner::current().id()));
-    /// # Ok(()) }
-    /// ```
-    pub async fn holders(&self) -> Result<Vec<Holder>> {
-        self.check()?;
-        holders_of(self.redis(), &self.inner.key).await
-    }
-}
-
-/// The holders of the lock hash `key` (any kind of the lock family that
-/// keeps Redisson's `<uuid>:<id>` → count hash: the fair lock's too).
-pub(crate) async fn holders_of(redis: &fred::clients::Client, key: &Key) -> Result<Vec<Holder>> {
+/// The holders of the lock hash `key`. Every kind of the lock family keeps
+/// Redisson's `<uuid>:<id>[suffix]` → count hash (the read-write lock its
+/// `mode` field beside them): `owner_part` says, for each field, the part
+/// to read as `<uuid>:<id>`, or `None` to leave the field out.
+pub(crate) async fn holders_of(
+    redis: &fred::clients::Client,
+    key: &Key,
+    owner_part: impl Fn(&str) -> Option<&str>,
+) -> Result<Vec<Holder>> {
     let reply: Value = scripts()
         .holders
         .run(redis, std::slice::from_ref(key), &[])
         .await?;
-    parse(reply).ok_or_else(|| Error::protocol("unexpected reply to the holders script"))
+    parse(reply, owner_part)
+        .ok_or_else(|| Error::protocol("unexpected reply to the holders script"))
+}
+
+/// For [`holders_of`]: every field is a holder's, read whole (the plain,
+/// fenced and fair locks' hash).
+pub(crate) fn every_field(field: &str) -> Option<&str> {
+    Some(field)
 }
 
 /// Reads the script's reply: `{pttl, field, value, …}`.
-fn parse(reply: Value) -> Option<Vec<Holder>> {
+fn parse(reply: Value, owner_part: impl Fn(&str) -> Option<&str>) -> Option<Vec<Holder>> {
     let Value::Array(items) = reply else {
         return None;
     };
@@ -100,7 +82,10 @@ fn parse(reply: Value) -> Option<Vec<Holder>> {
     let mut holders = Vec::with_capacity(items.len() / 2);
     while let (Some(field), Some(value)) = (items.next(), items.next()) {
         let field = text(&field)?;
-        let (client, owner) = match split_field(&field) {
+        let Some(owner_part) = owner_part(&field) else {
+            continue;
+        };
+        let (client, owner) = match split_field(owner_part) {
             Some((client, owner)) => (Some(client), Some(owner)),
             None => (None, None),
         };

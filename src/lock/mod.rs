@@ -30,8 +30,8 @@
 
 mod holders;
 
-pub(crate) use holders::holders_of;
 pub use holders::Holder;
+pub(crate) use holders::{every_field, holders_of};
 
 use std::future::Future;
 use std::sync::{Arc, OnceLock};
@@ -41,7 +41,6 @@ use fred::bytes_utils::Str;
 use fred::interfaces::{HashesInterface, KeysInterface};
 use fred::types::{Key, Value};
 use futures_util::FutureExt;
-use tokio::time::Instant;
 
 use crate::client::Client;
 use crate::core::acquire::{acquire, Target};
@@ -52,11 +51,14 @@ use crate::core::pubsub::{wake_one, Policy};
 use crate::core::script::Script;
 use crate::core::watchdog::{Packed, Renewal};
 use crate::error::{Error, Result};
-use crate::guard::{LeaseSignal, LockGuard};
+use crate::guard::LockGuard;
+use crate::handle::raw::{sealed, RawLock, RawSingle};
+use crate::handle::LockHandle;
 use crate::owner::Owner;
 
-/// A reentrant distributed lock, by name. Cheap to clone; nothing is sent
-/// until a method is called.
+/// A reentrant distributed lock, by name (Redisson `RLock`): the
+/// [`LockHandle`] of the plain kind, with every lock verb. Cheap to clone;
+/// nothing is sent until a method is called.
 ///
 /// Locks are held by an [`Owner`] (by default the current tokio task), and
 /// the same owner can take the same lock again: each acquire adds a hold,
@@ -64,8 +66,9 @@ use crate::owner::Owner;
 /// zero. Read the [`Owner`] docs before using locks inside `join!` or
 /// `select!`: futures joined in one task share one owner.
 ///
-/// A lock taken with [`lock`](Lock::lock), [`try_lock`](Lock::try_lock) or
-/// [`try_lock_for`](Lock::try_lock_for) keeps a lease of the watchdog
+/// A lock taken with [`lock`](LockHandle::lock),
+/// [`try_lock`](LockHandle::try_lock) or
+/// [`try_lock_for`](LockHandle::try_lock_for) keeps a lease of the watchdog
 /// timeout that the [`Watchdog`](crate::Watchdog) renews while the guard
 /// lives; the `_with_lease` variants set a fixed lease that is never
 /// renewed. Holds of one owner share the key: it lives as long as the
@@ -90,8 +93,20 @@ use crate::owner::Owner;
 /// assert!(!lock.is_locked().await?);
 /// # Ok(()) }
 /// ```
+pub type Lock = LockHandle<Plain>;
+
+/// The raw kind of a [`Lock`] (see [`RawLock`]): its client, key and
+/// channel. Not used directly.
+///
+/// # Example
+///
+/// ```no_run
+/// # fn f(client: leasehold::Client) {
+/// let lock: leasehold::LockHandle<leasehold::raw::Plain> = client.lock("a");
+/// # }
+/// ```
 #[derive(Clone, Debug)]
-pub struct Lock {
+pub struct Plain {
     /// One pointer: a handle cloned into every task that waits costs 8 B
     /// there, and a clone is one reference count.
     inner: Arc<Names>,
@@ -235,374 +250,27 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub fn lock(&self, name: &str) -> Lock {
-        let (text, key_len) = key_then_channel(self.key_prefix(), name, "redisson_lock__channel");
-        Lock {
+        LockHandle::from_raw(Plain::new(self, name))
+    }
+}
+
+// === impl Plain ===
+
+impl Plain {
+    pub(crate) fn new(client: &Client, name: &str) -> Plain {
+        let (text, key_len) = key_then_channel(client.key_prefix(), name, "redisson_lock__channel");
+        Plain {
             inner: Arc::new(Names {
-                client: self.clone(),
+                client: client.clone(),
                 key: Key::from(text.slice(..key_len)),
                 channel_key: Key::from(text.slice(key_len..)),
                 text,
             }),
         }
     }
-}
 
-// === impl Lock ===
-
-impl Lock {
-    /// The name given to [`Client::lock`] (without the key prefix).
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # fn f(client: leasehold::Client) {
-    /// assert_eq!(client.lock("a").name(), "a");
-    /// # }
-    /// ```
-    pub fn name(&self) -> &str {
-        &self.key()[self.inner.client.key_prefix().len()..]
-    }
-
-    /// The Redis key of the lock hash (prefix included).
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # fn f(client: leasehold::Client) {
-    /// let key = client.lock("a").key().to_owned();
-    /// # }
-    /// ```
-    pub fn key(&self) -> &str {
+    fn key_str(&self) -> &str {
         &self.inner.text[..self.inner.key.as_bytes().len()]
-    }
-
-    /// The unlock channel: `redisson_lock__channel:{<key>}`, or
-    /// `redisson_lock__channel:<key>` if the key contains `{` (Redisson's
-    /// rule; key and channel then share the hash tag already in the key).
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # fn f(client: leasehold::Client) {
-    /// assert!(client.lock("a").channel().starts_with("redisson_lock__channel:{"));
-    /// # }
-    /// ```
-    pub fn channel(&self) -> &str {
-        &self.inner.text[self.inner.key.as_bytes().len()..]
-    }
-
-    /// Runs `work` under the lock: waits for it (as [`lock`](Self::lock),
-    /// a lease the watchdog renews), runs the future `work` returns,
-    /// unlocks, and returns the future's output. The safe way to hold a
-    /// lock: no guard to keep alive or forget.
-    ///
-    /// If the lease is lost while the future runs (force-unlocked,
-    /// expired, or renewal not confirmed in time), the future is dropped
-    /// at once — cancelled at its current `.await` — and `with` returns
-    /// [`Error::Lost`]. It returns `Lost` too when the loss is seen only as
-    /// the future ends (or by the unlock finding the hold gone): the work
-    /// may then have run partly without the lock, and its output is
-    /// dropped. The future gets a [`LeaseSignal`] to check the lease
-    /// itself where a precise stop matters; for writes that must never
-    /// land after a loss, fence them (README, "Fencing").
-    ///
-    /// The future runs in the caller's task, so it is the lock's owner:
-    /// it re-enters the lock freely. A task it spawns is another owner
-    /// (see [`Owner`]).
-    ///
-    /// # Cancel safety
-    ///
-    /// Dropping the returned future drops `work`'s future (if it started)
-    /// and gives the hold back in the background; a dropped wait holds
-    /// nothing (as for [`lock`](Self::lock)).
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # async fn charge(_: u32) -> u32 { 0 }
-    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
-    /// let receipt = client.lock("orders:42").with(|lease| async move {
-    ///     // Cancelled here if the lease is lost; `lease.is_lost()` to check.
-    ///     charge(42).await
-    /// }).await?;
-    /// # Ok(()) }
-    /// ```
-    pub async fn with<F, Fut, T>(&self, work: F) -> Result<T>
-    where
-        F: FnOnce(LeaseSignal) -> Fut,
-        Fut: Future<Output = T>,
-    {
-        let guard = must_acquire(self.acquire(None, None).await?);
-        guard.run(work).await
-    }
-
-    /// As [`with`](Self::with), but waits at most `wait` for the lock:
-    /// `Ok(None)` if it was not acquired in time (`work` is not called).
-    ///
-    /// # Cancel safety
-    ///
-    /// As for [`with`](Self::with).
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # use std::time::Duration;
-    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
-    /// let lock = client.lock("nightly-report");
-    /// match lock.try_with_for(Duration::from_secs(1), |_| async { 42 }).await? {
-    ///     Some(n) => println!("done: {n}"),
-    ///     None => println!("someone else is on it"),
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub async fn try_with_for<F, Fut, T>(&self, wait: Duration, work: F) -> Result<Option<T>>
-    where
-        F: FnOnce(LeaseSignal) -> Fut,
-        Fut: Future<Output = T>,
-    {
-        match self.acquire(None, Some(wait)).await? {
-            Some(guard) => guard.run(work).await.map(Some),
-            None => Ok(None),
-        }
-    }
-
-    /// Waits until the lock is held by the current owner, with a lease the
-    /// watchdog renews while the guard lives.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: a dropped future holds nothing. If an acquire it sent
-    /// succeeds after it was dropped, the hold is given back at once; its
-    /// subscription reference is released and an unused wake-up is passed
-    /// to the next waiter. It loses only its place in the local queue.
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
-    /// let guard = client.lock("orders:42").lock().await?;
-    /// # Ok(()) }
-    /// ```
-    pub async fn lock(&self) -> Result<LockGuard> {
-        self.acquire(None, None).await.map(must_acquire)
-    }
-
-    /// Like [`lock`](Self::lock), with a fixed `lease`: the lock expires
-    /// `lease` after it was taken unless unlocked before; it is never
-    /// renewed. [`Error::InvalidArgument`] if `lease` is under 1 ms.
-    ///
-    /// # Cancel safety
-    ///
-    /// As for [`lock`](Self::lock).
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # use std::time::Duration;
-    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
-    /// let guard = client.lock("report").lock_with_lease(Duration::from_secs(10)).await?;
-    /// # Ok(()) }
-    /// ```
-    pub async fn lock_with_lease(&self, lease: Duration) -> Result<LockGuard> {
-        self.acquire(Some(lease), None).await.map(must_acquire)
-    }
-
-    /// Takes the lock if it is free (or already held by the current owner),
-    /// without waiting. `Ok(None)` if someone else holds it.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: if the future is dropped while the acquire is in
-    /// flight and it succeeds, the hold is given back at once.
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
-    /// match client.lock("orders:42").try_lock().await? {
-    ///     Some(guard) => { /* got it */ guard.unlock().await? }
-    ///     None => { /* busy */ }
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub async fn try_lock(&self) -> Result<Option<LockGuard>> {
-        self.acquire(None, Some(Duration::ZERO)).await
-    }
-
-    /// Waits up to `wait` for the lock. `Ok(None)` if it was not acquired
-    /// in time. `Duration::MAX` waits forever.
-    ///
-    /// # Cancel safety
-    ///
-    /// As for [`lock`](Self::lock).
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # use std::time::Duration;
-    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
-    /// if let Some(guard) = client.lock("orders:42").try_lock_for(Duration::from_millis(500)).await? {
-    ///     guard.unlock().await?;
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub async fn try_lock_for(&self, wait: Duration) -> Result<Option<LockGuard>> {
-        self.acquire(None, Some(wait)).await
-    }
-
-    /// Waits until `deadline` for the lock. `Ok(None)` if it was not
-    /// acquired in time.
-    ///
-    /// # Cancel safety
-    ///
-    /// As for [`lock`](Self::lock).
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # use std::time::Duration;
-    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
-    /// let deadline = tokio::time::Instant::now() + Duration::from_secs(1);
-    /// let guard = client.lock("orders:42").try_lock_until(deadline).await?;
-    /// # Ok(()) }
-    /// ```
-    pub async fn try_lock_until(&self, deadline: Instant) -> Result<Option<LockGuard>> {
-        let wait = deadline.saturating_duration_since(Instant::now());
-        self.acquire(None, Some(wait)).await
-    }
-
-    /// Waits up to `wait` for the lock, then holds it with a fixed `lease`
-    /// (never renewed). `Ok(None)` if it was not acquired in time.
-    ///
-    /// # Cancel safety
-    ///
-    /// As for [`lock`](Self::lock).
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # use std::time::Duration;
-    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
-    /// let lock = client.lock("orders:42");
-    /// let guard = lock.try_lock_with_lease(Duration::from_secs(1), Duration::from_secs(10)).await?;
-    /// # Ok(()) }
-    /// ```
-    pub async fn try_lock_with_lease(
-        &self,
-        wait: Duration,
-        lease: Duration,
-    ) -> Result<Option<LockGuard>> {
-        self.acquire(Some(lease), Some(wait)).await
-    }
-
-    /// Whether anyone holds the lock.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe (a read).
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
-    /// let busy = client.lock("orders:42").is_locked().await?;
-    /// # Ok(()) }
-    /// ```
-    pub async fn is_locked(&self) -> Result<bool> {
-        self.check()?;
-        let n: i64 = self.redis().exists(self.inner.key.clone()).await?;
-        Ok(n > 0)
-    }
-
-    /// Whether the current owner ([`Owner::current`]) holds the lock.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe (a read).
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
-    /// let lock = client.lock("orders:42");
-    /// let g = lock.lock().await?;
-    /// assert!(lock.is_held_by_current_task().await?);
-    /// # Ok(()) }
-    /// ```
-    pub async fn is_held_by_current_task(&self) -> Result<bool> {
-        Ok(self.hold_count().await? > 0)
-    }
-
-    /// How many holds the current owner has on the lock (0 if none).
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe (a read).
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
-    /// let lock = client.lock("orders:42");
-    /// assert_eq!(lock.hold_count().await?, 0);
-    /// # Ok(()) }
-    /// ```
-    pub async fn hold_count(&self) -> Result<u32> {
-        self.check()?;
-        let field = self.inner.client.field(Owner::current().id(), "");
-        let count: Option<i64> = self.redis().hget(self.inner.key.clone(), field).await?;
-        Ok(count.unwrap_or(0).clamp(0, u32::MAX as i64) as u32)
-    }
-
-    /// The lock's remaining lease, or `None` if it is not held or has no
-    /// expiry.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe (a read).
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
-    /// let left = client.lock("orders:42").remaining_lease().await?;
-    /// # Ok(()) }
-    /// ```
-    pub async fn remaining_lease(&self) -> Result<Option<Duration>> {
-        self.check()?;
-        let ttl: i64 = self.redis().pttl(self.inner.key.clone()).await?;
-        Ok((ttl >= 0).then(|| Duration::from_millis(ttl as u64)))
-    }
-
-    /// Deletes the lock whoever holds it, and wakes its waiters. Returns
-    /// whether there was a lock to delete. Guards of this client's holders
-    /// report `lost` at once; guards in other clients at their watchdog's
-    /// next renewal (or when their fixed lease ends).
-    ///
-    /// # Cancel safety
-    ///
-    /// If the future is dropped, the delete may or may not have happened.
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
-    /// let was_locked = client.lock("orders:42").force_unlock().await?;
-    /// # Ok(()) }
-    /// ```
-    pub async fn force_unlock(&self) -> Result<bool> {
-        self.check()?;
-        let engine = self.inner.client.engine();
-        let reply = engine
-            .force_unlock(
-                &scripts().force_unlock,
-                (&self.inner.key, self.key()),
-                &self.inner.client.id().to_string(),
-                vec![self.inner.key.clone(), self.inner.channel_key.clone()],
-                vec!["0".into(), engine.conn.publish_command().into()],
-            )
-            .await?;
-        Ok(reply.first() == Some(&1))
     }
 
     /// The client the lock is taken through (`MultiLock` orders its
@@ -617,27 +285,19 @@ impl Lock {
 
     pub(crate) fn check(&self) -> Result<()> {
         self.inner.client.engine().check()?;
-        if self.name().is_empty() {
+        if RawLock::name(self).is_empty() {
             return Err(Error::invalid("lock name is empty"));
         }
         Ok(())
     }
 
-    /// The wait loop (see the module docs). `wait: None` waits forever.
-    pub(crate) fn acquire(
-        &self,
-        lease: Option<Duration>,
-        wait: Option<Duration>,
-    ) -> impl Future<Output = Result<Option<LockGuard>>> + '_ {
-        self.acquire_with(&scripts().acquire, &[], lease, wait)
-    }
-
-    /// [`acquire`](Self::acquire), sending `script` for each try: a latched
-    /// script with `acquire.lua`'s KEYS[1], ARGV and reply, `extra_keys`
-    /// after KEYS[1], and optionally a fencing token after the count in
-    /// its reply (the fenced lock's). Holds taken either way are holds of
-    /// the same field, counted in one lease record with one turn and one
-    /// latch, so they may be mixed freely by one owner.
+    /// The wait loop (see the module docs), sending `script` for each try:
+    /// a latched script with `acquire.lua`'s KEYS[1], ARGV and reply,
+    /// `extra_keys` after KEYS[1], and optionally a fencing token after the
+    /// count in its reply (the fenced lock's). Holds taken either way are
+    /// holds of the same field, counted in one lease record with one turn
+    /// and one latch, so they may be mixed freely by one owner. `wait:
+    /// None` waits forever.
     pub(crate) fn acquire_with<'a>(
         &'a self,
         script: &'static Script,
@@ -662,9 +322,96 @@ impl Lock {
     }
 }
 
+impl sealed::Sealed for Plain {}
+
+impl RawLock for Plain {
+    type Guard = LockGuard;
+
+    fn name(&self) -> &str {
+        &self.key_str()[self.inner.client.key_prefix().len()..]
+    }
+
+    fn acquire(
+        &self,
+        lease: Option<Duration>,
+        wait: Option<Duration>,
+    ) -> impl Future<Output = Result<Option<LockGuard>>> + Send + '_ {
+        self.acquire_with(&scripts().acquire, &[], lease, wait)
+    }
+}
+
+impl RawSingle for Plain {
+    fn key(&self) -> &str {
+        self.key_str()
+    }
+
+    fn channel(&self) -> &str {
+        &self.inner.text[self.inner.key.as_bytes().len()..]
+    }
+
+    async fn is_locked(&self) -> Result<bool> {
+        self.check()?;
+        let n: i64 = self.redis().exists(self.inner.key.clone()).await?;
+        Ok(n > 0)
+    }
+
+    async fn hold_count(&self) -> Result<u32> {
+        self.check()?;
+        hold_count_of(self.redis(), &self.inner.client, &self.inner.key, "").await
+    }
+
+    async fn remaining_lease(&self) -> Result<Option<Duration>> {
+        self.check()?;
+        remaining_lease_of(self.redis(), &self.inner.key).await
+    }
+
+    async fn force_unlock(&self) -> Result<bool> {
+        self.check()?;
+        let engine = self.inner.client.engine();
+        let reply = engine
+            .force_unlock(
+                &scripts().force_unlock,
+                (&self.inner.key, self.key_str()),
+                &self.inner.client.id().to_string(),
+                vec![self.inner.key.clone(), self.inner.channel_key.clone()],
+                vec!["0".into(), engine.conn.publish_command().into()],
+            )
+            .await?;
+        Ok(reply.first() == Some(&1))
+    }
+
+    async fn holders(&self) -> Result<Vec<Holder>> {
+        self.check()?;
+        holders_of(self.redis(), &self.inner.key, every_field).await
+    }
+}
+
+/// The holds `client`'s current owner has in field `<client>:<owner><suffix>`
+/// of the hash `key` (every kind's `hold_count`).
+pub(crate) async fn hold_count_of(
+    redis: &fred::clients::Client,
+    client: &Client,
+    key: &Key,
+    suffix: &str,
+) -> Result<u32> {
+    let field = client.field(Owner::current().id(), suffix);
+    let count: Option<i64> = redis.hget(key.clone(), field).await?;
+    Ok(count.unwrap_or(0).clamp(0, u32::MAX as i64) as u32)
+}
+
+/// The TTL of `key`, `None` if it has none or is gone (every kind's
+/// `remaining_lease`).
+pub(crate) async fn remaining_lease_of(
+    redis: &fred::clients::Client,
+    key: &Key,
+) -> Result<Option<Duration>> {
+    let ttl: i64 = redis.pttl(key.clone()).await?;
+    Ok((ttl >= 0).then(|| Duration::from_millis(ttl as u64)))
+}
+
 /// What a lock's acquire takes (see `core::acquire::Target`).
 struct LockTarget<'a> {
-    lock: &'a Lock,
+    lock: &'a Plain,
     script: &'static Script,
     extra_keys: &'a [Key],
 }
@@ -687,7 +434,7 @@ impl Target for LockTarget<'_> {
     }
 
     fn channel(&self) -> &str {
-        self.lock.channel()
+        RawSingle::channel(self.lock)
     }
 
     fn policy(&self) -> Policy {
@@ -698,7 +445,7 @@ impl Target for LockTarget<'_> {
         let field = self.lock.inner.client.field(owner, "");
         LeaseInit::new(
             &LockKind,
-            self.lock.key(),
+            self.lock.key_str(),
             &field,
             self.lock.inner.channel_key.as_bytes(),
         )
@@ -724,11 +471,6 @@ impl Target for LockTarget<'_> {
             rid,
         )
     }
-}
-
-fn must_acquire(guard: Option<LockGuard>) -> LockGuard {
-    // `acquire` with no deadline only returns once it holds the lock.
-    guard.unwrap_or_else(|| unreachable!("acquire without a deadline returned no guard"))
 }
 
 // === impl LockKind ===

@@ -13,11 +13,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::stream::{FuturesUnordered, StreamExt};
-use tokio::time::Instant;
-
 use crate::error::{Error, Result};
-use crate::guard::LockGuard;
+use crate::guard::{LeaseSignal, LockGuard};
+use crate::handle::raw::{sealed, RawGuard};
 
 /// The holds of a [`MultiLock`](crate::MultiLock) (every member) or of a
 /// [`RedLock`](crate::RedLock) (the servers that acquired, at least a
@@ -50,10 +48,12 @@ use crate::guard::LockGuard;
 pub struct MultiGuard {
     /// The member holds; each releases itself when dropped.
     guards: Vec<LockGuard>,
-    /// How many of `guards` must stay valid.
+    /// How many of `guards` must stay valid (and be released for
+    /// `unlock` to succeed).
     quorum: usize,
-    /// Taken off the quorum's validity (RedLock's clock-drift allowance).
-    drift: Duration,
+    /// Lost once fewer than `quorum` of the members stay valid, less the
+    /// RedLock's clock-drift allowance (see `LeaseSignal::quorum`).
+    signal: LeaseSignal,
     /// Bound on each member's unlock (RedLock: the server timeout); a
     /// slower release finishes in the background.
     unlock_bound: Option<Duration>,
@@ -73,8 +73,8 @@ impl MultiGuard {
             .join(", ");
         MultiGuard {
             quorum: guards.len(),
+            signal: signal_of(&guards, guards.len(), Duration::ZERO),
             guards,
-            drift: Duration::ZERO,
             unlock_bound: None,
             name: name.into(),
         }
@@ -90,9 +90,9 @@ impl MultiGuard {
         name: Arc<str>,
     ) -> MultiGuard {
         MultiGuard {
+            signal: signal_of(&guards, quorum, drift),
             guards,
             quorum,
-            drift,
             unlock_bound: Some(unlock_bound),
             name,
         }
@@ -155,7 +155,7 @@ impl MultiGuard {
     /// # Ok(()) }
     /// ```
     pub fn is_lost(&self) -> bool {
-        self.validity().is_zero()
+        self.signal.is_lost()
     }
 
     /// Completes when the guard is lost: at once if it already is.
@@ -176,26 +176,7 @@ impl MultiGuard {
     /// # Ok(()) }
     /// ```
     pub async fn lost(&self) {
-        loop {
-            let Some(end) = self.valid_until() else {
-                return;
-            };
-            if end <= Instant::now() {
-                return;
-            }
-            // Wake when a member is lost, or when the validity would run
-            // out (a renewal may have moved it on by then: look again).
-            let mut members: FuturesUnordered<_> = self
-                .guards
-                .iter()
-                .filter(|g| !g.is_lost())
-                .map(LockGuard::lost)
-                .collect();
-            tokio::select! {
-                _ = members.next() => {}
-                _ = tokio::time::sleep_until(end) => {}
-            }
-        }
+        self.signal.lost().await
     }
 
     /// How long the guard stays valid if nothing is renewed from now on:
@@ -214,9 +195,7 @@ impl MultiGuard {
     /// # Ok(()) }
     /// ```
     pub fn validity(&self) -> Duration {
-        self.valid_until().map_or(Duration::ZERO, |end| {
-            end.saturating_duration_since(Instant::now())
-        })
+        self.signal.validity()
     }
 
     /// The member holds: every member of a MultiLock (in the order they
@@ -240,23 +219,32 @@ impl MultiGuard {
     pub(crate) fn into_guards(self) -> Vec<LockGuard> {
         self.guards
     }
+}
 
-    /// When the guard stops being valid: the quorum-th latest end among
-    /// the members not lost, less the drift. `None` if fewer than a quorum
-    /// are left.
-    fn valid_until(&self) -> Option<Instant> {
-        let mut ends: Vec<Instant> = self
-            .guards
-            .iter()
-            .filter(|g| !g.is_lost())
-            .map(LockGuard::valid_until)
-            .collect();
-        if self.quorum == 0 || ends.len() < self.quorum {
-            return None;
-        }
-        ends.sort_unstable_by(|a, b| b.cmp(a));
-        ends[self.quorum - 1].checked_sub(self.drift)
+impl sealed::Sealed for MultiGuard {}
+
+impl RawGuard for MultiGuard {
+    fn lease_signal(&self) -> LeaseSignal {
+        self.signal.clone()
     }
+
+    fn give_back(self) -> impl std::future::Future<Output = Result<()>> + Send + 'static {
+        self.unlock()
+    }
+
+    fn what(&self) -> String {
+        self.name.to_string()
+    }
+}
+
+/// The lost signal of `guards`, of which `quorum` must stay valid `drift`
+/// before their ends.
+fn signal_of(guards: &[LockGuard], quorum: usize, drift: Duration) -> LeaseSignal {
+    LeaseSignal::quorum(
+        guards.iter().map(LockGuard::lease_signal).collect(),
+        quorum,
+        drift,
+    )
 }
 
 fn unlock_timed_out(key: &str, bound: Duration) -> Error {

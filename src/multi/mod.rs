@@ -155,14 +155,16 @@ use fred::interfaces::ClientLike;
 use tokio::time::Instant;
 
 use crate::error::Result;
-use crate::fair_lock::FairLock;
-use crate::fenced_lock::FencedLock;
+use crate::fair_lock::{Fair, FairLock};
+use crate::fenced_lock::{Fenced, FencedLock};
 use crate::guard::LockGuard;
-use crate::lock::Lock;
+use crate::handle::raw::{RawLock, RawSingle};
+use crate::lock::{Lock, Plain};
+use crate::rw_lock::{Read, ReadLock, Write, WriteLock};
 
 pub use guard::MultiGuard;
-pub use multi_lock::MultiLock;
-pub use redlock::RedLock;
+pub use multi_lock::{Multi, MultiLock};
+pub use redlock::{RedLock, Redlock};
 
 /// One lock of a [`MultiLock`]: any kind of the lock family, on any
 /// client. Made from a lock handle with `From` / `into()`;
@@ -185,26 +187,30 @@ pub struct Member(AnyLock);
 /// impl below, and an arm in `with_lock!`.
 #[derive(Clone, Debug)]
 enum AnyLock {
-    Lock(Lock),
-    Fenced(FencedLock),
-    Fair(FairLock),
+    Lock(Plain),
+    Fenced(Fenced),
+    Fair(Fair),
+    Read(Read),
+    Write(Write),
 }
 
-/// Runs `$body` with `$l` bound to the member's lock, whatever its kind.
-/// Every kind has `acquire`, `name`, `key` and `client`.
+/// Runs `$body` with `$l` bound to the member's raw lock, whatever its
+/// kind. Every kind has `acquire`, `name`, `key` and `client`.
 macro_rules! with_lock {
     ($member:expr, $l:ident => $body:expr) => {
         match &$member.0 {
             AnyLock::Lock($l) => $body,
             AnyLock::Fenced($l) => $body,
             AnyLock::Fair($l) => $body,
+            AnyLock::Read($l) => $body,
+            AnyLock::Write($l) => $body,
         }
     };
 }
 
 impl From<Lock> for Member {
     fn from(lock: Lock) -> Member {
-        Member(AnyLock::Lock(lock))
+        Member(AnyLock::Lock(lock.raw().clone()))
     }
 }
 
@@ -212,7 +218,7 @@ impl From<Lock> for Member {
 /// it from its guard in [`MultiGuard::guards`] ([`LockGuard::token`]).
 impl From<FencedLock> for Member {
     fn from(lock: FencedLock) -> Member {
-        Member(AnyLock::Fenced(lock))
+        Member(AnyLock::Fenced(lock.raw().clone()))
     }
 }
 
@@ -220,7 +226,22 @@ impl From<FencedLock> for Member {
 /// leaves it when the MultiLock's attempt gives up on it).
 impl From<FairLock> for Member {
     fn from(lock: FairLock) -> Member {
-        Member(AnyLock::Fair(lock))
+        Member(AnyLock::Fair(lock.raw().clone()))
+    }
+}
+
+/// A read member shares the lock with other readers: a MultiLock of read
+/// halves keeps writers out of every member at once.
+impl From<ReadLock> for Member {
+    fn from(lock: ReadLock) -> Member {
+        Member(AnyLock::Read(lock.raw().clone()))
+    }
+}
+
+/// A write member excludes readers and writers of its lock.
+impl From<WriteLock> for Member {
+    fn from(lock: WriteLock) -> Member {
+        Member(AnyLock::Write(lock.raw().clone()))
     }
 }
 
@@ -260,7 +281,7 @@ impl Member {
     /// # }
     /// ```
     pub fn name(&self) -> &str {
-        with_lock!(self, l => l.name())
+        with_lock!(self, l => RawLock::name(l))
     }
 
     /// The member lock's Redis key (prefix included).
@@ -274,7 +295,7 @@ impl Member {
     /// # }
     /// ```
     pub fn key(&self) -> &str {
-        with_lock!(self, l => l.key())
+        with_lock!(self, l => RawSingle::key(l))
     }
 
     /// The id of the client the member is taken through
@@ -320,6 +341,6 @@ impl Member {
         lease: Option<Duration>,
         wait: Option<Duration>,
     ) -> Result<Option<LockGuard>> {
-        with_lock!(self, l => l.acquire(lease, wait).await)
+        with_lock!(self, l => RawLock::acquire(l, lease, wait).await)
     }
 }

@@ -1,6 +1,7 @@
 //! [`MultiLock`]: every member or none (the algorithm is in the module
 //! docs, `multi/mod.rs`).
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,6 +11,8 @@ use super::{left, random_between, Member, MultiGuard};
 use crate::core::lease_millis;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
+use crate::handle::raw::{sealed, RawLock};
+use crate::handle::LockHandle;
 
 /// Several locks taken as one, all or nothing (Redisson's
 /// `RedissonMultiLock`), on any clients.
@@ -43,12 +46,27 @@ use crate::guard::LockGuard;
 /// guard.unlock().await?;
 /// # Ok(()) }
 /// ```
+pub type MultiLock = LockHandle<Multi>;
+
+/// The raw kind of a [`MultiLock`] (see [`RawLock`]): its members and
+/// member wait. Not used directly.
+///
+/// # Example
+///
+/// ```no_run
+/// # fn f(a: leasehold::Client) {
+/// let multi: leasehold::LockHandle<leasehold::raw::Multi> =
+///     leasehold::MultiLock::new(vec![a.lock("x")]);
+/// # }
+/// ```
 #[derive(Clone, Debug)]
-pub struct MultiLock {
+pub struct Multi {
     /// In the global order (see the module docs).
     members: Arc<[Member]>,
     /// The longest a later member is waited for while earlier ones are held.
     member_wait: Duration,
+    /// The members' names, joined by `", "`.
+    name: Arc<str>,
 }
 
 /// Default for [`MultiLock::with_member_wait`].
@@ -78,10 +96,16 @@ impl MultiLock {
     {
         let mut members: Vec<Member> = locks.into_iter().map(Into::into).collect();
         members.sort_by_cached_key(Member::order);
-        MultiLock {
+        let name = members
+            .iter()
+            .map(Member::name)
+            .collect::<Vec<_>>()
+            .join(", ");
+        LockHandle::from_raw(Multi {
             members: members.into(),
             member_wait: DEFAULT_MEMBER_WAIT,
-        }
+            name: name.into(),
+        })
     }
 
     /// Sets the longest a member after the first is waited for while the
@@ -99,7 +123,7 @@ impl MultiLock {
     /// # }
     /// ```
     pub fn with_member_wait(mut self, wait: Duration) -> MultiLock {
-        self.member_wait = wait;
+        self.raw_mut().member_wait = wait;
         self
     }
 
@@ -114,141 +138,31 @@ impl MultiLock {
     /// # }
     /// ```
     pub fn members(&self) -> &[Member] {
-        &self.members
+        &self.raw().members
+    }
+}
+
+// === impl Multi ===
+
+impl sealed::Sealed for Multi {}
+
+impl RawLock for Multi {
+    type Guard = MultiGuard;
+
+    fn name(&self) -> &str {
+        &self.name
     }
 
-    /// Waits until every member is held by the current owner, with leases
-    /// the watchdog renews while the guard lives.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: a dropped future holds nothing. Members already taken
-    /// are released in the background, and a member acquire in flight is
-    /// settled and given back (as for [`Lock::lock`](crate::Lock::lock)).
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # async fn f(a: leasehold::Client, b: leasehold::Client) -> leasehold::Result<()> {
-    /// let guard = leasehold::MultiLock::new(vec![a.lock("x"), b.lock("y")]).lock().await?;
-    /// # Ok(()) }
-    /// ```
-    pub async fn lock(&self) -> Result<MultiGuard> {
-        self.acquire(None, None).await.map(must_acquire)
-    }
-
-    /// Like [`lock`](Self::lock), with a fixed `lease` per member, never
-    /// renewed (each member's lease starts when it is taken).
-    /// [`Error::InvalidArgument`] if `lease` is under 1 ms.
-    ///
-    /// # Cancel safety
-    ///
-    /// As for [`lock`](Self::lock).
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # use std::time::Duration;
-    /// # async fn f(a: leasehold::Client) -> leasehold::Result<()> {
-    /// let multi = leasehold::MultiLock::new(vec![a.lock("x"), a.lock("y")]);
-    /// let guard = multi.lock_with_lease(Duration::from_secs(10)).await?;
-    /// # Ok(()) }
-    /// ```
-    pub async fn lock_with_lease(&self, lease: Duration) -> Result<MultiGuard> {
-        self.acquire(Some(lease), None).await.map(must_acquire)
-    }
-
-    /// Takes every member if each is free (or already held by the current
-    /// owner), without waiting. `Ok(None)` if any is held elsewhere; the
-    /// members taken by then are given back before it returns.
-    ///
-    /// # Cancel safety
-    ///
-    /// As for [`lock`](Self::lock).
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # async fn f(a: leasehold::Client) -> leasehold::Result<()> {
-    /// let multi = leasehold::MultiLock::new(vec![a.lock("x"), a.lock("y")]);
-    /// if let Some(guard) = multi.try_lock().await? {
-    ///     guard.unlock().await?;
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub async fn try_lock(&self) -> Result<Option<MultiGuard>> {
-        self.acquire(None, Some(Duration::ZERO)).await
-    }
-
-    /// Waits up to `wait` for every member. `Ok(None)` if they were not all
-    /// taken in time (none is held then). `Duration::MAX` waits forever.
-    ///
-    /// # Cancel safety
-    ///
-    /// As for [`lock`](Self::lock).
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # use std::time::Duration;
-    /// # async fn f(a: leasehold::Client) -> leasehold::Result<()> {
-    /// let multi = leasehold::MultiLock::new(vec![a.lock("x"), a.lock("y")]);
-    /// let guard = multi.try_lock_for(Duration::from_secs(2)).await?;
-    /// # Ok(()) }
-    /// ```
-    pub async fn try_lock_for(&self, wait: Duration) -> Result<Option<MultiGuard>> {
-        self.acquire(None, Some(wait)).await
-    }
-
-    /// Waits until `deadline` for every member. `Ok(None)` if they were not
-    /// all taken in time.
-    ///
-    /// # Cancel safety
-    ///
-    /// As for [`lock`](Self::lock).
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # use std::time::Duration;
-    /// # async fn f(a: leasehold::Client) -> leasehold::Result<()> {
-    /// let multi = leasehold::MultiLock::new(vec![a.lock("x"), a.lock("y")]);
-    /// let deadline = tokio::time::Instant::now() + Duration::from_secs(1);
-    /// let guard = multi.try_lock_until(deadline).await?;
-    /// # Ok(()) }
-    /// ```
-    pub async fn try_lock_until(&self, deadline: Instant) -> Result<Option<MultiGuard>> {
-        let wait = deadline.saturating_duration_since(Instant::now());
-        self.acquire(None, Some(wait)).await
-    }
-
-    /// Waits up to `wait` for every member, then holds each with a fixed
-    /// `lease` (never renewed). `Ok(None)` if they were not all taken in
-    /// time.
-    ///
-    /// # Cancel safety
-    ///
-    /// As for [`lock`](Self::lock).
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # use std::time::Duration;
-    /// # async fn f(a: leasehold::Client) -> leasehold::Result<()> {
-    /// let multi = leasehold::MultiLock::new(vec![a.lock("x"), a.lock("y")]);
-    /// let guard = multi
-    ///     .try_lock_with_lease(Duration::from_secs(1), Duration::from_secs(10))
-    ///     .await?;
-    /// # Ok(()) }
-    /// ```
-    pub async fn try_lock_with_lease(
+    fn acquire(
         &self,
-        wait: Duration,
-        lease: Duration,
-    ) -> Result<Option<MultiGuard>> {
-        self.acquire(Some(lease), Some(wait)).await
+        lease: Option<Duration>,
+        wait: Option<Duration>,
+    ) -> impl Future<Output = Result<Option<MultiGuard>>> + Send + '_ {
+        Multi::acquire(self, lease, wait)
     }
+}
 
+impl Multi {
     /// The attempt loop (see the module docs). `wait: None` waits forever,
     /// zero tries each member once.
     pub(crate) async fn acquire(
@@ -329,9 +243,4 @@ impl MultiLock {
 /// Dropped half-way, the rest is released in the background.
 async fn give_back(taken: Vec<LockGuard>) {
     futures_util::future::join_all(taken.into_iter().map(LockGuard::unlock)).await;
-}
-
-fn must_acquire(guard: Option<MultiGuard>) -> MultiGuard {
-    // `acquire` with no deadline only returns once it holds every member.
-    guard.unwrap_or_else(|| unreachable!("acquire without a deadline returned no guard"))
 }

@@ -2,6 +2,7 @@
 //! holds it (the algorithm, and what it does not protect against, are in
 //! the module docs, `multi/mod.rs`).
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,6 +15,8 @@ use crate::client::Client;
 use crate::core::lease_millis;
 use crate::error::{Error, Result, ServerOutcome, ServerResult};
 use crate::guard::LockGuard;
+use crate::handle::raw::{sealed, RawLock};
+use crate::handle::LockHandle;
 use crate::lock::Lock;
 
 /// One lock name on N independent Redis servers, held while a majority
@@ -70,8 +73,21 @@ use crate::lock::Lock;
 /// guard.unlock().await?;
 /// # Ok(()) }
 /// ```
+pub type RedLock = LockHandle<Redlock>;
+
+/// The raw kind of a [`RedLock`] (see [`RawLock`]): one plain lock per
+/// server and the algorithm's settings. Not used directly.
+///
+/// # Example
+///
+/// ```no_run
+/// # fn f(a: leasehold::Client, b: leasehold::Client, c: leasehold::Client) {
+/// let red: leasehold::LockHandle<leasehold::raw::Redlock> =
+///     leasehold::RedLock::new(vec![a, b, c], "x");
+/// # }
+/// ```
 #[derive(Clone, Debug)]
-pub struct RedLock {
+pub struct Redlock {
     name: Arc<str>,
     /// One per server, in the order the clients were given.
     locks: Arc<[Lock]>,
@@ -130,14 +146,14 @@ impl RedLock {
         } else {
             None
         };
-        RedLock {
+        LockHandle::from_raw(Redlock {
             name: name.into(),
             locks: clients.iter().map(|c| c.lock(name)).collect(),
             quorum: n / 2 + 1,
             server_timeout: DEFAULT_SERVER_TIMEOUT,
             retry_delay: DEFAULT_RETRY_DELAY,
             invalid: invalid.map(Into::into),
-        }
+        })
     }
 
     /// Sets how long each server is given to answer one try, and one
@@ -155,10 +171,11 @@ impl RedLock {
     /// # }
     /// ```
     pub fn with_server_timeout(mut self, timeout: Duration) -> RedLock {
-        if timeout.is_zero() && self.invalid.is_none() {
-            self.invalid = Some("the server timeout must be above zero".into());
+        let raw = self.raw_mut();
+        if timeout.is_zero() && raw.invalid.is_none() {
+            raw.invalid = Some("the server timeout must be above zero".into());
         }
-        self.server_timeout = timeout;
+        raw.server_timeout = timeout;
         self
     }
 
@@ -175,21 +192,8 @@ impl RedLock {
     /// # }
     /// ```
     pub fn with_retry_delay(mut self, delay: Duration) -> RedLock {
-        self.retry_delay = delay;
+        self.raw_mut().retry_delay = delay;
         self
-    }
-
-    /// The lock's name (without the clients' key prefixes).
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # fn f(a: leasehold::Client, b: leasehold::Client, c: leasehold::Client) {
-    /// assert_eq!(leasehold::RedLock::new(vec![a, b, c], "x").name(), "x");
-    /// # }
-    /// ```
-    pub fn name(&self) -> &str {
-        &self.name
     }
 
     /// How many servers must hold the lock: N/2 + 1.
@@ -202,7 +206,7 @@ impl RedLock {
     /// # }
     /// ```
     pub fn quorum(&self) -> usize {
-        self.quorum
+        self.raw().quorum
     }
 
     /// The lock on each server, in the order the clients were given: for
@@ -218,136 +222,31 @@ impl RedLock {
     /// # Ok(()) }
     /// ```
     pub fn locks(&self) -> &[Lock] {
-        &self.locks
+        &self.raw().locks
+    }
+}
+
+// === impl Redlock ===
+
+impl sealed::Sealed for Redlock {}
+
+impl RawLock for Redlock {
+    type Guard = MultiGuard;
+
+    fn name(&self) -> &str {
+        &self.name
     }
 
-    /// Waits until a majority of the servers hold the lock for the current
-    /// owner, with leases the watchdog renews while the guard lives.
-    /// Retries through outages. It fails only when errors that cannot
-    /// pass (clients shut down) leave no majority.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: a dropped future holds nothing. Servers already
-    /// acquired are released in the background, and tries in flight are
-    /// settled and given back.
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # async fn f(red: leasehold::RedLock) -> leasehold::Result<()> {
-    /// let guard = red.lock().await?;
-    /// # Ok(()) }
-    /// ```
-    pub async fn lock(&self) -> Result<MultiGuard> {
-        self.acquire(None, None).await.map(must_acquire)
-    }
-
-    /// Like [`lock`](Self::lock), with a fixed `lease` on each server,
-    /// never renewed. [`Error::InvalidArgument`] if `lease` is under 1 ms.
-    ///
-    /// # Cancel safety
-    ///
-    /// As for [`lock`](Self::lock).
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # use std::time::Duration;
-    /// # async fn f(red: leasehold::RedLock) -> leasehold::Result<()> {
-    /// let guard = red.lock_with_lease(Duration::from_secs(10)).await?;
-    /// # Ok(()) }
-    /// ```
-    pub async fn lock_with_lease(&self, lease: Duration) -> Result<MultiGuard> {
-        self.acquire(Some(lease), None).await.map(must_acquire)
-    }
-
-    /// One round: `Ok(None)` if the lock is held elsewhere,
-    /// [`Error::NoQuorum`] if fewer than a majority of the servers answered.
-    ///
-    /// # Cancel safety
-    ///
-    /// As for [`lock`](Self::lock).
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # async fn f(red: leasehold::RedLock) -> leasehold::Result<()> {
-    /// if let Some(guard) = red.try_lock().await? {
-    ///     guard.unlock().await?;
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub async fn try_lock(&self) -> Result<Option<MultiGuard>> {
-        self.acquire(None, Some(Duration::ZERO)).await
-    }
-
-    /// Retries rounds for up to `wait`. `Ok(None)` if the lock was held
-    /// elsewhere at the end, [`Error::NoQuorum`] if fewer than a majority
-    /// of the servers answered the last round. `Duration::MAX` waits
-    /// forever.
-    ///
-    /// # Cancel safety
-    ///
-    /// As for [`lock`](Self::lock).
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # use std::time::Duration;
-    /// # async fn f(red: leasehold::RedLock) -> leasehold::Result<()> {
-    /// let guard = red.try_lock_for(Duration::from_secs(2)).await?;
-    /// # Ok(()) }
-    /// ```
-    pub async fn try_lock_for(&self, wait: Duration) -> Result<Option<MultiGuard>> {
-        self.acquire(None, Some(wait)).await
-    }
-
-    /// Retries rounds until `deadline`, as [`try_lock_for`](Self::try_lock_for).
-    ///
-    /// # Cancel safety
-    ///
-    /// As for [`lock`](Self::lock).
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # use std::time::Duration;
-    /// # async fn f(red: leasehold::RedLock) -> leasehold::Result<()> {
-    /// let deadline = tokio::time::Instant::now() + Duration::from_secs(1);
-    /// let guard = red.try_lock_until(deadline).await?;
-    /// # Ok(()) }
-    /// ```
-    pub async fn try_lock_until(&self, deadline: Instant) -> Result<Option<MultiGuard>> {
-        let wait = deadline.saturating_duration_since(Instant::now());
-        self.acquire(None, Some(wait)).await
-    }
-
-    /// Retries rounds for up to `wait`, with a fixed `lease` on each server
-    /// (never renewed), as [`try_lock_for`](Self::try_lock_for).
-    ///
-    /// # Cancel safety
-    ///
-    /// As for [`lock`](Self::lock).
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # use std::time::Duration;
-    /// # async fn f(red: leasehold::RedLock) -> leasehold::Result<()> {
-    /// let guard = red
-    ///     .try_lock_with_lease(Duration::from_secs(1), Duration::from_secs(10))
-    ///     .await?;
-    /// # Ok(()) }
-    /// ```
-    pub async fn try_lock_with_lease(
+    fn acquire(
         &self,
-        wait: Duration,
-        lease: Duration,
-    ) -> Result<Option<MultiGuard>> {
-        self.acquire(Some(lease), Some(wait)).await
+        lease: Option<Duration>,
+        wait: Option<Duration>,
+    ) -> impl Future<Output = Result<Option<MultiGuard>>> + Send + '_ {
+        Redlock::acquire(self, lease, wait)
     }
+}
 
+impl Redlock {
     /// The round loop (see the module docs). `wait: None` waits forever,
     /// zero runs one round.
     pub(crate) async fn acquire(
@@ -368,7 +267,7 @@ impl RedLock {
             None => self
                 .locks
                 .iter()
-                .map(|l| l.client().watchdog().timeout())
+                .map(|l| l.raw().client().watchdog().timeout())
                 .max()
                 .unwrap_or_default(),
         };
@@ -420,10 +319,10 @@ impl RedLock {
             .iter()
             .enumerate()
             .map(|(i, lock)| async move {
-                if let Some(e) = known_down(lock.client()) {
+                if let Some(e) = known_down(lock.raw().client()) {
                     return (i, Ok(Err(e)));
                 }
-                let once = lock.acquire(lease, Some(Duration::ZERO));
+                let once = lock.raw().acquire(lease, Some(Duration::ZERO));
                 (i, tokio::time::timeout(timeout, once).await)
             })
             .collect();
@@ -479,7 +378,7 @@ impl RedLock {
                 .enumerate()
                 .map(|(server, (outcome, lock))| ServerResult {
                     server,
-                    client: lock.client().id(),
+                    client: lock.raw().client().id(),
                     outcome: outcome.unwrap_or(ServerOutcome::TimedOut),
                 })
                 .collect(),
@@ -509,9 +408,4 @@ async fn release(guards: Vec<LockGuard>, bound: Duration) {
             .map(|g| tokio::time::timeout(bound, g.unlock())),
     )
     .await;
-}
-
-fn must_acquire(guard: Option<MultiGuard>) -> MultiGuard {
-    // `acquire` with no deadline returns no guard only with an error.
-    guard.unwrap_or_else(|| unreachable!("acquire without a deadline returned no guard"))
 }

@@ -106,17 +106,14 @@
 //! fixed read leases at or under the Java watchdog timeout on locks shared
 //! with Java, or use the watchdog (no fixed lease) on both sides.
 
-mod read;
-mod write;
+mod halves;
 
-pub use read::ReadLock;
-pub use write::WriteLock;
+pub use halves::{Read, ReadLock, Write, WriteLock};
 
 use std::borrow::Cow;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use fred::interfaces::{HashesInterface, KeysInterface};
 use fred::types::{Key, Value};
 
 use crate::client::Client;
@@ -129,6 +126,8 @@ use crate::core::script::Script;
 use crate::core::watchdog::{ttl_ms, Renewal};
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
+use crate::handle::LockHandle;
+use crate::lock::{hold_count_of, holders_of, remaining_lease_of, Holder};
 use crate::owner::Owner;
 
 /// A distributed read-write lock, by name: many readers or one writer.
@@ -378,7 +377,7 @@ impl ReadWriteLock {
     /// # Ok(()) }
     /// ```
     pub fn read(&self) -> ReadLock {
-        ReadLock::new(self.names.clone())
+        LockHandle::from_raw(Read::new(self.names.clone()))
     }
 
     /// The write half: excludes readers and other writers.
@@ -391,7 +390,7 @@ impl ReadWriteLock {
     /// # Ok(()) }
     /// ```
     pub fn write(&self) -> WriteLock {
-        WriteLock::new(self.names.clone())
+        LockHandle::from_raw(Write::new(self.names.clone()))
     }
 
     /// The name given to [`Client::read_write_lock`] (without the key
@@ -520,15 +519,24 @@ impl Names {
 
     async fn hold_count(&self, mode: Mode) -> Result<u32> {
         self.check()?;
-        let field = self.client.field(Owner::current().id(), mode.suffix());
-        let count: Option<i64> = self.redis().hget(self.key.clone(), field).await?;
-        Ok(count.unwrap_or(0).clamp(0, u32::MAX as i64) as u32)
+        hold_count_of(self.redis(), &self.client, &self.key, mode.suffix()).await
     }
 
     async fn remaining_lease(&self) -> Result<Option<Duration>> {
         self.check()?;
-        let ttl: i64 = self.redis().pttl(self.key.clone()).await?;
-        Ok((ttl >= 0).then(|| Duration::from_millis(ttl as u64)))
+        remaining_lease_of(self.redis(), &self.key).await
+    }
+
+    /// The holders of `mode`: the writer's field is its owner's with
+    /// `:write` after it; every other field but `mode` is a reader's.
+    async fn holders(&self, mode: Mode) -> Result<Vec<Holder>> {
+        self.check()?;
+        let suffix = Mode::Write.suffix();
+        holders_of(self.redis(), &self.key, |field| match mode {
+            Mode::Write => field.strip_suffix(suffix),
+            Mode::Read => (field != "mode" && !field.ends_with(suffix)).then_some(field),
+        })
+        .await
     }
 
     async fn force_unlock(&self, mode: Mode) -> Result<bool> {
@@ -553,11 +561,6 @@ impl Names {
             .await?;
         Ok(reply.first() == Some(&1))
     }
-}
-
-fn must_acquire(guard: Option<LockGuard>) -> LockGuard {
-    // `acquire` with no deadline only returns once it holds the lock.
-    guard.unwrap_or_else(|| unreachable!("acquire without a deadline returned no guard"))
 }
 
 /// What one acquire of a half takes (see `core::acquire::Target`).

@@ -72,12 +72,14 @@
 
 mod permit;
 
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fred::bytes::Bytes;
 use fred::types::{Key, Value};
+use tokio::time::Instant;
 
 use crate::client::Client;
 use crate::core::acquire::{acquire, Target};
@@ -88,6 +90,8 @@ use crate::core::script::Script;
 use crate::core::watchdog::Renewal;
 use crate::core::{prefix_name, suffix_name};
 use crate::error::{Error, Result};
+use crate::guard::LeaseSignal;
+use crate::handle::run;
 
 pub use permit::Permit;
 
@@ -499,6 +503,87 @@ impl Semaphore {
     /// ```
     pub async fn try_acquire_for(&self, wait: Duration) -> Result<Option<Permit>> {
         self.acquire_permit(None, Some(wait)).await
+    }
+
+    /// Waits until `deadline` for a permit (as
+    /// [`LockHandle::try_lock_until`](crate::LockHandle::try_lock_until)).
+    /// `Ok(None)` if none was free in time.
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`acquire`](Self::acquire).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+    /// let deadline = tokio::time::Instant::now() + Duration::from_secs(1);
+    /// let permit = client.semaphore("workers").try_acquire_until(deadline).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn try_acquire_until(&self, deadline: Instant) -> Result<Option<Permit>> {
+        let wait = deadline.saturating_duration_since(Instant::now());
+        self.acquire_permit(None, Some(wait)).await
+    }
+
+    /// Runs `work` under a permit: waits for one (as
+    /// [`acquire`](Self::acquire), a lease the watchdog renews), runs the
+    /// future `work` returns, gives the permit back, and returns the
+    /// future's output. If the permit's lease is lost meanwhile the future
+    /// is dropped at once and `with` returns [`Error::Lost`]; see
+    /// [`LockHandle::with`](crate::LockHandle::with), whose rules these
+    /// are.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the returned future drops `work`'s future (if it started)
+    /// and gives the permit back in the background; a dropped wait holds
+    /// nothing.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+    /// let rows = client.semaphore("workers").with(|_lease| async { 42 }).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn with<F, Fut, T>(&self, work: F) -> Result<T>
+    where
+        F: FnOnce(LeaseSignal) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let permit = self.acquire().await?;
+        run(permit, work).await
+    }
+
+    /// As [`with`](Self::with), but waits at most `wait` for a permit:
+    /// `Ok(None)` if none was free in time (`work` is not called).
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`with`](Self::with).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+    /// let sem = client.semaphore("workers");
+    /// if sem.try_with_for(Duration::from_secs(1), |_| async {}).await?.is_none() {
+    ///     println!("all workers busy");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn try_with_for<F, Fut, T>(&self, wait: Duration, work: F) -> Result<Option<T>>
+    where
+        F: FnOnce(LeaseSignal) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        match self.try_acquire_for(wait).await? {
+            Some(permit) => run(permit, work).await.map(Some),
+            None => Ok(None),
+        }
     }
 
     /// Waits up to `wait` for a permit, then holds it with a fixed `lease`

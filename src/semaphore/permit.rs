@@ -10,6 +10,8 @@ use std::sync::Arc;
 
 use crate::core::hold::Hold;
 use crate::error::{Error, Result};
+use crate::guard::LeaseSignal;
+use crate::handle::raw::{sealed, RawGuard};
 
 /// One permit of a [`Semaphore`](crate::Semaphore), given back when
 /// dropped.
@@ -181,5 +183,21 @@ impl Permit {
     /// ```
     pub fn key(&self) -> &str {
         &self.key
+    }
+}
+
+impl sealed::Sealed for Permit {}
+
+impl RawGuard for Permit {
+    fn lease_signal(&self) -> LeaseSignal {
+        LeaseSignal::of(&self.hold)
+    }
+
+    fn give_back(self) -> impl Future<Output = Result<()>> + Send + 'static {
+        self.release()
+    }
+
+    fn what(&self) -> String {
+        self.key.to_string()
     }
 }

@@ -1,0 +1,126 @@
+//! What a lock kind gives [`LockHandle`](super::LockHandle): the raw
+//! lock (`lock_api`'s `RawMutex` to its `Mutex<R, T>`).
+//!
+//! A kind is one small struct in its primitive's folder (`raw::Plain` in
+//! `lock/`, `raw::Fair` in `fair_lock/`, …) that knows its keys and how to
+//! take one hold; the verbs, their rules and their docs live once in
+//! `LockHandle`. The traits are sealed: the family is this crate's, and
+//! their methods are the handle's plumbing, not API (hidden from the docs).
+
+use std::fmt::Debug;
+use std::future::Future;
+use std::time::Duration;
+
+use crate::error::Result;
+use crate::guard::LeaseSignal;
+use crate::lock::Holder;
+
+pub(crate) mod sealed {
+    /// Only this crate's kinds and guards implement the raw traits.
+    pub trait Sealed {}
+}
+
+/// A lock kind: how [`LockHandle`](super::LockHandle) takes one hold of it.
+/// Implemented by [`Plain`](crate::raw::Plain) ([`Lock`](crate::Lock)),
+/// [`Fair`](crate::raw::Fair), [`Fenced`](crate::raw::Fenced),
+/// [`Read`](crate::raw::Read), [`Write`](crate::raw::Write),
+/// [`Multi`](crate::raw::Multi) and [`Redlock`](crate::raw::Redlock); sealed.
+/// Name it to write code generic over every lock kind.
+///
+/// # Example
+///
+/// ```no_run
+/// use leasehold::{raw::RawLock, LockHandle};
+///
+/// // Works for a Lock, FairLock, FencedLock, ReadLock, WriteLock,
+/// // MultiLock or RedLock.
+/// async fn exclusive<R: RawLock>(lock: &LockHandle<R>) -> leasehold::Result<u32> {
+///     lock.with(|_lease| async { 42 }).await
+/// }
+/// ```
+pub trait RawLock: sealed::Sealed + Clone + Debug + Send + Sync + 'static {
+    /// What a hold of this kind is: [`LockGuard`](crate::LockGuard), or
+    /// [`MultiGuard`](crate::MultiGuard) for the kinds of several locks.
+    type Guard: RawGuard;
+
+    /// The lock's name, as given to its handle's constructor (without the
+    /// key prefix).
+    #[doc(hidden)]
+    fn name(&self) -> &str;
+
+    /// Takes one hold for the current owner: `lease: None` is the
+    /// watchdog's lease; `wait: None` waits until held (never `Ok(None)`),
+    /// `Some(ZERO)` tries once. Cancel safe: a dropped future holds
+    /// nothing.
+    #[doc(hidden)]
+    fn acquire(
+        &self,
+        lease: Option<Duration>,
+        wait: Option<Duration>,
+    ) -> impl Future<Output = Result<Option<Self::Guard>>> + Send + '_;
+}
+
+/// A lock kind kept at one Redis key, whose state can be read and
+/// force-unlocked: every [`RawLock`] but [`Multi`](crate::raw::Multi) and
+/// [`Redlock`](crate::raw::Redlock). Sealed.
+///
+/// # Example
+///
+/// ```no_run
+/// use leasehold::{raw::RawSingle, LockHandle};
+///
+/// async fn report<R: RawSingle>(lock: &LockHandle<R>) -> leasehold::Result<()> {
+///     for h in lock.holders().await? {
+///         println!("{}: {} holds", h.field, h.holds);
+///     }
+///     Ok(())
+/// }
+/// ```
+pub trait RawSingle: RawLock<Guard = crate::LockGuard> {
+    /// The Redis key of the lock (prefix included).
+    #[doc(hidden)]
+    fn key(&self) -> &str;
+
+    /// The kind's unlock channel (Redisson's name for it).
+    #[doc(hidden)]
+    fn channel(&self) -> &str;
+
+    /// Whether anyone holds the lock (in this kind's sense).
+    #[doc(hidden)]
+    fn is_locked(&self) -> impl Future<Output = Result<bool>> + Send + '_;
+
+    /// The holds the current owner has (0 if none).
+    #[doc(hidden)]
+    fn hold_count(&self) -> impl Future<Output = Result<u32>> + Send + '_;
+
+    /// The key's remaining TTL, `None` if it has none or is gone.
+    #[doc(hidden)]
+    fn remaining_lease(&self) -> impl Future<Output = Result<Option<Duration>>> + Send + '_;
+
+    /// Frees the lock whoever holds it (in this kind's sense).
+    #[doc(hidden)]
+    fn force_unlock(&self) -> impl Future<Output = Result<bool>> + Send + '_;
+
+    /// The holders of this kind's fields of the lock hash.
+    #[doc(hidden)]
+    fn holders(&self) -> impl Future<Output = Result<Vec<Holder>>> + Send + '_;
+}
+
+/// What a [`RawLock`] hands out: [`LockGuard`](crate::LockGuard),
+/// [`MultiGuard`](crate::MultiGuard), and a semaphore's
+/// [`Permit`](crate::Permit). Sealed. It lets the verbs that run work
+/// under a hold (`with`) be written once.
+pub trait RawGuard: sealed::Sealed + Send + Sized + 'static {
+    /// The hold's lost signal, on its own (for the work).
+    #[doc(hidden)]
+    fn lease_signal(&self) -> LeaseSignal;
+
+    /// Gives the hold back and reports the outcome (`Error::NotHeld` if it
+    /// was gone). Dropped, it still gives the hold back.
+    #[doc(hidden)]
+    fn give_back(self) -> impl Future<Output = Result<()>> + Send + 'static;
+
+    /// What `Error::Lost` names.
+    #[doc(hidden)]
+    fn what(&self) -> String;
+}
