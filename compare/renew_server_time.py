@@ -19,6 +19,14 @@ import redis
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPTS = os.path.join(HERE, "..", "src", "lock", "scripts")
+# The watchdog's batch helpers, which Script::renewal puts first.
+BATCH_HELPERS = os.path.join(HERE, "..", "src", "core", "scripts", "renew_batch.lua")
+
+
+def renewal(name):
+    """A renewal script as the client sends it: the batch helpers first."""
+    with open(BATCH_HELPERS) as helpers, open(os.path.join(SCRIPTS, name)) as body:
+        return helpers.read() + body.read()
 FIELD = "0a1b2c3d-0000-1111-2222-333344445555:{}"
 BATCH = 1000
 
@@ -47,8 +55,8 @@ def main():
         if i % 5000 == 4999:
             pipe.execute()
     pipe.execute()
-    declared = r.script_load(open(os.path.join(SCRIPTS, "renew.lua")).read())
-    packed = r.script_load(open(os.path.join(SCRIPTS, "renew_packed.lua")).read())
+    declared = r.script_load(renewal("renew.lua"))
+    packed = r.script_load(renewal("renew_packed.lua"))
 
     def run(packed_call):
         before = usec(r)

@@ -414,12 +414,18 @@ fn every_primitive_blocks_with_the_same_verbs() {
     assert_eq!(fair.hold_count().unwrap(), 1);
     let other = fair.clone();
     let waiter = std::thread::spawn(move || {
-        assert!(other.try_lock().unwrap().is_none(), "held by the main thread");
+        assert!(
+            other.try_lock().unwrap().is_none(),
+            "held by the main thread"
+        );
         other.try_lock_for(HANG).unwrap().is_some()
     });
     std::thread::sleep(Duration::from_millis(100));
     held.unlock().unwrap();
-    assert!(waiter.join().unwrap(), "the waiting thread got the fair lock");
+    assert!(
+        waiter.join().unwrap(),
+        "the waiting thread got the fair lock"
+    );
     assert_eq!(fair.with(|_| 3).unwrap(), 3);
 
     // Fenced lock: tokens only grow.

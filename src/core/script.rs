@@ -93,11 +93,31 @@ pub(crate) struct Script {
 const LATCH_PROLOGUE: &str = include_str!("scripts/latch_prologue.lua");
 const LATCH_EARLY: &str = include_str!("scripts/latch_early.lua");
 const LATCH_EPILOGUE: &str = include_str!("scripts/latch_epilogue.lua");
+/// The watchdog's batch helpers, before every renewal script.
+const RENEW_BATCH: &str = include_str!("scripts/renew_batch.lua");
+/// The first line of a script sent to a cluster node for keys of several
+/// of its slots (Redis 7.0+).
+const CROSS_SLOT: &str = "#!lua flags=allow-cross-slot-keys";
 
 impl Script {
     /// A script sent as it is.
     pub(crate) fn plain(name: &'static str, source: &'static str) -> Script {
         Script::new(name, source.to_owned())
+    }
+
+    /// A renewal script of the watchdog's batches: `source` after the
+    /// batch's helpers (`scripts/renew_batch.lua`: the reply `gone` with
+    /// the nonce first, `lost(i)`, `raise(key, ttl)`). Idempotent; not
+    /// retried.
+    pub(crate) fn renewal(name: &'static str, source: &'static str) -> Script {
+        Script::new(name, format!("{RENEW_BATCH}{source}"))
+    }
+
+    /// A renewal script sent to a Redis 7 cluster node itself, whatever
+    /// the slots of its keys (none declared): [`renewal`](Self::renewal)
+    /// with the flag that lets a script touch keys of several slots.
+    pub(crate) fn node_renewal(name: &'static str, source: &'static str) -> Script {
+        Script::new(name, format!("{CROSS_SLOT}\n{RENEW_BATCH}{source}"))
     }
 
     /// A mutation: `body` defines `local function body()`, which returns an

@@ -187,12 +187,12 @@ fn scripts() -> &'static Scripts {
             "lock.force_unlock",
             include_str!("scripts/force_unlock.lua"),
         ),
-        renew: Script::plain("lock.renew", include_str!("scripts/renew.lua")),
-        renew_packed: Script::plain(
+        renew: Script::renewal("lock.renew", include_str!("scripts/renew.lua")),
+        renew_packed: Script::renewal(
             "lock.renew_packed",
             include_str!("scripts/renew_packed.lua"),
         ),
-        renew_node_packed: Script::plain(
+        renew_node_packed: Script::node_renewal(
             "lock.renew_node_packed",
             include_str!("scripts/renew_node_packed.lua"),
         ),

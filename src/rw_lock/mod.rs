@@ -282,10 +282,19 @@ fn scripts() -> &'static Scripts {
         ),
         force_unlock: Script::latched("rw.force_unlock", include_str!("scripts/force_unlock.lua")),
         is_locked: Script::plain("rw.is_locked", include_str!("scripts/is_locked.lua")),
-        renew_read: Script::plain("rw.renew_read", include_str!("scripts/renew_read.lua")),
-        renew_read_node: Script::plain(
+        renew_read: Script::renewal(
+            "rw.renew_read",
+            concat!(
+                include_str!("scripts/read_timeouts.lua"),
+                include_str!("scripts/renew_read.lua")
+            ),
+        ),
+        renew_read_node: Script::node_renewal(
             "rw.renew_read_node",
-            include_str!("scripts/renew_read_node.lua"),
+            concat!(
+                include_str!("scripts/read_timeouts.lua"),
+                include_str!("scripts/renew_read_node.lua")
+            ),
         ),
     })
 }

@@ -186,7 +186,7 @@ fn scripts() -> &'static Scripts {
                 include_str!("scripts/release.lua")
             ),
         ),
-        renew: Script::plain("semaphore.renew", include_str!("scripts/renew.lua")),
+        renew: Script::renewal("semaphore.renew", include_str!("scripts/renew.lua")),
         available: Script::plain(
             "semaphore.available",
             concat!(

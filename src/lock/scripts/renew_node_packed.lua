@@ -1,4 +1,3 @@
-#!lua flags=allow-cross-slot-keys
 -- renew_node_packed: renew_packed.lua for every lease one Redis Cluster
 -- node serves, in one call, whatever their hash slots (Redis 7.0+: the
 -- flag lets a script touch keys of several slots of the node it runs on).
@@ -12,21 +11,19 @@
 -- Reply: {nonce, then i for each lease whose field is gone, and -i for
 -- each key this node does not serve (its slot moved away, or is moving:
 -- redis.pcall catches the node's refusal), which the client sends again
--- per slot}. Every renewal applied is idempotent.
-local gone = {tonumber(ARGV[1])}
+-- per slot}. Every renewal applied is idempotent (core/scripts/renew_batch.lua
+-- comes first: gone, lost, raise).
 local ttl = tonumber(ARGV[2])
 local entries = cmsgpack.unpack(ARGV[3])
 for i = 1, #entries / 2 do
     local key = entries[2 * i - 1]
     local held = redis.pcall('hexists', key, entries[2 * i])
     if type(held) == 'table' then
-        gone[#gone + 1] = -i
+        lost(-i)
     elseif held == 1 then
-        if ttl > 0 and redis.call('pttl', key) < ttl then
-            redis.call('pexpire', key, ttl)
-        end
+        raise(key, ttl)
     else
-        gone[#gone + 1] = i
+        lost(i)
     end
 end
 return gone

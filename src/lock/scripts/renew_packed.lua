@@ -8,20 +8,14 @@
 -- ARGV[3]  a MessagePack array: key 1, field 1, key 2, field 2, ...
 --
 -- Reply: {nonce, the indices i whose field is gone (the lease was lost)}.
--- A TTL is raised to ARGV[2], never lowered.
+-- A TTL is raised to ARGV[2], never lowered (core/scripts/renew_batch.lua
+-- comes first: gone, lost, raise).
 --
 -- Retry policy: idempotent; the watchdog does not retry within a cycle.
-local gone = {tonumber(ARGV[1])}
 local ttl = tonumber(ARGV[2])
 local entries = cmsgpack.unpack(ARGV[3])
 for i = 1, #entries / 2 do
     local key = entries[2 * i - 1]
-    if redis.call('hexists', key, entries[2 * i]) == 1 then
-        if ttl > 0 and redis.call('pttl', key) < ttl then
-            redis.call('pexpire', key, ttl)
-        end
-    else
-        gone[#gone + 1] = i
-    end
+    if redis.call('hexists', key, entries[2 * i]) == 1 then raise(key, ttl) else lost(i) end
 end
 return gone

@@ -19,25 +19,11 @@
 -- Reply: {nonce, the indices i whose field is gone}.
 --
 -- Retry policy: idempotent; the watchdog does not retry within a cycle.
-local gone = {tonumber(ARGV[1])}
 local renew = tonumber(ARGV[2]) > 0
 for i = 1, (#ARGV - 2) / 2 do
     local key, prefix = KEYS[2 * i - 1], KEYS[2 * i]
     local count = tonumber(redis.call('hget', key, ARGV[2 * i + 1]))
     local ttl = renew and tonumber(ARGV[2 * i + 2]) or 0
-    if count and count > 0 then
-        if ttl > 0 then
-            for n = 1, count do
-                if redis.call('pttl', prefix .. ':' .. n) < ttl then
-                    redis.call('set', prefix .. ':' .. n, 1, 'px', ttl)
-                end
-            end
-            if redis.call('pttl', key) < ttl then
-                redis.call('pexpire', key, ttl)
-            end
-        end
-    else
-        gone[#gone + 1] = i
-    end
+    if count and count > 0 then raise_reads(key, prefix, count, ttl) else lost(i) end
 end
 return gone

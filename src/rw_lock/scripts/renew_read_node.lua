@@ -1,4 +1,3 @@
-#!lua flags=allow-cross-slot-keys
 -- renew_read_node: renew_read.lua for every read lease one Redis Cluster
 -- node serves, in one call, whatever their hash slots (Redis 7.0+). The
 -- keys are passed as arguments, not KEYS, because declared keys must
@@ -15,29 +14,18 @@
 -- each key this node does not serve (its slot moved away, or is moving:
 -- redis.pcall catches the node's refusal), which the client sends again
 -- per slot}. Every renewal applied is idempotent.
-local gone = {tonumber(ARGV[1])}
 local renew = tonumber(ARGV[2]) > 0
-local n = (#ARGV - 2) / 4
-for i = 1, n do
+for i = 1, (#ARGV - 2) / 4 do
     local key, prefix, field = ARGV[4 * i - 1], ARGV[4 * i], ARGV[4 * i + 1]
     local ttl = renew and tonumber(ARGV[4 * i + 2]) or 0
     local held = redis.pcall('hget', key, field)
     local count = type(held) ~= 'table' and tonumber(held)
     if type(held) == 'table' then
-        gone[#gone + 1] = -i
+        lost(-i)
     elseif count and count > 0 then
-        if ttl > 0 then
-            for c = 1, count do
-                if redis.call('pttl', prefix .. ':' .. c) < ttl then
-                    redis.call('set', prefix .. ':' .. c, 1, 'px', ttl)
-                end
-            end
-            if redis.call('pttl', key) < ttl then
-                redis.call('pexpire', key, ttl)
-            end
-        end
+        raise_reads(key, prefix, count, ttl)
     else
-        gone[#gone + 1] = i
+        lost(i)
     end
 end
 return gone

@@ -15,18 +15,15 @@
 -- floored to the millisecond), never lowered.
 --
 -- Retry policy: idempotent; the watchdog does not retry within a cycle.
-local gone = {tonumber(ARGV[1])}
 local ttl = tonumber(ARGV[2])
 for i = 1, #KEYS do
     local id = ARGV[2 * i + 1]
     local now = tonumber(ARGV[2 * i + 2])
     local score = redis.call('zscore', KEYS[i], id)
-    if score and tonumber(score) > now then
-        if ttl > 0 and tonumber(score) < now + ttl + 1 then
-            redis.call('zadd', KEYS[i], 'xx', now + ttl + 1, id)
-        end
-    else
-        gone[#gone + 1] = i
+    if not score or tonumber(score) <= now then
+        lost(i)
+    elseif ttl > 0 and tonumber(score) < now + ttl + 1 then
+        redis.call('zadd', KEYS[i], 'xx', now + ttl + 1, id)
     end
 end
 return gone
