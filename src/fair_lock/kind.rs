@@ -55,10 +55,13 @@ pub(super) fn scripts() -> &'static Scripts {
     }
     static SCRIPTS: OnceLock<Scripts> = OnceLock::new();
     SCRIPTS.get_or_init(|| Scripts {
-        // The release's check before the record
-        // (`Script::latched_after`); the queue helpers come first, with
-        // the check.
-        acquire: Script::latched("fair_lock.acquire", queued!("scripts/acquire.lua")),
+        // Checks before the record (`Script::latched_after`); the queue
+        // helpers come first, with the check.
+        acquire: Script::latched_after(
+            "fair_lock.acquire",
+            queued!("scripts/acquire_check.lua"),
+            include_str!("scripts/acquire.lua"),
+        ),
         release: Script::latched_after(
             "fair_lock.release",
             queued!("scripts/release_check.lua"),
