@@ -197,6 +197,13 @@ impl Target for FairTarget<'_> {
                 (THREAD_WAIT.as_millis() as i64).into(),
                 i64::from(self.waits).into(),
                 i64::from(lease.holds() > 0).into(),
+                // acquire_check.lua: the holds the client counts, if
+                // nothing of the client is unknown (-1: use the record).
+                if lease.conn.records_optional() {
+                    i64::from(lease.holds()).into()
+                } else {
+                    (-1).into()
+                },
             ],
             &lease.latch(),
             rid,

@@ -55,8 +55,18 @@ pub(super) fn scripts() -> &'static Scripts {
     }
     static SCRIPTS: OnceLock<Scripts> = OnceLock::new();
     SCRIPTS.get_or_init(|| Scripts {
-        acquire: Script::latched("fair_lock.acquire", queued!("scripts/acquire.lua")),
-        release: Script::latched("fair_lock.release", queued!("scripts/release.lua")),
+        // Checks before the record (`Script::latched_after`); the queue
+        // helpers come first, with the check.
+        acquire: Script::latched_after(
+            "fair_lock.acquire",
+            queued!("scripts/acquire_check.lua"),
+            include_str!("scripts/acquire.lua"),
+        ),
+        release: Script::latched_after(
+            "fair_lock.release",
+            queued!("scripts/release_check.lua"),
+            include_str!("scripts/release.lua"),
+        ),
         force_unlock: Script::latched(
             "fair_lock.force_unlock",
             queued!("scripts/force_unlock.lua"),
@@ -149,6 +159,13 @@ impl Kind for FairKind {
             now_ms().into(),
         ];
         args.extend(Names::hand_over_args());
+        // release_check.lua: the count this owner's field holds now, if
+        // nothing of the client is unknown (0: read the record as always).
+        args.push(if lease.conn.records_optional() {
+            i64::from(lease.holds()).into()
+        } else {
+            0.into()
+        });
         Call::new(
             &lease.conn,
             &scripts().release,

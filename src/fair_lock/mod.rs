@@ -33,8 +33,15 @@
 //! `acquire.lua` and `release.lua` (latched: idempotent by request id),
 //! `force_unlock.lua`, `leave.lua` (a waiter that stopped waiting),
 //! `kick.lua` (see `queue.rs`). Renewal is the plain lock's (`LockTask`).
-//! Every script first purges gone waiters at the head of the queue (and
-//! their grant entries, and a `!granted` marker whose field is gone).
+//! Every script that finds the lock free purges gone waiters at the head
+//! of the queue before it takes the lock or hands it over (and their
+//! grant entries, and a `!granted` marker whose field is gone); a try of
+//! a lock someone else holds only queues (its holder's release purges).
+//! The acquire and the release check the lock before their request
+//! record, as the plain lock's do (`core/script.rs`, "A check before the
+//! record"): when Redis holds what the client counts, or a waiting try
+//! of a lock someone else holds only queues its caller, no record is
+//! read or written (the release still writes its own).
 //!
 //! # One-hop handoff
 //!

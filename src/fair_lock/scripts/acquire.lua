@@ -15,40 +15,93 @@
 --          (Redisson's tryLock() without a wait)
 -- ARGV[6]  1: the client counts holds of this field already (it adopted
 --          a grant); 0: it counts none
--- ARGV[7]  latch TTL in milliseconds
--- ARGV[8]  request id (also the waiter's grant nonce)
+-- ARGV[7]  the hold count the client counts, or -1 (acquire_check.lua)
+-- ARGV[8]  latch TTL in milliseconds
+-- ARGV[9]  request id (also the waiter's grant nonce)
 --
--- Steps:
---  1. A queued caller is alive (it is calling): its liveness sign and
---     score are refreshed (`keep_alive` in queue.lua), before anything
---     is purged.
---  2. Purge gone waiters at the head.
---  3. The lock was granted to the caller (`!granted`) and its client
---     counts no hold (the grant message was lost or not read yet): take
+-- Sent after acquire_check.lua, which read `pttl` and `count` and
+-- answered a single try of a lock someone else holds, a copy that already
+-- ran and a grant the client has not adopted (the field at one more than
+-- the client counts). Steps:
+--
+--  1. The lock is free, nobody is queued and no grant is pending (neither
+--     the queue nor the grant hash exists): take it.
+--  2. The lock is free otherwise (`free` below): a queued caller is alive
+--     (it is calling): its liveness sign and score are refreshed
+--     (`keep_alive` in queue.lua) before gone waiters at the head are
+--     purged. If nobody is queued then, or the caller heads the queue,
+--     it takes the lock (popped, its timeout and grant entry dropped, the
+--     other timeouts shifted: see queue.lua), reply {1, 1}; else it
+--     queues as in step 5, and the reply's hint is the time until the
+--     head's deadline (then it may be purged).
+--  3. The caller holds it and the lock was granted to it while its
+--     client counts no hold (`!granted` names it: the grant message was
+--     lost or not read yet, and the client's count was not sent): take
 --     the grant as a fresh acquire: count 1, TTL raised to the lease,
 --     reply {1, 1}. The marker goes either way (a client that counts
---     holds adopted the grant: then this is a re-entry, step 5).
---  4. Free, and nobody queued or the caller heads the queue: take it (pop
---     the caller, drop its timeout and grant entry, shift the other
---     timeouts, see queue.lua), reply {1, 1}.
---  5. The caller holds it: re-enter, reply {1, count}; a queue entry it
+--     holds adopted the grant: then this is a re-entry, step 4).
+--  4. The caller holds it: re-enter, reply {1, count}; a queue entry it
 --     still has (another wait of the same owner) is dropped.
---  6. Otherwise, busy: queue the caller at the tail (ARGV[5] = 1) if it is
---     not queued yet (score: see queue.lua), record its grant entry
---     "<lease>:<request id>:<alive until>" (a release may then hand it the
---     lock), and reply {0, hint}: the lock's PTTL if held (-1: no
---     expiry), or, when it is free and another waiter heads the queue,
---     the time until that waiter's deadline (then it may be purged).
+--  5. Someone else holds it: queue the caller at the tail (ARGV[5] = 1)
+--     if it is not queued yet, else refresh its liveness and score
+--     (`join` below; score: see queue.lua), record its grant entry
+--     "<lease>:<request id>:<alive until>" (a release may then hand it
+--     the lock), and reply {0, pttl} (-1: no expiry). Nothing is purged:
+--     the release that frees the lock does that.
 --
 -- The key's TTL is raised to the lease, never lowered.
 --
+-- Commands: a free lock nobody waits for PTTL, EXISTS, HSET, PEXPIRE; a
+-- busy one, the caller not queued yet, PTTL, HGET, RPUSH, ZADD, HSET;
+-- neither reads nor writes the request record when the client's count
+-- matches Redis (acquire_check.lua).
+--
 -- Retry policy: idempotent by request id; re-sent with the same rid until
 -- a reply arrives (core/call.rs).
+
+-- Queues `field` at the tail, or, queued already, refreshes its place
+-- (what `keep_alive` does). The push comes first: its reply is the
+-- position the score needs (no LLEN), and the ZADD NX that follows tells
+-- whether the field was queued already, in which case the push is undone.
+local function join(queue, timeouts, field, now, wait)
+    local n = redis.call('rpush', queue, field)
+    if redis.call('zadd', timeouts, 'nx', now + wait + n * JAVA_WAIT, field) == 0 then
+        local pos = redis.call('lpos', queue, field)
+        if pos < n - 1 then
+            redis.call('rpop', queue)
+        end
+        redis.call('zadd', timeouts, now + wait + (pos + 1) * JAVA_WAIT, field)
+    end
+end
+
+-- Step 2 (the lock is free, and the queue or the grant hash exists).
+local function free(now, wait, waits)
+    if waits and redis.call('zscore', KEYS[3], ARGV[2]) then
+        keep_alive(KEYS[2], KEYS[3], KEYS[4], ARGV[2], now, wait)
+    end
+    local head = purge(KEYS[1], KEYS[2], KEYS[3], KEYS[4], now)
+    if (not head) or head == ARGV[2] then
+        if head then
+            redis.call('lpop', KEYS[2])
+        end
+        shift_out(KEYS[3], now, wait, ARGV[2])
+        redis.call('hdel', KEYS[4], ARGV[2])
+        tidy(KEYS[1], KEYS[2], KEYS[4])
+        redis.call('hset', KEYS[1], ARGV[2], 1)
+        redis.call('pexpire', KEYS[1], ARGV[1])
+        return {1, 1}
+    end
+    if not waits then
+        return {0, -2}
+    end
+    join(KEYS[2], KEYS[3], ARGV[2], now, wait)
+    redis.call('hset', KEYS[4], ARGV[2], ARGV[1] .. ':' .. ARGV[#ARGV] .. ':' .. (now + wait))
+    local first = deadline(KEYS[3], KEYS[4], head) or now
+    return {0, math.max(0, math.floor(first - now))}
+end
+
 local function body()
-    -- Nobody queued, no grant pending (neither the queue nor the grant
-    -- hash exists) and the lock free: take it (steps 1-4 have nothing to
-    -- do). The uncontended case, in four commands.
-    if redis.call('exists', KEYS[2], KEYS[4]) == 0 and redis.call('pttl', KEYS[1]) == -2 then
+    if pttl == -2 and redis.call('exists', KEYS[2], KEYS[4]) == 0 then
         redis.call('hset', KEYS[1], ARGV[2], 1)
         redis.call('pexpire', KEYS[1], ARGV[1])
         return {1, 1}
@@ -56,58 +109,36 @@ local function body()
     local now = tonumber(ARGV[3])
     local wait = tonumber(ARGV[4])
     local waits = ARGV[5] == '1'
-    local queued = redis.call('zscore', KEYS[3], ARGV[2])
-    if queued and waits then
-        keep_alive(KEYS[2], KEYS[3], KEYS[4], ARGV[2], now, wait)
+    if pttl == -2 then
+        return free(now, wait, waits)
     end
-    local head, marker = purge(KEYS[1], KEYS[2], KEYS[3], KEYS[4], now)
-    if marker_of(marker) == ARGV[2] then
-        redis.call('hdel', KEYS[4], '!granted')
-        if ARGV[6] ~= '1' then
-            redis.call('hset', KEYS[1], ARGV[2], 1)
-            if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
-                redis.call('pexpire', KEYS[1], ARGV[1])
+    if count then
+        if granted_to(KEYS[4]) == ARGV[2] then
+            redis.call('hdel', KEYS[4], '!granted')
+            if ARGV[6] ~= '1' then
+                redis.call('hset', KEYS[1], ARGV[2], 1)
+                if pttl < tonumber(ARGV[1]) then
+                    redis.call('pexpire', KEYS[1], ARGV[1])
+                end
+                return {1, 1}
             end
-            return {1, 1}
         end
-    end
-    local pttl = redis.call('pttl', KEYS[1])
-    if pttl == -2 and ((not head) or head == ARGV[2]) then
-        if head then
-            redis.call('lpop', KEYS[2])
-        end
-        redis.call('zrem', KEYS[3], ARGV[2])
-        redis.call('hdel', KEYS[4], ARGV[2])
-        shift(KEYS[3], now, wait)
-        tidy(KEYS[1], KEYS[2], KEYS[4])
-        redis.call('hset', KEYS[1], ARGV[2], 1)
-        redis.call('pexpire', KEYS[1], ARGV[1])
-        return {1, 1}
-    end
-    if pttl ~= -2 and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
-        local count = redis.call('hincrby', KEYS[1], ARGV[2], 1)
+        local held = redis.call('hincrby', KEYS[1], ARGV[2], 1)
         if pttl < tonumber(ARGV[1]) then
             redis.call('pexpire', KEYS[1], ARGV[1])
         end
-        if queued and waits then
+        if waits and redis.call('zscore', KEYS[3], ARGV[2]) then
             redis.call('lrem', KEYS[2], 0, ARGV[2])
             redis.call('zrem', KEYS[3], ARGV[2])
             redis.call('hdel', KEYS[4], ARGV[2])
             tidy(KEYS[1], KEYS[2], KEYS[4])
         end
-        return {1, count}
+        return {1, held}
     end
     if not waits then
         return {0, pttl}
     end
-    local tail = redis.call('llen', KEYS[2])
-    if redis.call('zadd', KEYS[3], 'nx', now + wait + (tail + 1) * JAVA_WAIT, ARGV[2]) == 1 then
-        redis.call('rpush', KEYS[2], ARGV[2])
-    end
+    join(KEYS[2], KEYS[3], ARGV[2], now, wait)
     redis.call('hset', KEYS[4], ARGV[2], ARGV[1] .. ':' .. ARGV[#ARGV] .. ':' .. (now + wait))
-    if pttl ~= -2 then
-        return {0, pttl}
-    end
-    local first = deadline(KEYS[3], KEYS[4], head) or now
-    return {0, math.max(0, math.floor(first - now))}
+    return {0, pttl}
 end

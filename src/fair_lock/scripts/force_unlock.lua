@@ -15,18 +15,17 @@
 -- ARGV[6]  request id
 --
 -- Reply (after the rid): {1, received, timeout, granted} a lock was
--- deleted and handed over (see hand_over), {0, -1, -1, 0} there was none.
+-- deleted and handed over to the first waiter still there (see
+-- hand_over_next: gone waiters at the head are purged on the way),
+-- {0, -1, -1, 0} there was none.
 --
 -- Retry policy: idempotent by request id (core/call.rs, `Call::run_once`):
 -- a copy that arrives again replays the first run's reply instead of
 -- deleting the lock of the waiter it was handed to.
 local function body()
-    local now = tonumber(ARGV[1])
-    purge(KEYS[1], KEYS[2], KEYS[3], KEYS[5], now)
     if redis.call('del', KEYS[1]) == 1 then
-        redis.call('hdel', KEYS[5], '!granted')
-        local received, timeout, granted = hand_over(KEYS[1], KEYS[2], KEYS[3], KEYS[5],
-            KEYS[4], ARGV[2], now, tonumber(ARGV[3]), tonumber(ARGV[4]))
+        local received, timeout, granted = hand_over_next(KEYS[1], KEYS[2], KEYS[3], KEYS[5],
+            KEYS[4], ARGV[2], tonumber(ARGV[1]), tonumber(ARGV[3]), tonumber(ARGV[4]))
         return {1, received, timeout, granted}
     end
     return {0, -1, -1, 0}

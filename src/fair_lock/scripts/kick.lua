@@ -1,8 +1,8 @@
 -- kick: after a release told (or granted) a head waiter that was not
 -- listening (the message reached nobody: the waiter may be gone), the
 -- releasing client runs this once that waiter's timeout (or the grant's
--- lease) has passed: purge gone waiters and, if the lock is still free,
--- hand it to the new head (queue helpers: queue.lua).
+-- lease) has passed: if the lock is still free, purge gone waiters and
+-- hand it to the first one still there (`hand_over_next` in queue.lua).
 --
 -- KEYS[1]  the lock hash
 -- KEYS[2]  the queue (list)
@@ -15,7 +15,7 @@
 -- ARGV[4]  grant lease in milliseconds
 --
 -- Reply: {1, received, timeout, granted} a head was told (see
--- hand_over), {2, pttl, -1, 0} the lock is still held by a waiter it was
+-- hand_over_next), {2, pttl, -1, 0} the lock is still held by a waiter it was
 -- granted to, whose grant was not taken up by any script of its owner
 -- (`!granted`): check again once its TTL has run out (the grant's end as
 -- the kicker computed it can come a little before the key's, which
@@ -24,15 +24,16 @@
 --
 -- Retry policy: idempotent in effect (at most one more message to a head
 -- that re-checks); not retried.
-local now = tonumber(ARGV[1])
-purge(KEYS[1], KEYS[2], KEYS[3], KEYS[5], now)
 if redis.call('exists', KEYS[1]) == 0 then
-    local received, timeout, granted = hand_over(KEYS[1], KEYS[2], KEYS[3], KEYS[5],
-        KEYS[4], ARGV[2], now, tonumber(ARGV[3]), tonumber(ARGV[4]))
+    local received, timeout, granted = hand_over_next(KEYS[1], KEYS[2], KEYS[3], KEYS[5],
+        KEYS[4], ARGV[2], tonumber(ARGV[1]), tonumber(ARGV[3]), tonumber(ARGV[4]))
     if received >= 0 then
         return {1, received, timeout, granted}
     end
-elseif redis.call('hexists', KEYS[5], '!granted') == 1 then
-    return {2, redis.call('pttl', KEYS[1]), -1, 0}
+else
+    local field = granted_to(KEYS[5])
+    if field and redis.call('hexists', KEYS[1], field) == 1 then
+        return {2, redis.call('pttl', KEYS[1]), -1, 0}
+    end
 end
 return {0, -1, -1, 0}

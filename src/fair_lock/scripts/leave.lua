@@ -34,7 +34,7 @@
 --          of a later wait of the owner
 --
 -- Reply (after the rid): {1, received, timeout, granted} the new head
--- was told (see hand_over), {2, received, timeout, granted} a grant was
+-- was told (see hand_over_next), {2, received, timeout, granted} a grant was
 -- given back and the lock handed on, {0, -1, -1, 0} nobody needed
 -- telling.
 --
@@ -73,8 +73,7 @@ local function body()
         status = 2
     end
     if head == ARGV[1] and redis.call('exists', KEYS[1]) == 0 then
-        purge(KEYS[1], KEYS[2], KEYS[3], KEYS[5], now)
-        local received, timeout, granted = hand_over(KEYS[1], KEYS[2], KEYS[3], KEYS[5],
+        local received, timeout, granted = hand_over_next(KEYS[1], KEYS[2], KEYS[3], KEYS[5],
             KEYS[4], ARGV[3], now, tonumber(ARGV[5]), tonumber(ARGV[6]))
         if received >= 0 or status == 2 then
             return {status, received, timeout, granted}

@@ -46,18 +46,24 @@ local function entry_of(grants, field)
     return lease, nonce, tonumber(alive)
 end
 
--- When queued waiter `field` counts as gone (nil: not in the zset): its
--- score, or, for a leasehold waiter, its liveness sign if that is sooner.
-local function deadline(timeouts, grants, field)
-    local score = redis.call('zscore', timeouts, field)
-    if not score then
-        return nil
-    end
-    local _, _, alive = entry_of(grants, field)
+-- When queued waiter `field` counts as gone (nil: it has no timeout):
+-- for a leasehold waiter (a grant entry with a liveness sign), that sign;
+-- for any other, its score. A leasehold waiter's score is always later
+-- than its sign (see above: it is refreshed to alive + (c + 1) *
+-- JAVA_WAIT, and each shift since, leasehold's or Java's, of at most one
+-- JAVA_WAIT, came with the waiter moving up one place), so its score is
+-- not read. `alive`: the liveness sign of its entry (see `entry_of`), nil
+-- if it has none.
+local function gone_at(timeouts, field, alive)
     if alive then
-        return math.min(tonumber(score), alive)
+        return alive
     end
-    return tonumber(score)
+    return tonumber(redis.call('zscore', timeouts, field))
+end
+
+local function deadline(timeouts, grants, field)
+    local _, _, alive = entry_of(grants, field)
+    return gone_at(timeouts, field, alive)
 end
 
 -- A queued leasehold waiter shows it is alive: its liveness sign becomes
@@ -119,8 +125,8 @@ local function tidy(lock, queue, grants, head)
 end
 
 -- Drops gone waiters at the head of the queue (Redisson's "purge stale
--- head" prelude): a head whose deadline is <= now (its score, or its
--- liveness sign: see `deadline`), and also a head with no timeout at all
+-- head" prelude): a head whose deadline is <= now (its liveness sign, or
+-- its score: see `gone_at`), and also a head with no timeout at all
 -- (no script of either side leaves one; it could only block the queue
 -- forever). Then tidies the grant hash. Returns the head left (false:
 -- nobody is queued) and the grant marker left (false: none), which the
@@ -172,43 +178,101 @@ local function shift(timeouts, now, wait, only)
     end
 end
 
--- The lock is free: hands it to the head waiter, if any. A leasehold head
--- (it has a grant entry) is made the holder at once: count 1, TTL
--- min(its lease, grant ms), popped as its own acquire would, marked
--- `!granted` (with the nonce), and told `grant:<nonce>:<ttl>`. Any other head is told `0`
--- (Redisson's protocol). Returns how many connections received the
+-- Waiter `head` took the lock (or was granted it): its timeout goes, and
+-- every other moves as `shift` moves them. All timeouts are popped and the
+-- others written back in one ZADD: two commands, whatever the queue's
+-- length (ZREM, ZRANGE and ZADD otherwise). Returns how many are left
+-- (0: nobody is queued; the list and the zset change together, in every
+-- script of either side).
+local function shift_out(timeouts, now, wait, head)
+    local all = redis.call('zpopmin', timeouts, 2147483647)
+    local back = {}
+    local left = 0
+    for i = 1, #all, 2 do
+        if all[i] ~= head then
+            local score = tonumber(all[i + 1])
+            local moved = math.max(score - JAVA_WAIT, math.min(score, now + wait))
+            if moved ~= score then
+                back[#back + 1] = moved
+            else
+                -- As it was read (no float formatting on the way back).
+                back[#back + 1] = all[i + 1]
+            end
+            back[#back + 1] = all[i]
+            left = left + 1
+            if #back >= 512 then
+                redis.call('zadd', timeouts, unpack(back))
+                back = {}
+            end
+        end
+    end
+    if #back > 0 then
+        redis.call('zadd', timeouts, unpack(back))
+    end
+    return left
+end
+
+-- Makes leasehold waiter `head` (popped from the queue already; `lease`
+-- and `nonce` from its grant entry) the holder of the free lock: count 1,
+-- TTL min(its lease, grant ms), its timeout gone and the others shifted
+-- as its own acquire would, marked `!granted` (with the nonce; this
+-- replaces any marker), and told `grant:<nonce>:<ttl>`. Returns as
+-- `hand_over_next`.
+local function grant(lock, timeouts, grants, channel, publish, now, wait, grant_ms, head, lease, nonce)
+    local ms = math.max(1, math.min(tonumber(lease), grant_ms))
+    redis.call('hset', lock, head, 1)
+    redis.call('pexpire', lock, ms)
+    if shift_out(timeouts, now, wait, head) == 0 then
+        -- Nobody queued now: entries of waiters a Java script purged go
+        -- (what `tidy` does; the marker is set anew just below).
+        redis.call('del', grants)
+    else
+        redis.call('hdel', grants, head)
+    end
+    redis.call('hset', grants, '!granted', nonce .. ':' .. head)
+    local received = redis.call(publish, channel .. ':' .. head, 'grant:' .. nonce .. ':' .. ms)
+    return received, now + ms, 1, head, tonumber(nonce), ms
+end
+
+-- The lock is free: hands it to the first waiter still there, dropping
+-- gone waiters at the head on the way (as `purge` does). Each head is
+-- popped first and read after (popping it is needed in the common case,
+-- a grant, and the pop reads it: one command fewer than LINDEX, then
+-- LPOP). A leasehold head (it has a grant entry) is granted the lock
+-- (`grant`). Any other head is pushed back where it was and told `0`
+-- (Redisson's protocol). A grant marker goes either way (the lock is
+-- free: whoever it names holds nothing), as does the whole grant hash
+-- once nobody is queued. Returns how many connections received the
 -- message (-1: nobody waits), the time to check again if nobody did (the
 -- head's timeout, or the grant's end; -1: nobody waits) and 1 if granted;
 -- when granted, also the head's field, the nonce and the grant's TTL.
--- `head`: the queue's head as the caller just read it (false: none), or
--- nil to read it here.
-local function hand_over(lock, queue, timeouts, grants, channel, publish, now, wait, grant_ms, head)
-    if head == nil then
-        head = redis.call('lindex', queue, 0)
-    end
-    if not head then
-        return -1, -1, 0
-    end
-    local wanted, nonce = entry_of(grants, head)
-    if wanted then
-        local ms = math.max(1, math.min(tonumber(wanted), grant_ms))
-        redis.call('hset', lock, head, 1)
-        redis.call('pexpire', lock, ms)
-        redis.call('lpop', queue)
-        redis.call('zrem', timeouts, head)
-        shift(timeouts, now, wait)
-        -- Nobody queued now: entries of waiters a Java script purged go
-        -- (what `tidy` does; the marker is set anew just below).
-        if redis.call('llen', queue) == 0 then
+-- `head`: the head the caller popped already (false: the queue was
+-- empty), or nil to pop it here.
+local function hand_over_next(lock, queue, timeouts, grants, channel, publish, now, wait, grant_ms, head)
+    while true do
+        if head == nil then
+            head = redis.call('lpop', queue)
+        end
+        if not head then
             redis.call('del', grants)
-        else
+            return -1, -1, 0
+        end
+        local lease, nonce, alive = entry_of(grants, head)
+        local gone = gone_at(timeouts, head, alive)
+        if gone and gone > now then
+            if lease then
+                return grant(lock, timeouts, grants, channel, publish, now, wait, grant_ms,
+                    head, lease, nonce)
+            end
+            redis.call('lpush', queue, head)
+            redis.call('hdel', grants, '!granted')
+            local received = redis.call(publish, channel .. ':' .. head, '0')
+            return received, math.floor(gone), 0
+        end
+        redis.call('zrem', timeouts, head)
+        if lease then
             redis.call('hdel', grants, head)
         end
-        redis.call('hset', grants, '!granted', nonce .. ':' .. head)
-        local received = redis.call(publish, channel .. ':' .. head, 'grant:' .. nonce .. ':' .. ms)
-        return received, now + ms, 1, head, tonumber(nonce), ms
+        head = nil
     end
-    local received = redis.call(publish, channel .. ':' .. head, '0')
-    local score = redis.call('zscore', timeouts, head)
-    return received, math.floor(tonumber(score) or -1), 0
 end

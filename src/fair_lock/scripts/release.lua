@@ -14,21 +14,32 @@
 -- ARGV[5]  now: the client's clock, epoch milliseconds
 -- ARGV[6]  thread wait in milliseconds (see acquire.lua)
 -- ARGV[7]  grant lease in milliseconds: the most a grant's TTL is
--- ARGV[8]  latch TTL in milliseconds
--- ARGV[9]  request id
+-- ARGV[8]  the hold count expected before this release
+--          (release_check.lua)
+-- ARGV[9]  latch TTL in milliseconds
+-- ARGV[10] request id
 --
--- Gone waiters at the head are purged first; a grant marker of the
--- caller's field goes (its client counts the hold: it adopted it). Reply
+-- A grant marker of the caller's field goes (its client counts the hold:
+-- it adopted it); when the lock is freed, gone waiters at the head are
+-- purged on the way to the first one still there (`hand_over_next` in
+-- queue.lua), and the marker is replaced or dropped. Reply
 -- (after the rid): {0, received, timeout, granted} the field is missing
 -- (nothing given back; if the lock is free it is handed over, as
 -- Redisson's unlock tells the head), {1, left} holds remain,
 -- {2, received, timeout, granted} the lock was freed and handed over
--- (see hand_over in queue.lua: `received` -1 when nobody waits;
+-- (see hand_over_next in queue.lua: `received` -1 when nobody waits;
 -- `granted` 1 when the head was made the holder, then followed by the
 -- nonce, the grant's TTL and the granted field; see `told`).
 --
 -- Retry policy: idempotent by request id (a re-send never gives back a
--- hold twice).
+-- hold twice). Sent after release_check.lua, which reads the count.
+--
+-- Commands (after release_check.lua's HGET): the last hold of a lock
+-- nobody waits for LPOP (nil), DEL (the lock and the grant hash); a
+-- handoff to a live leasehold waiter LPOP, DEL, HGET (its entry), HSET,
+-- PEXPIRE (the grant), ZPOPMIN, ZADD (timeouts), HDEL, HSET (its entry
+-- and the marker), PUBLISH; an inner hold HSET, PEXPIRE, HGET (the
+-- marker).
 
 -- The reply of a release that handed the lock over: {status, received,
 -- timeout, granted}, and after a grant the nonce, the grant's TTL and last
@@ -42,35 +53,35 @@ local function told(status, received, timeout, granted, head, nonce, ms)
 end
 
 local function body()
-    -- The last hold of a lock nobody waits for (neither the queue nor the
-    -- grant hash exists: nothing to purge, tell or tidy): delete it.
-    local held = tonumber(redis.call('hget', KEYS[1], ARGV[2]))
-    if held and held <= tonumber(ARGV[3]) and redis.call('exists', KEYS[2], KEYS[5]) == 0 then
-        redis.call('del', KEYS[1])
-        return {2, -1, -1, 0}
-    end
+    -- `count` was read by release_check.lua.
     local now = tonumber(ARGV[5])
     local wait = tonumber(ARGV[6])
-    local grant = tonumber(ARGV[7])
-    local head, marker = purge(KEYS[1], KEYS[2], KEYS[3], KEYS[5], now)
-    if not held then
+    local grant_ms = tonumber(ARGV[7])
+    if not count then
         if redis.call('exists', KEYS[1]) == 0 then
-            return told(0, hand_over(KEYS[1], KEYS[2], KEYS[3], KEYS[5],
-                KEYS[4], ARGV[4], now, wait, grant, head))
+            return told(0, hand_over_next(KEYS[1], KEYS[2], KEYS[3], KEYS[5],
+                KEYS[4], ARGV[4], now, wait, grant_ms))
         end
         return {0, -1, -1, 0}
     end
-    if marker_of(marker) == ARGV[2] then
-        redis.call('hdel', KEYS[5], '!granted')
-    end
-    -- `held` is still the count: the purge touches no lock field.
-    local left = held - tonumber(ARGV[3])
+    local left = tonumber(count) - tonumber(ARGV[3])
     if left > 0 then
-        redis.call('hincrby', KEYS[1], ARGV[2], -tonumber(ARGV[3]))
+        redis.call('hset', KEYS[1], ARGV[2], left)
         redis.call('pexpire', KEYS[1], ARGV[1])
+        if granted_to(KEYS[5]) == ARGV[2] then
+            redis.call('hdel', KEYS[5], '!granted')
+        end
         return {1, left}
     end
+    -- The last hold. Nobody queued (the common uncontended case): the
+    -- lock goes, with the grant hash (stale entries, this owner's marker)
+    -- if there is one, in one DEL.
+    local head = redis.call('lpop', KEYS[2])
+    if not head then
+        redis.call('del', KEYS[1], KEYS[5])
+        return {2, -1, -1, 0}
+    end
     redis.call('del', KEYS[1])
-    return told(2, hand_over(KEYS[1], KEYS[2], KEYS[3], KEYS[5],
-        KEYS[4], ARGV[4], now, wait, grant, head))
+    return told(2, hand_over_next(KEYS[1], KEYS[2], KEYS[3], KEYS[5],
+        KEYS[4], ARGV[4], now, wait, grant_ms, head))
 end
