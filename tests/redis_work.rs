@@ -435,3 +435,32 @@ async fn a_refused_try_costs_three_commands_and_no_record() {
     );
     held.unlock().await.unwrap();
 }
+
+/// A record is deleted once its call has ended even when a later call of
+/// the same owner, on the same lock, wrote none and ended first in the
+/// same batch: a release (which writes its record) followed at once by a
+/// refused try of the same owner (which writes none). The batch kept only
+/// the newest request per record and deleted a record only while it held
+/// exactly that one, so the release's record stayed for its whole TTL
+/// (30 s). 20 rounds, each on its own lock.
+#[tokio::test]
+async fn a_record_goes_even_when_a_later_call_of_its_owner_wrote_none() {
+    let server = RedisServer::start();
+    let (a, b) = (client(&server).await, client(&server).await);
+    for round in 0..20 {
+        let name = format!("later:{round}");
+        let (mine, theirs) = (a.lock(&name), b.lock(&name));
+        mine.lock().await.unwrap().unlock().await.unwrap();
+        let held = theirs.lock().await.unwrap();
+        assert!(mine.try_lock().await.unwrap().is_none(), "refused");
+        held.unlock().await.unwrap();
+    }
+    eventually(
+        Duration::from_secs(10),
+        "every request record is deleted",
+        || request_records(&server).is_empty(),
+    )
+    .await;
+    a.shutdown().await.unwrap();
+    b.shutdown().await.unwrap();
+}

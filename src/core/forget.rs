@@ -16,10 +16,13 @@
 //! deleted in batches every [`EVERY`]: one script call for a single
 //! server (`scripts/forget.lua`), one per node on a Redis 7 cluster
 //! (`scripts/forget_node.lua`, sent to the node by address), one per slot
-//! on an older cluster. A record is deleted only while it still holds the
-//! request handed over, since a newer request of the same owner may have
-//! written it since. A call whose outcome stayed unknown is never handed
-//! over: its record keeps its TTL.
+//! on an older cluster. A record is deleted only while it holds the
+//! newest request handed over for it or an older one: the calls of one
+//! record run one at a time under its owner's turn, so an older request's
+//! call has ended too (a later call that wrote no record, a refused try,
+//! must not keep an older record alive), while a newer request of the
+//! same owner may have written it since and still need it. A call whose
+//! outcome stayed unknown is never handed over: its record keeps its TTL.
 //!
 //! Cost: one script call per batch (and node), and a `GET` (and a `DEL`)
 //! per distinct record in the batch; a lock taken and given back in a loop

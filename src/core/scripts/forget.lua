@@ -1,11 +1,14 @@
 -- forget: deletes request records whose calls have ended (core/forget.rs).
 --
 -- KEYS     request records ("leasehold_latch:{<key>}:…"), all in one slot
--- ARGV[i]  the request id whose reply has arrived, for KEYS[i]
+-- ARGV[i]  the newest request id whose call on KEYS[i] has ended
 --
--- A record is deleted only while it still holds that request: a newer
--- request of the same owner may have written it since, and its call may
--- still need it.
+-- A record is deleted only while it holds that request or an older one:
+-- the calls of one record (one owner of one lock) run one at a time under
+-- the owner's turn, so every request older than one that has ended has
+-- ended too (a later call that wrote no record leaves an older request's
+-- record to delete); a newer request may have written it since, and its
+-- call may still need it.
 --
 -- Reply: {"forgot", how many records were deleted} (the word tells this
 -- reply from another command's, on a connection out of step).
@@ -15,8 +18,8 @@
 local deleted = 0
 for i, key in ipairs(KEYS) do
     local record = redis.call('get', key)
-    local rid = ARGV[i] .. '|'
-    if record and string.sub(record, 1, #rid) == rid then
+    local held = record and tonumber(string.match(record, '^(%d+)|'))
+    if held and held <= tonumber(ARGV[i]) then
         redis.call('del', key)
         deleted = deleted + 1
     end

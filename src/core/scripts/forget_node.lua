@@ -3,7 +3,8 @@
 -- in one call, whatever their hash slots (Redis 7.0+). No key is
 -- declared: the call is sent to the node itself (core/script.rs).
 --
--- ARGV  record 1, request id 1, record 2, request id 2, ...
+-- ARGV  record 1, request id 1, record 2, request id 2, ... (a record is
+--       deleted while it holds that request or an older one: forget.lua)
 --
 -- A record this node does not serve (its slot moved away: redis.pcall
 -- catches the refusal) is left to its TTL.
@@ -15,8 +16,8 @@
 local deleted = 0
 for i = 1, #ARGV, 2 do
     local record = redis.pcall('get', ARGV[i])
-    local rid = ARGV[i + 1] .. '|'
-    if type(record) == 'string' and string.sub(record, 1, #rid) == rid then
+    local held = type(record) == 'string' and tonumber(string.match(record, '^(%d+)|'))
+    if held and held <= tonumber(ARGV[i + 1]) then
         redis.pcall('del', ARGV[i])
         deleted = deleted + 1
     end
