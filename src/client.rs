@@ -10,6 +10,7 @@ use std::time::Duration;
 use fred::clients::Client as FredClient;
 use fred::types::config::Config;
 
+use crate::core::backoff::Backoff;
 use crate::core::conn::Settings;
 use crate::core::open::Open;
 use crate::core::registry::{self, Identity};
@@ -810,7 +811,7 @@ async fn start_engine(options: Options, retry: Option<Duration>) -> Result<Arc<E
         return Engine::start(options).await;
     };
     let deadline = tokio::time::Instant::now() + max_wait;
-    let mut pause = CONNECT_RETRY_FIRST;
+    let mut pauses = Backoff::new(CONNECT_RETRY_FIRST, CONNECT_RETRY_MAX);
     loop {
         let error = match Engine::start(options.clone()).await {
             Ok(engine) => return Ok(engine),
@@ -821,9 +822,9 @@ async fn start_engine(options: Options, retry: Option<Duration>) -> Result<Arc<E
         if left.is_zero() {
             return Err(error);
         }
-        tracing::info!(error = %error, retry_in = ?pause.min(left), "Redis not reachable yet: retrying");
-        tokio::time::sleep(pause.min(left)).await;
-        pause = (pause * 2).min(CONNECT_RETRY_MAX);
+        let pause = pauses.next().min(left);
+        tracing::info!(error = %error, retry_in = ?pause, "Redis not reachable yet: retrying");
+        tokio::time::sleep(pause).await;
     }
 }
 

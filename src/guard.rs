@@ -67,7 +67,7 @@ pub struct LockGuard {
     owner: Owner,
     /// A channel subscription kept while the guard lives, and a moment
     /// after (the fair lock's waiter channel).
-    _keep: Option<Lingering>,
+    linger: Option<Lingering>,
 }
 
 /// Whether the lease of the lock a [`Lock::with`](crate::Lock::with) work
@@ -272,13 +272,13 @@ impl LockGuard {
             hold,
             name_at,
             owner,
-            _keep: None,
+            linger: None,
         }
     }
 
     /// This guard, keeping `keep` while it lives.
     pub(crate) fn keeping(mut self, keep: Lingering) -> LockGuard {
-        self._keep = Some(keep);
+        self.linger = Some(keep);
         self
     }
 
@@ -311,7 +311,7 @@ impl LockGuard {
         let key = self.hold.key();
         let release = self.hold.release();
         // The channel is kept until the release is done, as before.
-        let keep = self._keep;
+        let keep = self.linger;
         async move {
             let released = release.await;
             drop(keep);

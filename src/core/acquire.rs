@@ -35,7 +35,7 @@ use super::call::Call;
 use super::hold::{self, Attempt, Hold, Request};
 use super::lease::{Lease, LeaseInit, LeaseRef, Term};
 use super::pubsub::Policy;
-use super::stats::{Counters, KeyName, Outcome};
+use super::stats::{AcquireEnd, Counters, KeyName};
 use super::wait::{self, Step};
 use super::{lease_millis, Engine};
 use crate::error::Result;
@@ -232,9 +232,9 @@ impl<T: Target> wait::Attempts for Acquiring<'_, T> {
             observed.end(
                 &self.engine.stats,
                 match outcome {
-                    Ok(Some(_)) => Outcome::Acquired,
-                    Ok(None) => Outcome::Timeout,
-                    Err(_) => Outcome::Error,
+                    Ok(Some(_)) => AcquireEnd::Acquired,
+                    Ok(None) => AcquireEnd::Timeout,
+                    Err(_) => AcquireEnd::Error,
                 },
             );
         }
@@ -306,7 +306,7 @@ impl Observed {
     }
 
     /// The acquire concluded: count it and close the span's fields.
-    fn end(&mut self, counters: &Counters, outcome: Outcome) {
+    fn end(&mut self, counters: &Counters, outcome: AcquireEnd) {
         self.ended = true;
         let elapsed = self.started.elapsed();
         counters.acquire_ended(outcome, self.attempts, elapsed);

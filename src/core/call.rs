@@ -61,6 +61,7 @@ use fred::types::{Key, Value};
 use smallvec::SmallVec;
 use tokio::time::Instant;
 
+use super::backoff::Backoff;
 use super::conn::Conn;
 use super::script::Script;
 use crate::error::{outcome_unknown, server_busy};
@@ -126,7 +127,7 @@ impl FromIterator<i64> for Reply {
 
 /// How a call ended.
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Outcome {
+pub(crate) enum Settled {
     /// It ran (now, or when first sent); its reply without the rid.
     Ran(Reply),
     /// A newer request of the same owner and lock ran first: this one did
@@ -189,11 +190,11 @@ impl Call {
             .run(conn, Instant::now())
             .await?
         {
-            Outcome::Ran(reply) => {
+            Settled::Ran(reply) => {
                 conn.forget_record(latch, rid);
                 Ok(reply)
             }
-            Outcome::Stale => Err(crate::Error::protocol("a one-off call was reported stale")),
+            Settled::Stale => Err(crate::Error::protocol("a one-off call was reported stale")),
         }
     }
 
@@ -214,9 +215,9 @@ impl Call {
     ///
     /// Cancel safe in the sense that matters: dropping it leaves the call's
     /// outcome unknown, and running the same `Call` again later resolves it.
-    pub(crate) async fn run(&self, conn: &Conn, first_sent: Instant) -> FredResult<Outcome> {
+    pub(crate) async fn run(&self, conn: &Conn, first_sent: Instant) -> FredResult<Settled> {
         let give_up = first_sent + conn.settings.latch_ttl / 2;
-        let mut pause = RESEND_FIRST;
+        let mut pauses = Backoff::new(RESEND_FIRST, RESEND_MAX);
         loop {
             let sent = self
                 .script
@@ -246,6 +247,7 @@ impl Call {
                 Err(e) if outcome_unknown(&e) || server_busy(&e) => e,
                 Err(e) => return Err(e),
             };
+            let pause = pauses.next();
             if conn.is_closed() || Instant::now() + pause >= give_up {
                 tracing::warn!(script = self.script.name(), rid = self.rid, error = %error, "outcome still unknown");
                 // A copy may still be on its way: newer requests read
@@ -255,12 +257,11 @@ impl Call {
             }
             tracing::debug!(script = self.script.name(), rid = self.rid, error = %error, "outcome unknown: sending the request again");
             tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(RESEND_MAX);
         }
     }
 
     /// Checks that `reply` answers this request.
-    fn read(&self, reply: Value) -> FredResult<Outcome> {
+    fn read(&self, reply: Value) -> FredResult<Settled> {
         let out_of_step = |what: String| {
             fred::error::Error::new(
                 fred::error::ErrorKind::IO,
@@ -294,9 +295,9 @@ impl Call {
         match rid {
             Some(rid) if rid.unsigned_abs() == self.rid => {
                 if rest.first() == Some(&-1) {
-                    Ok(Outcome::Stale)
+                    Ok(Settled::Stale)
                 } else {
-                    Ok(Outcome::Ran(rest))
+                    Ok(Settled::Ran(rest))
                 }
             }
             _ => Err(out_of_step(format!(
@@ -327,7 +328,7 @@ mod tests {
     #[test]
     fn a_reply_is_its_integers_after_the_rid() {
         let read = call(7).read(reply(vec![7.into(), 2.into(), 1.into()]));
-        let Ok(Outcome::Ran(r)) = read else {
+        let Ok(Settled::Ran(r)) = read else {
             panic!("{read:?}")
         };
         assert_eq!(&r[..], &[2, 1]);
@@ -339,7 +340,7 @@ mod tests {
         let field = "0b1c3d52-1111-4222-8333-944455556666:9";
         let items = vec![7.into(), 2.into(), 1.into(), Value::String(field.into())];
         let read = call(7).read(reply(items));
-        let Ok(Outcome::Ran(r)) = read else {
+        let Ok(Settled::Ran(r)) = read else {
             panic!("{read:?}")
         };
         assert_eq!(&r[..], &[2, 1]);
@@ -361,7 +362,7 @@ mod tests {
         assert!(call(7).read(reply(vec![8.into(), 2.into()])).is_err());
         assert_eq!(
             call(7).read(reply(vec![7.into(), (-1).into()])).ok(),
-            Some(Outcome::Stale)
+            Some(Settled::Stale)
         );
     }
 }

@@ -26,6 +26,7 @@ use fred::interfaces::ClientLike;
 use fred::types::config::{Config, ReconnectPolicy, Server};
 use fred::types::{Builder, ClusterHash, CustomCommand, Key};
 
+use super::backoff::Backoff;
 use super::fence::Fence;
 use super::forget::{Forget, Forgotten, Route};
 use super::reset::{now_ms, once_a_second, Resets, BASE};
@@ -444,7 +445,7 @@ impl Conn {
         conn: std::sync::Weak<Conn>,
         mut task: fred::types::ConnectHandle,
     ) {
-        let mut pause = Duration::from_millis(50);
+        let mut pauses = Backoff::new(Duration::from_millis(50), Duration::from_secs(2));
         loop {
             let ended = (&mut task).await;
             let Some(conn) = conn.upgrade() else { return };
@@ -453,19 +454,18 @@ impl Conn {
             }
             tracing::error!(outcome = ?ended, "fred's connection task ended: starting it again");
             loop {
-                tokio::time::sleep(pause).await;
+                tokio::time::sleep(pauses.next()).await;
                 if conn.is_closed() {
                     return;
                 }
                 match tokio::time::timeout(conn.settings.command_timeout, conn.redis.init()).await {
                     Ok(Ok(restarted)) => {
                         task = restarted;
-                        pause = Duration::from_millis(50);
+                        pauses.reset();
                         break;
                     }
                     other => {
                         tracing::warn!(outcome = ?other.map(|r| r.map(|_| ())), "restarting fred's connection task failed");
-                        pause = (pause * 2).min(Duration::from_secs(2));
                     }
                 }
             }

@@ -37,7 +37,7 @@ use tokio::time::Instant;
 use tracing::{Instrument, Span};
 
 use super::background::{BoxFuture, Job};
-use super::call::{Call, Outcome};
+use super::call::{Call, Settled};
 use super::conn::Conn;
 use super::lease::{AcquireReply, Lease, LeaseRef, ReleaseReply, Signal, Taken, Term, Turn};
 use super::open::Open;
@@ -124,7 +124,7 @@ struct Unsent {
 }
 
 /// The release of a dropped guard's hold.
-struct Drop_ {
+struct DroppedRelease {
     hold: HoldParts,
     rid: OnceLock<u64>,
 }
@@ -169,14 +169,14 @@ pub(crate) async fn acquire(
     );
     let outcome = flight.call().run(&engine.conn, sent).await;
     let (reply, fresh) = match outcome {
-        Ok(Outcome::Ran(reply)) => {
+        Ok(Settled::Ran(reply)) => {
             // Done with the call: its record may go (`forget.rs`).
             engine
                 .conn
                 .forget_record(lease.latch(), flight.call().rid());
             (lease.kind.acquire_reply(&reply), !reply.is_replay())
         }
-        Ok(Outcome::Stale) => {
+        Ok(Settled::Stale) => {
             flight.finish();
             return Err(Error::protocol("a fresh acquire was reported stale"));
         }
@@ -510,7 +510,7 @@ impl Hold {
         );
         let outcome = flight.call().run(&engine.conn, sent).await;
         match outcome {
-            Ok(Outcome::Ran(reply)) => {
+            Ok(Settled::Ran(reply)) => {
                 engine.conn.forget_record(parts.lease.latch(), rid);
                 // The turn is kept until the reply is recorded: the next
                 // acquire or release of the owner must see it.
@@ -523,7 +523,7 @@ impl Hold {
                 record_release(&span, Ok(reply));
                 Ok(reply != ReleaseReply::NotHeld)
             }
-            Ok(Outcome::Stale) => {
+            Ok(Settled::Stale) => {
                 flight.finish();
                 record_release(&span, Err(()));
                 Err(Error::protocol("a fresh release was reported stale"))
@@ -557,7 +557,7 @@ impl Drop for Hold {
         if self.engine.is_shut_down() {
             return; // shutdown gives every counted hold back
         }
-        self.engine.background.spawn(Drop_ {
+        self.engine.background.spawn(DroppedRelease {
             hold: parts,
             rid: OnceLock::new(),
         });
@@ -602,7 +602,7 @@ async fn send_give_back(
     let sent = Instant::now();
     lease.begin_call();
     match call.run(conn, sent).await {
-        Ok(Outcome::Ran(reply)) => {
+        Ok(Settled::Ran(reply)) => {
             if forget {
                 conn.forget_record(lease.latch(), rid);
             }
@@ -613,7 +613,7 @@ async fn send_give_back(
             lease.kind.after_release(lease, &raw);
             Ok(reply)
         }
-        Ok(Outcome::Stale) => Ok(ReleaseReply::NotHeld),
+        Ok(Settled::Stale) => Ok(ReleaseReply::NotHeld),
         Err(e) => {
             tracing::warn!(key = %lease.key_str(), error = %e, "could not give a hold back; it will expire with its lease");
             Err(Error::Redis(e))
@@ -726,7 +726,7 @@ impl Drop for Unsent {
         };
         // After shutdown there is nothing to give back (shutdown did).
         if !self.engine.is_shut_down() {
-            self.engine.background.spawn(Drop_ {
+            self.engine.background.spawn(DroppedRelease {
                 hold: parts,
                 rid: OnceLock::new(),
             });
@@ -745,7 +745,7 @@ impl Job for Settle {
             // then may its record go (run again from the start, the job
             // re-sends them all, so not before it is done).
             let settled = match (outcome, self.kind) {
-                (Ok(Outcome::Ran(reply)), SettleKind::Acquire { sent, ttl, began }) => {
+                (Ok(Settled::Ran(reply)), SettleKind::Acquire { sent, ttl, began }) => {
                     match lease.kind.acquire_reply(&reply) {
                         AcquireReply::Held { count, .. } => {
                             // It ran for a caller that has gone: count the
@@ -771,13 +771,13 @@ impl Job for Settle {
                         AcquireReply::Busy(_) => true,
                     }
                 }
-                (Ok(Outcome::Ran(reply)), SettleKind::Release { sent, ttl }) => {
+                (Ok(Settled::Ran(reply)), SettleKind::Release { sent, ttl }) => {
                     lease.stats.released();
                     lease.released(lease.kind.release_reply(&reply), 1, sent, ttl);
                     lease.kind.after_release(lease, &reply);
                     true
                 }
-                (Ok(Outcome::Stale), _) => true,
+                (Ok(Settled::Stale), _) => true,
                 (Err(e), _) => {
                     tracing::warn!(key = %lease.key_str(), error = %e, "could not settle an abandoned call; a hold it took will expire with its lease");
                     false
@@ -797,7 +797,7 @@ impl Job for Settle {
     }
 }
 
-impl Job for Drop_ {
+impl Job for DroppedRelease {
     fn run<'a>(&'a self, conn: &'a Arc<Conn>, fallback: bool) -> BoxFuture<'a, ()> {
         Box::pin(async move {
             let lease = &self.hold.lease;

@@ -58,6 +58,7 @@
 
 pub(crate) mod acquire;
 pub(crate) mod background;
+pub(crate) mod backoff;
 pub(crate) mod call;
 pub(crate) mod conn;
 pub(crate) mod fence;

@@ -119,7 +119,7 @@ pub(crate) struct Counters {
 
 /// How an acquire ended, for its span and counters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Outcome {
+pub(crate) enum AcquireEnd {
     Acquired,
     Timeout,
     Error,
@@ -147,11 +147,11 @@ macro_rules! count {
 impl Counters {
     /// An acquire concluded after `attempts` tries, `elapsed` after its
     /// call.
-    pub(crate) fn acquire_ended(&self, outcome: Outcome, attempts: u32, elapsed: Duration) {
+    pub(crate) fn acquire_ended(&self, outcome: AcquireEnd, attempts: u32, elapsed: Duration) {
         match outcome {
-            Outcome::Acquired => count!(self.acquisitions, "leasehold_acquisitions_total"),
-            Outcome::Timeout => count!(self.timeouts, "leasehold_acquire_timeouts_total"),
-            Outcome::Error => {}
+            AcquireEnd::Acquired => count!(self.acquisitions, "leasehold_acquisitions_total"),
+            AcquireEnd::Timeout => count!(self.timeouts, "leasehold_acquire_timeouts_total"),
+            AcquireEnd::Error => {}
         }
         if attempts > 1 {
             count!(self.waits, "leasehold_waits_total");
@@ -211,14 +211,14 @@ impl Counters {
     }
 }
 
-// === impl Outcome ===
+// === impl AcquireEnd ===
 
-impl Outcome {
+impl AcquireEnd {
     pub(crate) fn as_str(self) -> &'static str {
         match self {
-            Outcome::Acquired => "acquired",
-            Outcome::Timeout => "timeout",
-            Outcome::Error => "error",
+            AcquireEnd::Acquired => "acquired",
+            AcquireEnd::Timeout => "timeout",
+            AcquireEnd::Error => "error",
         }
     }
 }

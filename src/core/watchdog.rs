@@ -756,7 +756,7 @@ async fn send_batch(chunk: Chunk, target: Target, ttl: Duration, interval: Durat
             }
         };
         match verdict(call, &conn, nonce, &batch, sent_at, until, ttl, interval).await {
-            Outcome::Verdict(verdict) => {
+            BatchEnd::Verdict(verdict) => {
                 let elsewhere = apply(&batch, verdict, sent_at, ttl);
                 if let (false, Whole::Node(node, ..)) = (elsewhere.is_empty(), &whole) {
                     tracing::debug!(
@@ -773,15 +773,15 @@ async fn send_batch(chunk: Chunk, target: Target, ttl: Duration, interval: Durat
                 }
                 return extra;
             }
-            Outcome::Late => return extra,
-            Outcome::Failed(e) if !last => {
+            BatchEnd::Late => return extra,
+            BatchEnd::Failed(e) if !last => {
                 tracing::debug!(error = %e, leases = batch.len(), "batch failed: sending it again");
                 if let Whole::Packed(..) = whole {
                     return extra + per_slot(vec![batch], ttl, interval, until, Route::Plain).await;
                 }
                 extra += 1;
             }
-            Outcome::Failed(e) => {
+            BatchEnd::Failed(e) => {
                 tracing::warn!(error = %e, leases = batch.len(), "lease renewal failed");
                 give_up(&batch, sent_at, interval);
                 return extra;
@@ -864,15 +864,15 @@ async fn per_slot(
                 }
             };
             match verdict(call, &conn, nonce, &leases, sent_at, until, ttl, interval).await {
-                Outcome::Verdict(verdict) => {
+                BatchEnd::Verdict(verdict) => {
                     // A per-slot script serves every key it names: nothing
                     // comes back as "elsewhere".
                     let elsewhere = apply(&leases, verdict, sent_at, ttl);
                     debug_assert!(elsewhere.is_empty());
                     give_up(&elsewhere, sent_at, interval);
                 }
-                Outcome::Late => {}
-                Outcome::Failed(e) => {
+                BatchEnd::Late => {}
+                BatchEnd::Failed(e) => {
                     tracing::warn!(error = %e, leases = leases.len(), in_transaction, "lease renewal (per slot) failed");
                     give_up(&leases, sent_at, interval);
                 }
@@ -945,7 +945,7 @@ fn apply(batch: &[Sent], verdict: Vec<i64>, sent_at: Instant, ttl: Duration) -> 
 }
 
 /// What became of a renewal call.
-enum Outcome {
+enum BatchEnd {
     /// Its reply came in time: the gone (`i`) and elsewhere (`-i`) entries.
     Verdict(Vec<i64>),
     /// It failed in time.
@@ -971,14 +971,14 @@ async fn verdict(
     until: Instant,
     ttl: Duration,
     interval: Duration,
-) -> Outcome {
+) -> BatchEnd {
     let mut call = std::pin::pin!(call);
     match tokio::time::timeout_at(until, call.as_mut()).await {
         Ok(reply) => {
             answered(conn, &reply, sent_at);
             match reply.and_then(|r| gone_entries(conn, nonce, r)) {
-                Ok(verdict) => Outcome::Verdict(verdict),
-                Err(e) => Outcome::Failed(e),
+                Ok(verdict) => BatchEnd::Verdict(verdict),
+                Err(e) => BatchEnd::Failed(e),
             }
         }
         Err(_) => {
@@ -994,7 +994,7 @@ async fn verdict(
                 }
                 Err(_) => conn.renewal_unanswered(sent_at),
             }
-            Outcome::Late
+            BatchEnd::Late
         }
     }
 }

@@ -45,7 +45,7 @@ use tokio::time::Instant;
 
 use super::kind::{scripts, Names};
 use crate::core::background::{BoxFuture, Job};
-use crate::core::call::{Call, Outcome};
+use crate::core::call::{Call, Settled};
 use crate::core::conn::Conn;
 use crate::core::lease::LeaseRef;
 use crate::core::Engine;
@@ -190,11 +190,11 @@ impl Leave {
         let rid = *self.rid.get_or_init(|| conn.rid());
         let call = Call::new(conn, &scripts().leave, keys, args, &self.lease.latch(), rid);
         match call.run(conn, Instant::now()).await {
-            Ok(Outcome::Ran(reply)) => {
+            Ok(Settled::Ran(reply)) => {
                 conn.forget_record(self.lease.latch(), rid);
                 kick_if_unheard(conn, &self.names, &reply);
             }
-            Ok(Outcome::Stale) => {
+            Ok(Settled::Stale) => {
                 tracing::debug!(key = ?self.names.key, "fair lock: a newer request of the owner ran first; the leave is void");
             }
             Err(e) => {
