@@ -189,3 +189,39 @@ async fn cancelled_build_leaves_no_connection_behind() {
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(proxy.connection_count(), 0, "a cancelled build reconnected");
 }
+
+/// One owner holding one name through two lock kinds that share its hash
+/// field (a plain or fenced lock, a fair lock, a read lock: all
+/// `<client>:<owner>`) is refused with `InvalidArgument`, sending nothing:
+/// the client keeps one record per kind, so the second kind's acquire
+/// found the field at one more than it counted and was answered as if it
+/// had taken a hold (a replay), and the owner had two guards for one
+/// hold in Redis; the first unlock freed the lock while the other guard
+/// still read "not lost", and another client got in. Each direction,
+/// and a fenced lock (the plain lock's own kind) still re-enters.
+#[tokio::test]
+async fn one_owner_cannot_hold_one_name_through_two_kinds() {
+    let server = RedisServer::start();
+    let (a, b) = (client(&server).await, client(&server).await);
+    let plain = a.lock("mixed");
+    let fair = a.fair_lock("mixed");
+    let read = a.read_write_lock("mixed").read();
+
+    let held = plain.lock().await.unwrap();
+    assert!(is_invalid(fair.try_lock().await), "plain, then fair");
+    assert!(is_invalid(fair.lock().await), "plain, then fair (waiting)");
+    assert!(is_invalid(read.try_lock().await), "plain, then read");
+    let fenced = a.fenced_lock("mixed").try_lock().await.unwrap();
+    let fenced = fenced.expect("a fenced handle is the plain lock's kind");
+    fenced.unlock().await.unwrap();
+    assert_eq!(server.cmd(&["HVALS", "mixed"]), "1", "one hold left");
+    held.unlock().await.unwrap();
+    let other = b.lock("mixed").try_lock().await.unwrap().expect("free");
+    other.unlock().await.unwrap();
+
+    let held = fair.lock().await.unwrap();
+    assert!(is_invalid(plain.try_lock().await), "fair, then plain");
+    held.unlock().await.unwrap();
+    // Once the other kind's holds are given back, the name is free to use.
+    plain.lock().await.unwrap().unlock().await.unwrap();
+}

@@ -427,6 +427,39 @@ pub(crate) struct Sent {
 
 // === impl Leases ===
 
+/// Refuses a lease of `tag` on `field` of `key` while `owner` holds the same
+/// field through another kind (a plain and a fair lock, or a plain and a
+/// read lock, of one name: their fields are one). Each kind keeps its own
+/// record, so each would count the other's holds as its own: a try of the
+/// second kind finds the field one above what it counts and is answered
+/// as a hold it took, and the owner has two guards for one hold in Redis.
+/// Kinds of one field on one record (a plain and a fenced lock) share a
+/// tag and are not refused. One comparison per record of the key.
+fn refuse_other_kinds(
+    entry: &[Arc<Lease>],
+    field: &[u8],
+    key: &[u8],
+    owner: u64,
+    tag: u8,
+) -> Result<()> {
+    let other = entry.iter().find(|l| {
+        l.owner == owner
+            && l.tag != tag
+            && l.key_bytes() == key
+            && l.field_bytes() == field
+            && l.live_holds() > 0
+    });
+    match other {
+        None => Ok(()),
+        Some(_) => Err(crate::Error::invalid(format!(
+            "the current owner holds `{}` through another lock kind (a lock, fair lock or read \
+             lock of one name share their holder field): give those holds back first, or use \
+             one kind per name",
+            String::from_utf8_lossy(key)
+        ))),
+    }
+}
+
 impl Leases {
     /// The lease of (`key`, `owner`, `tag`), made with `init` if missing.
     pub(crate) fn get(
@@ -446,16 +479,21 @@ impl Leases {
         // the user is counted.
         if let Some(entry) = self.map.get(&hash) {
             if let Some(lease) = entry.iter().find(matches) {
+                refuse_other_kinds(&entry, lease.field_bytes(), key, owner, tag)?;
                 return Ok(LeaseRef::new(lease.clone(), Arc::downgrade(self)));
             }
         }
         let mut entry = self.map.entry(hash).or_default();
         let found = entry.iter().find(matches);
         let lease = match found {
-            Some(lease) => lease.clone(),
+            Some(lease) => {
+                refuse_other_kinds(&entry, lease.field_bytes(), key, owner, tag)?;
+                lease.clone()
+            }
             None => {
                 let init = init()?;
                 debug_assert_eq!(init.names.key_bytes(), key);
+                refuse_other_kinds(&entry, init.names.field_bytes(), key, owner, tag)?;
                 let lease = Arc::new(Lease {
                     kind: init.kind,
                     conn: conn.clone(),

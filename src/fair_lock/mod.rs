@@ -168,8 +168,11 @@
 //!
 //! A fair lock and a [`Lock`](crate::Lock) of the same name share the hash
 //! (they exclude each other), but a plain lock's release tells no queued
-//! waiter: use one kind per name. One owner must not hold one name
-//! through both kinds at once.
+//! waiter: use one kind per name. One owner cannot hold one name through
+//! both kinds at once: while it holds one, an acquire of the other returns
+//! [`Error::InvalidArgument`](crate::Error::InvalidArgument), sending
+//! nothing (their holder field is one, so the client could not count the
+//! holds apart).
 
 mod acquire;
 mod kind;
