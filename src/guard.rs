@@ -26,8 +26,10 @@ use crate::owner::Owner;
 ///
 /// The guard carries its owner, so it can be moved to and unlocked from
 /// any task. [`unlock`](LockGuard::unlock) releases and reports the
-/// outcome; dropping releases in the background. Either way the lease stops
-/// being renewed at once.
+/// outcome; dropping releases in the background. Either way the hold stops
+/// counting at once; the watchdog keeps the key's lease until the release
+/// has landed (another hold of the owner may still need it), then lets it
+/// go.
 ///
 /// [`is_lost`](LockGuard::is_lost) and [`lost`](LockGuard::lost) tell the
 /// holder when the lease is gone (another process may then hold the lock):
@@ -282,11 +284,16 @@ impl LockGuard {
         self
     }
 
-    /// Releases this hold and reports the outcome. The lease stops being
-    /// renewed at once.
+    /// Releases this hold and reports the outcome. The hold stops counting
+    /// at once (the key's lease is renewed until the release has landed).
     ///
-    /// Returns [`Error::NotHeld`] (changing nothing) if the lease was
-    /// already lost, so a lock now held by someone else is left alone.
+    /// Returns [`Error::NotHeld`] (changing nothing) if the hold was found
+    /// gone: known lost in this client (force-unlocked, taken over, found
+    /// gone by a renewal), or missing from Redis when the release ran. A
+    /// lock now held by someone else is left alone either way. A guard
+    /// that reads lost only because its renewal was not confirmed in time
+    /// still sends its release, which frees the lock if Redis still held
+    /// it for this owner.
     ///
     /// # Cancel safety
     ///

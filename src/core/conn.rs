@@ -145,8 +145,8 @@ impl Conn {
         }
     }
 
-    /// Connects the command and subscriber connections and loads
-    /// `scripts`. `sharded`: `None` picks sharded pub/sub on a Redis 7+
+    /// Connects the command and subscriber connections (scripts are loaded
+    /// on their first `NOSCRIPT`, see `script.rs`). `sharded`: `None` picks sharded pub/sub on a Redis 7+
     /// cluster, as Redisson's default does.
     ///
     /// Cancel safe: dropped half-way, it closes what it had opened.
