@@ -15,8 +15,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::core::hold::Hold;
-use crate::core::lease::Signal;
 use crate::core::pubsub::Lingering;
+use crate::core::signal::Signal;
 use crate::error::{Error, Result};
 use crate::handle::raw::{sealed, RawGuard};
 use crate::owner::Owner;

@@ -19,7 +19,10 @@
 //! | `forget` | request records deleted in batches once their calls have ended (only while they still hold that request) |
 //! | `reset` | reconnecting a command connection found out of step with its replies, at most once a second, whoever finds it |
 //! | `fence` | the late-copy bound: a command connection fred replaced is killed on the server (`CLIENT KILL ID`) before a reply that came after it is trusted |
-//! | `lease` | one record per (key, owner field): the hold count, the live holds' needs (watchdog or fixed deadline), incarnations, the turn, the lost signal |
+//! | `kind` | what a primitive tells the engine about its leases: its release call, how to read its replies, its renewal, what a hold of it excludes |
+//! | `lease` | one record per (key, owner field): the hold count, the live holds' needs (watchdog or fixed deadline), incarnations, the turn |
+//! | `signal` | a lease's lost signal, shared with its guards: marked lost once, or lost by itself past a lower bound of the key's expiry |
+//! | `backoff` | the pauses of every retry loop: doubling from a first pause up to a cap |
 //! | `hold` | a hold's life: acquire under the turn, release on unlock or drop, calls abandoned mid-flight settled in the background |
 //! | `background` | work that outlives its caller; finished on a fresh connection if the runtime shuts down under it |
 //! | `open` | what keeps the connections open: every client handle and every hold; the last one closes them once the background work is written |
@@ -64,6 +67,7 @@ pub(crate) mod conn;
 pub(crate) mod fence;
 pub(crate) mod forget;
 pub(crate) mod hold;
+pub(crate) mod kind;
 pub(crate) mod lease;
 pub(crate) mod names;
 pub(crate) mod open;
@@ -72,6 +76,7 @@ pub(crate) mod pubsub;
 pub(crate) mod registry;
 pub(crate) mod reset;
 pub(crate) mod script;
+pub(crate) mod signal;
 pub(crate) mod stats;
 pub(crate) mod wait;
 pub(crate) mod watchdog;

@@ -8,7 +8,8 @@ use fred::types::{Key, Value};
 
 use super::queue::{kick_if_unheard, now_ms, GRANT, THREAD_WAIT};
 use crate::core::call::{Call, Reply};
-use crate::core::lease::{AcquireReply, Kind, Lease, ReleaseReply};
+use crate::core::kind::{AcquireReply, Kind, ReleaseReply};
+use crate::core::lease::Lease;
 use crate::core::pubsub;
 use crate::core::script::Script;
 use crate::core::watchdog::Renewal;

@@ -1,0 +1,72 @@
+//! What a primitive tells the engine about its leases (a [`Kind`]): how
+//! to give a hold back, how to read its scripts' replies, how the watchdog
+//! renews them, and which other leases a hold of it excludes.
+
+use std::time::Duration;
+
+use super::call::{Call, Reply};
+use super::lease::Lease;
+use super::watchdog::Renewal;
+
+/// What a primitive tells the engine about its leases: how to give a hold
+/// back, how to read its scripts' replies, how the watchdog renews them.
+pub(crate) trait Kind: std::fmt::Debug + Send + Sync + 'static {
+    /// The call giving back `count` holds of `lease`; `ttl_ms` is the TTL
+    /// the key keeps if holds remain.
+    fn release_call(&self, lease: &Lease, count: u32, ttl_ms: i64, rid: u64) -> Call;
+    /// Reads an acquire script's reply (without the request id).
+    fn acquire_reply(&self, reply: &[i64]) -> AcquireReply;
+    /// Reads a release script's reply (without the request id).
+    fn release_reply(&self, reply: &[i64]) -> ReleaseReply;
+    /// Called with every release reply of `lease` once it is applied, for
+    /// follow-up work the kind starts itself (e.g. a task that checks later
+    /// that the waiter its release told took over, or handing a waiter of
+    /// this process what the release granted it). Runs before the caller's
+    /// unlock returns, so it must not block; the default does nothing.
+    fn after_release(&self, _lease: &Lease, _reply: &Reply) {}
+    /// How the watchdog renews (or checks) this kind's leases.
+    fn renewal(&self) -> &'static Renewal;
+    /// Whether a refused acquire of a lease proves that the lease's field
+    /// is missing from Redis (every lock kind: a try of an owner whose
+    /// field exists re-enters). Then an owner's own refused try ends the
+    /// holds it counted (see [`Lease::busy_seen`]). A semaphore's try is a
+    /// new permit, which proves nothing of the others.
+    fn busy_proves_gone(&self) -> bool {
+        true
+    }
+    /// Whether the watchdog also renews this kind's fixed-term holds, up
+    /// to their deadline and never past it: for a key another library's
+    /// owners share and may cut the TTL of (Redisson's read renewal *sets*
+    /// the read-write hash's TTL to its own watchdog timeout). Such a
+    /// kind's renewal entries carry their own TTL (see
+    /// [`Lease::renew_ttl`]). The default: fixed holds are never renewed.
+    fn renews_fixed(&self) -> bool {
+        false
+    }
+    /// Whether holding `mine` proves that `other` (another owner's lease on
+    /// the same key, of any kind) cannot be held: then a successful acquire
+    /// of `mine` ends `other`'s incarnation at once.
+    fn excludes(&self, mine: &Lease, other: &Lease) -> bool;
+}
+
+/// What an acquire script found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum AcquireReply {
+    /// The caller now holds it: the field's new hold count, and a fencing
+    /// token if the kind hands them out.
+    Held { count: u32, token: Option<u64> },
+    /// Someone else holds it; retry after about this long (`None`: no
+    /// expiry is known, re-check at the client's recheck interval).
+    Busy(Option<Duration>),
+}
+
+/// What a release script found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ReleaseReply {
+    /// The field was missing: nothing was held, nothing changed.
+    NotHeld,
+    /// Given back; holds of the field remain.
+    Remaining,
+    /// Given back; the lock is free (and waiters were told).
+    Freed,
+}
