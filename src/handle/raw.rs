@@ -110,6 +110,20 @@ pub trait RawSingle: RawLock<Guard = crate::LockGuard> {
 /// [`MultiGuard`](crate::MultiGuard), and a semaphore's
 /// [`Permit`](crate::Permit). Sealed. It lets the verbs that run work
 /// under a hold (`with`) be written once.
+///
+/// # Example
+///
+/// ```no_run
+/// use leasehold::raw::{RawGuard, RawLock};
+///
+/// // `lock` hands out the kind's guard, whichever it is.
+/// async fn take<R: RawLock>(lock: &leasehold::LockHandle<R>) -> leasehold::Result<R::Guard>
+/// where
+///     R::Guard: RawGuard,
+/// {
+///     lock.lock().await
+/// }
+/// ```
 pub trait RawGuard: sealed::Sealed + Send + Sized + 'static {
     /// The hold's lost signal, on its own (for the work).
     #[doc(hidden)]
