@@ -9,7 +9,9 @@
 //! table; `LEASEHOLD_COMPARE_ONLY=handoff` only PING and the handoff
 //! latency of leasehold's lock and fair lock;
 //! `LEASEHOLD_COMPARE_ONLY=operators` only the A/B of the client record
-//! (issue 33, `operators.rs`). The Python peer runs from `compare/.venv`,
+//! (issue 33, `operators.rs`); `LEASEHOLD_COMPARE_ONLY=primitives` only
+//! the Redis commands and CPU per operation of every leasehold primitive
+//! (`primitives.rs`). The Python peer runs from `compare/.venv`,
 //! which the report creates when it is missing (see `python.rs`).
 
 use leasehold_testkit::server;
@@ -21,6 +23,7 @@ mod json;
 mod monitor;
 mod operators;
 mod plot;
+mod primitives;
 mod python;
 mod server_work;
 
@@ -137,6 +140,14 @@ fn only_operators() -> bool {
     std::env::var_os("LEASEHOLD_COMPARE_ONLY").is_some_and(|v| v == "operators")
 }
 
+/// `LEASEHOLD_COMPARE_ONLY=primitives`: only the Redis commands and CPU
+/// time per uncontended operation of every leasehold primitive (see
+/// `primitives.rs`): `LEASEHOLD_COMPARE_ROUNDS` (default 3) rounds of
+/// `LEASEHOLD_COMPARE_PAIRS` (default 2,000) operations each.
+fn only_primitives() -> bool {
+    std::env::var_os("LEASEHOLD_COMPARE_ONLY").is_some_and(|v| v == "primitives")
+}
+
 /// `LEASEHOLD_COMPARE_ROUNDS`, or `default`.
 fn rounds_or(default: usize) -> usize {
     std::env::var("LEASEHOLD_COMPARE_ROUNDS")
@@ -231,6 +242,14 @@ async fn run() {
 
     if only_operators() {
         operators::ab(&server).await;
+        return;
+    }
+    if only_primitives() {
+        let pairs = std::env::var("LEASEHOLD_COMPARE_PAIRS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(2_000);
+        primitives::run(&server, rounds_or(3), pairs).await;
         return;
     }
     // No Python peer in the throughput A/B: it need not set up the venv.

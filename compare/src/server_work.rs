@@ -10,12 +10,14 @@
 //! * CPU: `used_cpu_sys` + `used_cpu_user`, the server process's
 //!   `getrusage` (every thread: main, I/O and background threads), printed
 //!   in seconds with 6 decimals, so µs. It includes what the server does
-//!   with no client at all (`serverCron`, `hz` 10).
+//!   with no client at all (`serverCron`, `hz` 10): [`idle_cpu_per_s`]
+//!   measures that, for a report to set beside its rows.
 //!
 //! Both are server-wide: a reading counts every client of the server, so a
 //! scenario reads them while only its own clients are connected.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use leasehold_testkit::server::RedisServer;
 
@@ -28,7 +30,7 @@ pub struct Work {
     cpu_us: u64,
 }
 
-/// What a server did between two readings.
+/// What a server did between two readings (or several servers, summed).
 #[derive(Clone, Debug, Default)]
 pub struct Delta {
     /// Commands run, by name, scripts' inner commands included, less the
@@ -36,6 +38,14 @@ pub struct Delta {
     pub by_command: BTreeMap<String, u64>,
     /// Server CPU time, µs.
     pub cpu_us: u64,
+}
+
+/// A server's CPU time per second with no client connected (µs/s), over
+/// `window`: what every reading's CPU includes for the time it spans.
+pub async fn idle_cpu_per_s(server: &RedisServer, window: Duration) -> f64 {
+    let before = Work::read(server);
+    tokio::time::sleep(window).await;
+    Work::read(server).since(&before).cpu_us as f64 / window.as_secs_f64()
 }
 
 // === impl Work ===
@@ -92,6 +102,14 @@ impl Delta {
     /// Every command the server ran.
     pub fn commands(&self) -> u64 {
         self.by_command.values().sum()
+    }
+
+    /// Adds another server's delta (a RedLock's servers).
+    pub fn add(&mut self, other: &Delta) {
+        for (name, calls) in &other.by_command {
+            *self.by_command.entry(name.clone()).or_default() += calls;
+        }
+        self.cpu_us += other.cpu_us;
     }
 
     /// "evalsha 2.00, get 1.00, …" per `per` operations, most first.
