@@ -201,7 +201,7 @@ pub async fn run(
                 .unwrap_or_else(|_| Err("incomplete (scenario limit)".into()));
             match &r {
                 Ok(r) => eprintln!(
-                    "  {} acquisitions in the window, {} in all, {} acquire requests, counter {}; Redis: {} commands, {} µs CPU; per acquisition: {}",
+                    "  {} acquisitions in the window, {} in all, {} acquire requests, counter {}; Redis: {} commands, {} µs CPU ({:.0} % sys); per acquisition: {}",
                     r.acquisitions(),
                     r.total,
                     r.attempts
@@ -209,6 +209,7 @@ pub async fn run(
                     r.counter,
                     r.work.commands(),
                     r.work.cpu_us,
+                    r.work.sys_percent(),
                     r.work.per_op(r.total)
                 ),
                 Err(e) => eprintln!("  failed: {e}"),

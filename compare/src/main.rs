@@ -521,6 +521,8 @@ struct Rate {
     commands: f64,
     /// Redis's CPU time per pair, µs (`INFO cpu`, see `server_work.rs`).
     redis_cpu_us: f64,
+    /// The kernel's share of it, %.
+    redis_sys_percent: f64,
     /// This process's CPU time per pair, µs (every thread; connect and
     /// close are in it, the same for every contender).
     cpu_us: f64,
@@ -615,8 +617,8 @@ async fn throughput_ab(server: &RedisServer) {
                 .zip(&rates)
                 .map(|((_, name), r)| {
                     format!(
-                        "{name} {:.0}/s ({:.1} µs CPU/pair, {:.2} commands/pair, {:.2} µs Redis CPU/pair)",
-                        r.per_s, r.cpu_us, r.commands, r.redis_cpu_us
+                        "{name} {:.0}/s ({:.1} µs CPU/pair, {:.2} commands/pair, {:.2} µs Redis CPU/pair, {:.0} % sys)",
+                        r.per_s, r.cpu_us, r.commands, r.redis_cpu_us, r.redis_sys_percent
                     )
                 })
                 .collect();
@@ -673,6 +675,7 @@ async fn throughput(
         per_s: ops as f64 / took.as_secs_f64(),
         commands: work.commands() as f64 / pairs,
         redis_cpu_us: work.cpu_us as f64 / pairs,
+        redis_sys_percent: work.sys_percent(),
         cpu_us: cpu_ns().saturating_sub(cpu) as f64 / 1e3 / pairs,
     }
 }

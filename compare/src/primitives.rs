@@ -105,11 +105,12 @@ pub async fn run(server: &RedisServer, rounds: usize, pairs: usize) {
             };
             let m = measure(p, &servers, round, pairs).await;
             eprintln!(
-                "[primitives] round {} {}: {:.2} commands and {:.0} µs Redis CPU per pair ({}); {:.1} µs per pair; record batches {:?}",
+                "[primitives] round {} {}: {:.2} commands and {:.0} µs Redis CPU ({:.0} % sys) per pair ({}); {:.1} µs per pair; record batches {:?}",
                 round + 1,
                 p.label(),
                 m.work.commands() as f64 / m.pairs as f64,
                 m.work.cpu_us as f64 / m.pairs as f64,
+                m.work.sys_percent(),
                 m.work.per_op(m.pairs),
                 m.took.as_secs_f64() * 1e6 / m.pairs as f64,
                 m.forgotten
@@ -173,8 +174,8 @@ fn report(results: &[Vec<Measured>], rounds: usize, pairs: usize, idle: f64) {
         "Idle redis-server (no client): {idle:.0} µs CPU per second, in each row's CPU for its window (the pairs plus {} ms of settling). The RedLock's columns are summed over its 3 servers.\n",
         SETTLE.as_millis()
     );
-    println!("| primitive | one pair | Redis commands / pair (INFO commandstats, in scripts too) | by command, per pair (first round) | of which request-record batches: EVAL / GET / DEL per pair | Redis CPU µs / 1,000 pairs | µs per pair, one task (wall) |");
-    println!("| --- | --- | ---: | --- | --- | ---: | ---: |");
+    println!("| primitive | one pair | Redis commands / pair (INFO commandstats, in scripts too) | by command, per pair (first round) | of which request-record batches: EVAL / GET / DEL per pair | Redis CPU µs / 1,000 pairs | of which in the kernel (sys) | µs per pair, one task (wall) |");
+    println!("| --- | --- | ---: | --- | --- | ---: | ---: | ---: |");
     for (p, ms) in ALL.iter().zip(results) {
         let Some(first) = ms.first() else { continue };
         let commands: Vec<f64> = ms
@@ -185,6 +186,7 @@ fn report(results: &[Vec<Measured>], rounds: usize, pairs: usize, idle: f64) {
             .iter()
             .map(|m| m.work.cpu_us as f64 / m.pairs as f64 * 1e3)
             .collect();
+        let sys: Vec<f64> = ms.iter().map(|m| m.work.sys_percent()).collect();
         let wall: Vec<f64> = ms
             .iter()
             .map(|m| m.took.as_secs_f64() * 1e6 / m.pairs as f64)
@@ -198,7 +200,7 @@ fn report(results: &[Vec<Measured>], rounds: usize, pairs: usize, idle: f64) {
             )
         });
         println!(
-            "| {} | {} | {} | {} | {:.3} / {:.3} / {:.3} | {} | {:.1} |",
+            "| {} | {} | {} | {} | {:.3} / {:.3} / {:.3} | {} | {:.0} % | {} |",
             p.label(),
             p.what(),
             spread(&commands, 2),
@@ -207,7 +209,8 @@ fn report(results: &[Vec<Measured>], rounds: usize, pairs: usize, idle: f64) {
             batches.1 as f64 / n as f64,
             batches.2 as f64 / n as f64,
             spread(&cpu, 0),
-            Stats::of(&wall).p50
+            Stats::of(&sys).p50,
+            spread(&wall, 1)
         );
     }
 }

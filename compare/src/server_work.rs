@@ -28,6 +28,9 @@ pub struct Work {
     calls: BTreeMap<String, u64>,
     /// `used_cpu_sys` + `used_cpu_user`, µs.
     cpu_us: u64,
+    /// `used_cpu_sys` alone (time in the kernel: socket reads and writes,
+    /// `epoll_wait`), µs.
+    sys_us: u64,
 }
 
 /// What a server did between two readings (or several servers, summed).
@@ -38,6 +41,8 @@ pub struct Delta {
     pub by_command: BTreeMap<String, u64>,
     /// Server CPU time, µs.
     pub cpu_us: u64,
+    /// The part of it in the kernel (`used_cpu_sys`), µs.
+    pub sys_us: u64,
 }
 
 /// A server's CPU time per second with no client connected (µs/s), over
@@ -70,7 +75,11 @@ impl Work {
             } else if let Some((field, value)) = line.trim().split_once(':') {
                 if field == "used_cpu_sys" || field == "used_cpu_user" {
                     let secs: f64 = value.parse().unwrap_or(0.0);
-                    work.cpu_us += (secs * 1e6).round() as u64;
+                    let us = (secs * 1e6).round() as u64;
+                    work.cpu_us += us;
+                    if field == "used_cpu_sys" {
+                        work.sys_us = us;
+                    }
                 }
             }
         }
@@ -92,6 +101,7 @@ impl Work {
         Delta {
             by_command,
             cpu_us: self.cpu_us.saturating_sub(before.cpu_us),
+            sys_us: self.sys_us.saturating_sub(before.sys_us),
         }
     }
 }
@@ -110,6 +120,12 @@ impl Delta {
             *self.by_command.entry(name.clone()).or_default() += calls;
         }
         self.cpu_us += other.cpu_us;
+        self.sys_us += other.sys_us;
+    }
+
+    /// The kernel's share of the CPU time, %.
+    pub fn sys_percent(&self) -> f64 {
+        self.sys_us as f64 * 100.0 / self.cpu_us.max(1) as f64
     }
 
     /// "evalsha 2.00, get 1.00, …" per `per` operations, most first.
