@@ -128,12 +128,17 @@ impl Delta {
         self.sys_us as f64 * 100.0 / self.cpu_us.max(1) as f64
     }
 
-    /// "evalsha 2.00, get 1.00, …" per `per` operations, most first.
+    /// "evalsha 2.00, get 1.00, …" per `per` operations, most first, for a
+    /// markdown table cell (a subcommand's `|`, as in `script|load`, is
+    /// escaped).
     pub fn per_op(&self, per: u64) -> String {
         let mut v: Vec<(&String, &u64)> = self.by_command.iter().collect();
         v.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
         v.iter()
-            .map(|(name, &n)| format!("{name} {:.2}", n as f64 / per.max(1) as f64))
+            .map(|(name, &n)| {
+                let name = name.replace('|', "\\|");
+                format!("{name} {:.2}", n as f64 / per.max(1) as f64)
+            })
             .collect::<Vec<_>>()
             .join(", ")
     }
