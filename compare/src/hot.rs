@@ -6,9 +6,16 @@
 //! `SET counter+1` through a second connection of the contender's own.
 //!
 //! Per round and contender kind it records acquisitions (inside the
-//! window), handoffs (the holder changed), acquisitions per contender, and
-//! the acquire requests the server saw, from `INFO commandstats` deltas (see
-//! [`Attempts`] for why not `MONITOR`).
+//! window), handoffs (the holder changed), acquisitions per contender, the
+//! acquire requests the server saw, from `INFO commandstats` deltas (see
+//! [`Attempts`] for why not `MONITOR`), and everything the server did for
+//! the round: every command it ran (scripts' inner commands included) and
+//! its CPU time (`server_work.rs`). The reading after waits
+//! [`SETTLE`] once the last contender is done, so that leasehold's request
+//! records, deleted in batches every 100 ms, are in the round that made
+//! them. The readings span the contenders' run, not their connecting (the
+//! Python peer's and rslock's connections are made inside it: their
+//! `CLIENT SETINFO`s and the like are counted, a few per contender).
 //!
 //! Adding a contender is one entry in [`CONTENDERS`]. leasehold's
 //! `fair_lock` counts as `lock()` does: its acquire and release are one
@@ -28,10 +35,15 @@ use tokio::time::Instant;
 
 use crate::contender::{fred_client, Handle, Kind};
 use crate::python::Python;
+use crate::server_work::{Delta, Work};
 use crate::spread;
 
 /// Contenders (and clients) per kind.
 pub const CLIENTS: usize = 32;
+
+/// How long the reading after a round waits once every contender is done:
+/// three of leasehold's 100 ms record batches.
+pub const SETTLE: Duration = Duration::from_millis(300);
 
 /// One kind of contender.
 pub struct Contender {
@@ -111,6 +123,12 @@ pub const CONTENDERS: &[Contender] = &[
         attempts: SET_NX_ATTEMPTS,
     },
     Contender {
+        label: "rslock 0.10 (defaults: 3 tries 0-200 ms apart, then again)",
+        short: "rslock",
+        driver: Driver::Rust(Kind::Rslock),
+        attempts: SET_NX_ATTEMPTS,
+    },
+    Contender {
         label: "python-redis-lock (BLPOP wake-up, a process each)",
         short: "pyredislock",
         driver: Driver::Python,
@@ -131,6 +149,9 @@ pub struct Round {
     /// correction came out negative (a premise of [`Attempts`] is wrong).
     pub attempts: Option<u64>,
     pub counter: i64,
+    /// What the server did for the round: every command (the contenders'
+    /// and their scripts', less the readings' own `INFO`) and its CPU time.
+    pub work: Delta,
 }
 
 impl Round {
@@ -143,24 +164,6 @@ impl Round {
 pub struct Outcome {
     pub rounds: Vec<Result<Round, String>>,
     pub skipped: Option<String>,
-}
-
-/// `calls` of every `cmdstat_<name>` line.
-fn commandstats(server: &RedisServer) -> std::collections::BTreeMap<String, u64> {
-    server
-        .cmd(&["INFO", "commandstats"])
-        .lines()
-        .filter_map(|l| {
-            let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(':')?;
-            let calls = rest
-                .strip_prefix("calls=")?
-                .split(',')
-                .next()?
-                .parse()
-                .ok()?;
-            Some((name.to_owned(), calls))
-        })
-        .collect()
 }
 
 /// Runs `rounds` interleaved rounds (the order rotates every round).
@@ -198,12 +201,16 @@ pub async fn run(
                 .unwrap_or_else(|_| Err("incomplete (scenario limit)".into()));
             match &r {
                 Ok(r) => eprintln!(
-                    "  {} acquisitions in the window, {} in all, {} acquire requests, counter {}",
+                    "  {} acquisitions in the window, {} in all, {} acquire requests, counter {}; Redis: {} commands, {} µs CPU ({:.0} % sys); per acquisition: {}",
                     r.acquisitions(),
                     r.total,
                     r.attempts
                         .map_or_else(|| "inconsistent".into(), |a| a.to_string()),
-                    r.counter
+                    r.counter,
+                    r.work.commands(),
+                    r.work.cpu_us,
+                    r.work.sys_percent(),
+                    r.work.per_op(r.total)
                 ),
                 Err(e) => eprintln!("  failed: {e}"),
             }
@@ -237,9 +244,10 @@ async fn one(
                 checkers.push(fred_client(&url).await);
             }
             let renew_before = renewal_calls(&handles);
-            let before = commandstats(server);
+            let before = Work::read(server);
             let run = rust(&handles, &checkers, &name, &counter, window).await;
-            let after = commandstats(server);
+            tokio::time::sleep(SETTLE).await;
+            let after = Work::read(server);
             let renew_after = renewal_calls(&handles);
             for (h, checker) in handles.iter().zip(&checkers) {
                 h.close().await;
@@ -249,9 +257,10 @@ async fn one(
         }
         Driver::Python => {
             let py = python.as_ref().map_err(Clone::clone)?;
-            let before = commandstats(server);
+            let before = Work::read(server);
             let run = py.hot(&url, &name, &counter, CLIENTS, window).await?;
-            let after = commandstats(server);
+            tokio::time::sleep(SETTLE).await;
+            let after = Work::read(server);
             let run = (run.acquisitions, run.handoffs, run.critical_sections);
             (run, before, after, 0)
         }
@@ -260,10 +269,12 @@ async fn one(
     let counter: i64 = setup.get(&counter).await.map_err(|e| e.to_string())?;
     let _ = setup.quit().await;
     let (per_contender, handoffs, total) = run;
-    let calls = |stats: &std::collections::BTreeMap<String, u64>| {
-        stats.get(c.attempts.command).copied().unwrap_or(0)
-    };
-    let delta = calls(&after).saturating_sub(calls(&before));
+    let work = after.since(&before);
+    let delta = work
+        .by_command
+        .get(c.attempts.command)
+        .copied()
+        .unwrap_or(0);
     let known: u64 = c
         .attempts
         .minus
@@ -280,6 +291,7 @@ async fn one(
         total,
         attempts: delta.checked_sub(known),
         counter,
+        work,
     })
 }
 
@@ -357,11 +369,11 @@ pub fn report(
         ),
         Err(why) => println!("Python peer skipped: {why}\n"),
     }
-    println!("| contender | acquisitions/s | handoffs/s (holder changed) | acquire requests / acquisition (INFO commandstats) | fewest acquisitions by one contender | most by one contender | every contender served | exact counter (GET+SET under the lock) |");
-    println!("| --- | ---: | ---: | ---: | ---: | ---: | --- | --- |");
+    println!("| contender | acquisitions/s | handoffs/s (holder changed) | acquire requests / acquisition (INFO commandstats) | Redis commands / acquisition (all, in scripts too) | Redis CPU µs / 1,000 acquisitions | fewest acquisitions by one contender | most by one contender | every contender served | exact counter (GET+SET under the lock) |");
+    println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |");
     for (c, o) in CONTENDERS.iter().zip(outcomes) {
         if let Some(why) = &o.skipped {
-            println!("| {} | skipped: {why} | | | | | | |", c.label);
+            println!("| {} | skipped: {why} | | | | | | | | |", c.label);
             continue;
         }
         let ok: Vec<&Round> = o.rounds.iter().filter_map(|r| r.as_ref().ok()).collect();
@@ -374,6 +386,9 @@ pub fn report(
             .filter_map(|r| r.attempts.map(|a| a as f64 / r.total.max(1) as f64))
             .collect();
         let inconsistent = ok.iter().filter(|r| r.attempts.is_none()).count();
+        let acquisitions = |r: &Round| r.total.max(1) as f64;
+        let commands = rate(&|r| r.work.commands() as f64 / acquisitions(r));
+        let cpu = rate(&|r| r.work.cpu_us as f64 / acquisitions(r) * 1e3);
         let fewest = rate(&|r| r.per_contender.iter().copied().min().unwrap_or(0) as f64);
         let most = rate(&|r| r.per_contender.iter().copied().max().unwrap_or(0) as f64);
         let served = ok
@@ -412,11 +427,13 @@ pub fn report(
             per_text += &format!(" ({inconsistent} rounds: count inconsistent)");
         }
         println!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             c.label,
             spread(&acq, 0),
             spread(&hand, 0),
             per_text,
+            spread(&commands, 1),
+            spread(&cpu, 0),
             spread(&fewest, 0),
             spread(&most, 0),
             served_text,

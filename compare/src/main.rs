@@ -9,7 +9,9 @@
 //! table; `LEASEHOLD_COMPARE_ONLY=handoff` only PING and the handoff
 //! latency of leasehold's lock and fair lock;
 //! `LEASEHOLD_COMPARE_ONLY=operators` only the A/B of the client record
-//! (issue 33, `operators.rs`). The Python peer runs from `compare/.venv`,
+//! (issue 33, `operators.rs`); `LEASEHOLD_COMPARE_ONLY=primitives` only
+//! the Redis commands and CPU per operation of every leasehold primitive
+//! (`primitives.rs`). The Python peer runs from `compare/.venv`,
 //! which the report creates when it is missing (see `python.rs`).
 
 use leasehold_testkit::server;
@@ -21,7 +23,9 @@ mod json;
 mod monitor;
 mod operators;
 mod plot;
+mod primitives;
 mod python;
+mod server_work;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -34,6 +38,7 @@ use tokio::time::Instant;
 use contender::{fred_client, Guard, Handle, Kind};
 use monitor::Monitor;
 use server::RedisServer;
+use server_work::Work;
 
 /// Bounds and sizes of every phase.
 #[derive(Clone, Copy)]
@@ -107,7 +112,8 @@ fn quick() -> bool {
 }
 
 /// `LEASEHOLD_COMPARE_ONLY=hot`: only the 32-client hot-lock table (a
-/// smoke run while developing a contender).
+/// smoke run while developing a contender), in `LEASEHOLD_COMPARE_ROUNDS`
+/// rounds (default: the plan's).
 fn only_hot() -> bool {
     std::env::var_os("LEASEHOLD_COMPARE_ONLY").is_some_and(|v| v == "hot")
 }
@@ -132,6 +138,22 @@ fn only_throughput() -> bool {
 /// `operators.rs`).
 fn only_operators() -> bool {
     std::env::var_os("LEASEHOLD_COMPARE_ONLY").is_some_and(|v| v == "operators")
+}
+
+/// `LEASEHOLD_COMPARE_ONLY=primitives`: only the Redis commands and CPU
+/// time per uncontended operation of every leasehold primitive (see
+/// `primitives.rs`): `LEASEHOLD_COMPARE_ROUNDS` (default 3) rounds of
+/// `LEASEHOLD_COMPARE_PAIRS` (default 2,000) operations each.
+fn only_primitives() -> bool {
+    std::env::var_os("LEASEHOLD_COMPARE_ONLY").is_some_and(|v| v == "primitives")
+}
+
+/// `LEASEHOLD_COMPARE_ROUNDS`, or `default`.
+fn rounds_or(default: usize) -> usize {
+    std::env::var("LEASEHOLD_COMPARE_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }
 
 fn main() {
@@ -222,6 +244,14 @@ async fn run() {
         operators::ab(&server).await;
         return;
     }
+    if only_primitives() {
+        let pairs = std::env::var("LEASEHOLD_COMPARE_PAIRS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(2_000);
+        primitives::run(&server, rounds_or(3), pairs).await;
+        return;
+    }
     // No Python peer in the throughput A/B: it need not set up the venv.
     if only_throughput() {
         throughput_ab(&server).await;
@@ -237,15 +267,9 @@ async fn run() {
         eprintln!("python-redis-lock skipped: {why}");
     }
     if only_hot() {
-        let hot32 = hot::run(
-            &server,
-            &python,
-            plan.hot_window,
-            plan.hot_rounds,
-            SCENARIO_LIMIT,
-        )
-        .await;
-        hot::report(&hot32, plan.hot_rounds, plan.hot_window, &python);
+        let rounds = rounds_or(plan.hot_rounds);
+        let hot32 = hot::run(&server, &python, plan.hot_window, rounds, SCENARIO_LIMIT).await;
+        hot::report(&hot32, rounds, plan.hot_window, &python);
         return;
     }
 
@@ -493,8 +517,12 @@ struct Rate {
     /// Lock + unlock pairs/s.
     per_s: f64,
     /// Commands Redis ran per pair, scripts' inner commands included
-    /// (`INFO stats` `total_commands_processed`).
+    /// (`INFO commandstats`, see `server_work.rs`).
     commands: f64,
+    /// Redis's CPU time per pair, µs (`INFO cpu`, see `server_work.rs`).
+    redis_cpu_us: f64,
+    /// The kernel's share of it, %.
+    redis_sys_percent: f64,
     /// This process's CPU time per pair, µs (every thread; connect and
     /// close are in it, the same for every contender).
     cpu_us: f64,
@@ -534,6 +562,11 @@ impl Multi {
         let c: Vec<f64> = self.rates[i].iter().map(|r| r.commands).collect();
         Stats::of(&c).p50
     }
+
+    /// `AB[i]`'s Redis CPU µs per 1,000 pairs, per round.
+    fn redis_cpu(&self, i: usize) -> Vec<f64> {
+        self.rates[i].iter().map(|r| r.redis_cpu_us * 1e3).collect()
+    }
 }
 
 /// One round of [`AB`] on `clients` clients: each contender `keep` allows
@@ -565,10 +598,7 @@ fn index(rows: &[(Kind, Row)], kind: Kind) -> usize {
 /// to back (the order rotates), on 1 client and then on `CLIENTS`, prints
 /// every round's rates and ratios, then the report's throughput table.
 async fn throughput_ab(server: &RedisServer) {
-    let rounds: usize = std::env::var("LEASEHOLD_COMPARE_ROUNDS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(7);
+    let rounds = rounds_or(7);
     // `LEASEHOLD_COMPARE_CONTENDER=leasehold|raw|rawbare`: one side only
     // (to profile it alone); the ratios are then meaningless.
     let only = std::env::var("LEASEHOLD_COMPARE_CONTENDER").ok();
@@ -587,8 +617,8 @@ async fn throughput_ab(server: &RedisServer) {
                 .zip(&rates)
                 .map(|((_, name), r)| {
                     format!(
-                        "{name} {:.0}/s ({:.1} µs CPU/pair, {:.2} commands/pair)",
-                        r.per_s, r.cpu_us, r.commands
+                        "{name} {:.0}/s ({:.1} µs CPU/pair, {:.2} commands/pair, {:.2} µs Redis CPU/pair, {:.0} % sys)",
+                        r.per_s, r.cpu_us, r.commands, r.redis_cpu_us, r.redis_sys_percent
                     )
                 })
                 .collect();
@@ -620,7 +650,8 @@ fn cpu_ns() -> u64 {
 
 /// Uncontended lock + unlock from 64 tasks (one name each) on `clients`
 /// clients (task t on client t % clients), for `phase`: pairs/s, and the
-/// commands and client CPU per pair.
+/// commands, client CPU and Redis CPU per pair (the server readings span
+/// the tasks' run, not connect and close).
 async fn throughput(
     kind: Kind,
     server: &RedisServer,
@@ -633,17 +664,18 @@ async fn throughput(
     for _ in 0..clients {
         handles.push(Handle::connect(kind, &server.url()).await);
     }
-    let commands = total_commands(server);
+    let before = Work::read(server);
     let (ops, took) = throughput_on(&handles, kind, phase, round).await;
-    // less the second INFO, which total_commands_processed counts
-    let commands = total_commands(server).saturating_sub(commands + 1);
+    let work = Work::read(server).since(&before);
     for h in &handles {
         h.close().await;
     }
     let pairs = ops.max(1) as f64;
     Rate {
         per_s: ops as f64 / took.as_secs_f64(),
-        commands: commands as f64 / pairs,
+        commands: work.commands() as f64 / pairs,
+        redis_cpu_us: work.cpu_us as f64 / pairs,
+        redis_sys_percent: work.sys_percent(),
         cpu_us: cpu_ns().saturating_sub(cpu) as f64 / 1e3 / pairs,
     }
 }
@@ -1035,8 +1067,8 @@ fn report(
 /// The 64-task throughput table: for 1 and for `CLIENTS` clients, each of
 /// [`AB`]'s pairs/s, leasehold's ratio to each raw-fred baseline per round
 /// (the runs of a round are neighbours in time, so a ratio is less exposed
-/// to the VM's slow drifts than a ratio of medians) and their median, and
-/// the commands per pair.
+/// to the VM's slow drifts than a ratio of medians) and their median, the
+/// commands per pair and Redis's CPU time per 1,000 pairs.
 fn throughput_report(rounds: usize, pairs: [&Multi; 2]) {
     println!(
         "\n## Uncontended throughput, 64 tasks: leasehold against raw fred (the same two EVALSHA) and raw fred with the bare scripts (no request record), {rounds} interleaved rounds\n",
@@ -1053,8 +1085,11 @@ fn throughput_report(rounds: usize, pairs: [&Multi; 2]) {
         " commands / pair, {} (INFO, in scripts too) |",
         names.join(" / ")
     );
+    for name in &names {
+        head += &format!(" Redis CPU µs / 1,000 pairs, {name}: median (min–max) |");
+    }
     println!("{head}");
-    println!("| --- | ---: | ---: | ---: | --- | ---: | --- | ---: | --- |");
+    println!("| --- | ---: | ---: | ---: | --- | ---: | --- | ---: | --- | ---: | ---: | ---: |");
     for (clients, m) in [1, CLIENTS].into_iter().zip(pairs) {
         let mut line = format!("| {clients} |");
         for i in 0..AB.len() {
@@ -1074,6 +1109,9 @@ fn throughput_report(rounds: usize, pairs: [&Multi; 2]) {
             .map(|i| format!("{:.2}", m.commands(i)))
             .collect();
         line += &format!(" {} |", commands.join(" / "));
+        for i in 0..AB.len() {
+            line += &format!(" {} |", spread(&m.redis_cpu(i), 0));
+        }
         println!("{line}");
     }
 }
