@@ -276,30 +276,38 @@ fn raise(lease: LeaseRef, ttl: Duration, after: Duration) {
         if lease.live_holds() == 0 || !lease.is_current(incarnation) {
             return;
         }
-        let conn = lease.conn.clone();
-        let renewal = lease.kind.renewal();
-        let nonce = conn.rid() as i64;
         let ttl_ms = (ttl.as_millis().clamp(1, i64::MAX as u128)) as i64;
-        let (mut keys, mut args) = (Vec::with_capacity(1), Vec::with_capacity(3));
-        args.push(fred::types::Value::Integer(nonce));
-        args.push(fred::types::Value::Integer(ttl_ms));
-        (renewal.entry)(&lease, &mut keys, &mut args, false);
-        let snapshot = lease.lease().snapshot();
-        let sent = Instant::now();
-        let reply = renewal.slot.run::<Vec<i64>>(&conn.redis, &keys, &args).await;
-        match reply.map_err(Error::Redis).and_then(|reply| {
-            super::watchdog::gone_entries(&conn, nonce, reply).map_err(Error::Redis)
-        }) {
-            Ok(gone) if gone.is_empty() => {
-                lease.stats.renewed(1);
-                snapshot.renewed(sent, ttl);
-            }
-            Ok(_) => snapshot.gone(),
-            Err(e) => {
-                tracing::debug!(key = %lease.key_str(), error = %e, "could not raise an adopted hold's TTL; its signal runs out with the grant");
-            }
+        if let Err(e) = renew_one(&lease, ttl_ms).await {
+            tracing::debug!(key = %lease.key_str(), error = %e, "could not raise an adopted hold's TTL; its signal runs out with the grant");
         }
     });
+}
+
+/// Renews `lease` alone to `ttl_ms` with its kind's renewal script (as the
+/// watchdog's batch would, for one entry) and applies the verdict to the
+/// record: `Ok(true)` renewed, `Ok(false)` its field was found gone.
+async fn renew_one(lease: &LeaseRef, ttl_ms: i64) -> Result<bool> {
+    let conn = &lease.conn;
+    let renewal = lease.kind.renewal();
+    let nonce = conn.rid() as i64;
+    let (mut keys, mut args) = (Vec::with_capacity(2), Vec::with_capacity(4));
+    args.push(fred::types::Value::Integer(nonce));
+    args.push(fred::types::Value::Integer(ttl_ms));
+    (renewal.entry)(lease, &mut keys, &mut args, false);
+    let snapshot = lease.lease().snapshot();
+    let sent = Instant::now();
+    let reply = renewal
+        .slot
+        .run::<Vec<i64>>(&conn.redis, &keys, &args)
+        .await?;
+    if super::watchdog::gone_entries(conn, nonce, reply)?.is_empty() {
+        lease.stats.renewed(1);
+        snapshot.renewed(sent, Duration::from_millis(ttl_ms as u64));
+        Ok(true)
+    } else {
+        snapshot.gone();
+        Ok(false)
+    }
 }
 
 // === impl Hold ===
@@ -432,28 +440,7 @@ impl Hold {
         lease.move_deadline(deadline, raised);
         parts.term = Term::Fixed(raised);
 
-        let conn = &lease.conn;
-        let renewal = lease.kind.renewal();
-        let nonce = conn.rid() as i64;
-        let (mut keys, mut args) = (Vec::with_capacity(2), Vec::with_capacity(4));
-        args.push(fred::types::Value::Integer(nonce));
-        args.push(fred::types::Value::Integer(ttl_ms));
-        (renewal.entry)(&lease, &mut keys, &mut args, false);
-        let snapshot = lease.lease().snapshot();
-        let sent = Instant::now();
-        let reply = renewal
-            .slot
-            .run::<Vec<i64>>(&conn.redis, &keys, &args)
-            .await?;
-        let gone = super::watchdog::gone_entries(conn, nonce, reply)?;
-        if gone.is_empty() {
-            lease.stats.renewed(1);
-            snapshot.renewed(sent, ttl);
-            Ok(!self.signal.is_lost())
-        } else {
-            snapshot.gone();
-            Ok(false)
-        }
+        Ok(renew_one(&lease, ttl_ms).await? && !self.signal.is_lost())
     }
 
     /// Gives the hold back and reports whether it was still held.
@@ -517,11 +504,7 @@ impl Hold {
                 // The turn is kept until the reply is recorded: the next
                 // acquire or release of the owner must see it.
                 let _turn = flight.finish();
-                engine.stats.released();
-                let raw = reply;
-                let reply = parts.lease.kind.release_reply(&raw);
-                parts.lease.released(reply, 1, sent, ttl);
-                parts.lease.kind.after_release(&parts.lease, &raw);
+                let reply = parts.lease.apply_release(&reply, 1, sent, ttl);
                 record_release(&span, Ok(reply));
                 Ok(reply != ReleaseReply::NotHeld)
             }
@@ -608,12 +591,8 @@ async fn send_give_back(
             if forget {
                 conn.forget_record(lease.latch(), rid);
             }
-            lease.stats.released();
-            let raw = reply;
-            let reply = lease.kind.release_reply(&raw);
-            lease.released(reply, count, sent, Duration::from_millis(ttl_ms as u64));
-            lease.kind.after_release(lease, &raw);
-            Ok(reply)
+            let ttl = Duration::from_millis(ttl_ms as u64);
+            Ok(lease.apply_release(&reply, count, sent, ttl))
         }
         Ok(Settled::Stale) => Ok(ReleaseReply::NotHeld),
         Err(e) => {
@@ -774,9 +753,7 @@ impl Job for Settle {
                     }
                 }
                 (Ok(Settled::Ran(reply)), SettleKind::Release { sent, ttl }) => {
-                    lease.stats.released();
-                    lease.released(lease.kind.release_reply(&reply), 1, sent, ttl);
-                    lease.kind.after_release(lease, &reply);
+                    lease.apply_release(&reply, 1, sent, ttl);
                     true
                 }
                 (Ok(Settled::Stale), _) => true,

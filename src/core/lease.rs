@@ -64,6 +64,7 @@ use parking_lot::Mutex;
 use smallvec::SmallVec;
 use tokio::time::Instant;
 
+use super::call::Reply;
 use super::conn::Conn;
 use super::kind::{Kind, ReleaseReply};
 use super::names::LeaseNames;
@@ -966,6 +967,26 @@ impl Lease {
             Term::Fixed(deadline) => deadline.saturating_duration_since(now()),
         });
         (need.as_millis().clamp(1, i64::MAX as u128)) as i64
+    }
+
+    /// Applies a release script's raw reply (without the request id):
+    /// counted, read by the kind, applied to the record (see
+    /// [`released`](Self::released)), then the kind's follow-up
+    /// ([`Kind::after_release`]). Every path that gives holds back (an
+    /// unlock, a dropped guard's background release, a settled release)
+    /// ends here.
+    pub(crate) fn apply_release(
+        &self,
+        raw: &Reply,
+        count: u32,
+        sent: Instant,
+        ttl: Duration,
+    ) -> ReleaseReply {
+        self.stats.released();
+        let reply = self.kind.release_reply(raw);
+        self.released(reply, count, sent, ttl);
+        self.kind.after_release(self, raw);
+        reply
     }
 
     /// Applies a release's reply: `count` holds given back, the key's TTL
