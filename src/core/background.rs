@@ -212,3 +212,20 @@ impl Drop for Tracked {
         }
     }
 }
+/// Spawns `task` on the current tokio runtime, if there is one: work a
+/// drop, a timer or a reply sets off for later (a delayed check, a
+/// connection reset, letting a channel go after a while). Outside a
+/// runtime there is nothing to run it on: `false`, and `task` is dropped
+/// (callers say what that means for them).
+pub(crate) fn spawn_here<F>(task: F) -> bool
+where
+    F: Future<Output = ()> + Send + 'static,
+{
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => {
+            drop(runtime.spawn(task));
+            true
+        }
+        Err(_) => false,
+    }
+}

@@ -26,6 +26,7 @@ use fred::interfaces::ClientLike;
 use fred::types::config::{Config, ReconnectPolicy, Server};
 use fred::types::{Builder, ClusterHash, CustomCommand, Key};
 
+use super::background::spawn_here;
 use super::backoff::Backoff;
 use super::fence::Fence;
 use super::forget::{Forget, Forgotten, Route};
@@ -401,12 +402,9 @@ impl Conn {
         {
             return; // a check is armed already
         }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
         let conn = Arc::downgrade(self);
         let at = sent_at + self.settings.command_timeout;
-        runtime.spawn(async move {
+        spawn_here(async move {
             tokio::time::sleep_until(at).await;
             let Some(conn) = conn.upgrade() else {
                 return;
@@ -536,9 +534,7 @@ impl Drop for QuitOnDrop {
                 let _ = s.quit().await;
             }
         };
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(quit);
-        }
+        spawn_here(quit);
     }
 }
 

@@ -36,7 +36,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::{Instrument, Span};
 
-use super::background::{BoxFuture, Job};
+use super::background::{spawn_here, BoxFuture, Job};
 use super::call::{Call, Settled};
 use super::conn::Conn;
 use super::kind::{AcquireReply, ReleaseReply};
@@ -267,11 +267,8 @@ pub(crate) async fn adopt(
 /// grant's own TTL covers the hold until the raise lands (`after` is a
 /// third of it).
 fn raise(lease: LeaseRef, ttl: Duration, after: Duration) {
-    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-        return;
-    };
     let incarnation = lease.incarnation();
-    runtime.spawn(async move {
+    spawn_here(async move {
         tokio::time::sleep(after).await;
         if lease.live_holds() == 0 || !lease.is_current(incarnation) {
             return;

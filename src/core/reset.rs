@@ -10,6 +10,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use fred::clients::Client as FredClient;
 use fred::interfaces::ClientLike;
 
+use super::background::spawn_here;
+
 /// Origin of the millisecond clocks of this module and of `conn.rs`.
 pub(crate) static BASE: std::sync::LazyLock<std::time::Instant> =
     std::sync::LazyLock::new(std::time::Instant::now);
@@ -50,11 +52,9 @@ impl Resets {
         }
         tracing::warn!(why, "command connection suspect: reconnecting");
         let redis = redis.clone();
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move {
-                let _ = redis.force_reconnection().await;
-            });
-        }
+        spawn_here(async move {
+            let _ = redis.force_reconnection().await;
+        });
     }
 }
 

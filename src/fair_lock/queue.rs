@@ -44,7 +44,7 @@ use fred::types::{ClusterHash, CustomCommand, Value};
 use tokio::time::Instant;
 
 use super::kind::{scripts, Names};
-use crate::core::background::{BoxFuture, Job};
+use crate::core::background::{spawn_here, BoxFuture, Job};
 use crate::core::call::{Call, Settled};
 use crate::core::conn::Conn;
 use crate::core::lease::LeaseRef;
@@ -295,11 +295,8 @@ pub(crate) fn kick_if_unheard(conn: &Arc<Conn>, names: &Names, reply: &[i64]) {
 /// Starts the kick task on the current runtime (if any); see the module
 /// docs.
 fn kick_later(conn: &Arc<Conn>, names: Names, timeout: i64) {
-    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-        return;
-    };
     let conn: Weak<Conn> = Arc::downgrade(conn);
-    runtime.spawn(async move {
+    spawn_here(async move {
         let mut timeout = timeout;
         for _ in 0..MAX_KICKS {
             let after = (timeout - now_ms()).clamp(0, i64::MAX) as u64 + 1;
