@@ -8,7 +8,7 @@ use leasehold_testkit as support;
 use std::time::Duration;
 
 use leasehold::__bench::forgotten;
-use support::fixture::{client, eventually, lock_keys};
+use support::fixture::{calls, client, eventually, lock_keys, numsub, within};
 use support::RedisServer;
 
 /// Every command the server has run, scripts' inner commands included,
@@ -228,6 +228,57 @@ async fn a_hot_plain_lock_costs_a_bounded_number_of_commands_per_acquisition() {
     assert!(taken > 0);
     let per = spent as f64 / taken as f64;
     assert!(per < 250.0, "{per:.1} commands per acquisition");
+}
+
+/// Issue 31, item 2: an owner that waited for a lock keeps its client's
+/// subscription to the unlock channel a moment (1 s) after it got the
+/// lock, so waiting again soon (a hot lock's owners come straight back)
+/// costs no new SUBSCRIBE, PING and UNSUBSCRIBE, nor the second try a
+/// fresh subscription needs. After a first wait (which subscribes), each
+/// wait costs 5 scripts: the holder's lock and unlock, the waiter's busy
+/// try, woken try and unlock (6 and a SUBSCRIBE before). The channel is
+/// given back after that moment.
+#[tokio::test]
+async fn an_owner_waiting_again_soon_subscribes_once() {
+    const ROUNDS: u64 = 3;
+    let server = RedisServer::start();
+    let (holder, waiter) = (client(&server).await, client(&server).await);
+    let lock = waiter.lock("again");
+    let channel = lock.channel().to_owned();
+    let mut counted = (0, 0);
+    for round in 0..=ROUNDS {
+        if round == 1 {
+            counted = (calls(&server, "subscribe"), calls(&server, "evalsha"));
+        }
+        let held = holder.lock("again").lock().await.unwrap();
+        let lock = lock.clone();
+        let waiting =
+            tokio::spawn(async move { lock.lock().await.unwrap().unlock().await.unwrap() });
+        eventually(HANG, "the waiter subscribed", || {
+            numsub(&server, &channel) == 1
+        })
+        .await;
+        // Parked (its tries made) before the release.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        held.unlock().await.unwrap();
+        within(HANG, "the waiter got the lock", waiting)
+            .await
+            .unwrap();
+    }
+    let subscribes = calls(&server, "subscribe") - counted.0;
+    let scripts = calls(&server, "evalsha") - counted.1;
+    println!("{ROUNDS} waits after the first: {subscribes} SUBSCRIBE, {scripts} EVALSHA");
+    assert_eq!(
+        subscribes, 0,
+        "a wait a moment after the last subscribed again"
+    );
+    assert_eq!(scripts, 5 * ROUNDS);
+    eventually(HANG, "the channel given back", || {
+        numsub(&server, &channel) == 0
+    })
+    .await;
+    holder.shutdown().await.unwrap();
+    waiter.shutdown().await.unwrap();
 }
 
 /// Issue 29, item 5: Redis is left as it was found. 3,000 lock + unlock

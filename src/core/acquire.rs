@@ -74,6 +74,13 @@ pub(crate) trait Target: Send + Sync {
     /// and the request id.
     fn build(&self, lease: &Lease, lease_ms: i64, rid: u64) -> Call;
 
+    /// How long the channel stays subscribed after an acquire that waited
+    /// on it (see `wait::Attempts::linger`); `None` (the default): not at
+    /// all.
+    fn linger(&self) -> Option<Duration> {
+        None
+    }
+
     /// Reads a message handed to a waiter with its wake-up: `Some` if it
     /// grants this very wait the hold (it is then adopted, see
     /// [`Granted`]); `None` (the default) makes the waiter try as for any
@@ -225,6 +232,10 @@ impl<T: Target> wait::Attempts for Acquiring<'_, T> {
 
     fn waits_for(&self) -> Option<(&Key, u64)> {
         Some((self.target.key(), self.owner))
+    }
+
+    fn linger(&self) -> Option<Duration> {
+        self.target.linger()
     }
 
     fn concluded(&mut self, outcome: &Result<Option<Hold>>) {

@@ -221,8 +221,10 @@ struct Channel {
 
 #[derive(Debug, Default)]
 struct ChannelState {
-    /// Live `Subscription`s of this entry.
+    /// Live `Subscription`s and `Pin`s of this entry.
     refs: usize,
+    /// The `Pin`s among `refs` (they never wait, so they keep no permit).
+    pins: usize,
     /// Waiters blocked in `wait`, oldest first, and dropped ones not yet
     /// taken out (`Waiter::gone`): joining, waiting again and leaving are
     /// O(1) however many wait, and wakers skip the gone ones.
@@ -231,7 +233,9 @@ struct ChannelState {
     /// it.
     stale: usize,
     /// Wake-ups that found no queued waiter, kept for the next `wait`s
-    /// (at most one per live subscription).
+    /// (at most one per live subscription; none while only pins hold the
+    /// channel: a waiter that joins later makes its first try after
+    /// joining, so a message before that is no news to it).
     permits: usize,
     /// Set when `refs` reached zero; the entry is leaving the map.
     closed: bool,
@@ -396,8 +400,9 @@ impl PubSub {
                 let mut state = entry.state.lock();
                 if !state.closed {
                     state.refs += 1;
-                    if let Some(waiter) = waiter {
-                        state.push_back(waiter);
+                    match waiter {
+                        Some(waiter) => state.push_back(waiter),
+                        None => state.pins += 1,
                     }
                 }
                 !state.closed
@@ -612,6 +617,26 @@ impl Subscription {
 }
 
 impl Subscription {
+    /// Leaves the channel's queue as dropping it does (passing on an
+    /// unused wake-up), but keeps the channel subscribed `linger` longer:
+    /// a waiter that got what it waited for and will likely wait on the
+    /// same channel again soon (a hot lock's owner) then finds it
+    /// confirmed (see [`PubSub::join_subscribed`]) instead of subscribing
+    /// again, and skips the second try after subscribing.
+    pub(crate) fn linger(self, linger: Duration) {
+        {
+            let mut state = self.channel.state.lock();
+            state.refs += 1;
+            state.pins += 1;
+        }
+        let pin = Pin {
+            shared: self.shared.clone(),
+            channel: self.channel.clone(),
+        };
+        drop(self);
+        drop(pin.lingering(linger));
+    }
+
     /// Call after a wait that ended without a message. On a sharded
     /// channel, subscribes again (at most once a second per channel): when
     /// a slot moves to another node, Redis drops its shard subscriptions
@@ -641,13 +666,13 @@ impl Drop for Subscription {
             state.wake_one();
         }
         drop(state);
-        self.shared.release(&self.channel);
+        self.shared.release(&self.channel, false);
     }
 }
 
 impl Drop for Pin {
     fn drop(&mut self) {
-        self.shared.release(&self.channel);
+        self.shared.release(&self.channel, true);
     }
 }
 
@@ -718,11 +743,15 @@ impl Drop for Lingering {
 }
 
 impl Shared {
-    /// One reference to `channel` is gone; the last one unsubscribes.
-    fn release(&self, channel: &Arc<Channel>) {
+    /// One reference to `channel` (`pin`: a [`Pin`]) is gone; the last one
+    /// unsubscribes.
+    fn release(&self, channel: &Arc<Channel>, pin: bool) {
         let mut state = channel.state.lock();
         state.refs -= 1;
-        state.permits = state.permits.min(state.refs);
+        if pin {
+            state.pins -= 1;
+        }
+        state.permits = state.permits.min(state.subscriptions());
         if state.refs > 0 {
             return;
         }
@@ -762,6 +791,11 @@ impl Channel {
 }
 
 impl ChannelState {
+    /// The live `Subscription`s (references that are not pins).
+    fn subscriptions(&self) -> usize {
+        self.refs - self.pins
+    }
+
     /// Wakes the oldest queued waiter, or keeps a permit if none is queued.
     fn wake_one(&mut self) {
         self.wake_one_with(None);
@@ -781,7 +815,7 @@ impl ChannelState {
                     return;
                 }
                 None => {
-                    self.permits = (self.permits + 1).min(self.refs.max(1));
+                    self.permits = (self.permits + 1).min(self.subscriptions());
                     return;
                 }
             }
@@ -847,12 +881,12 @@ impl ChannelState {
                     self.wake_one();
                 }
                 // Waiters between two waits re-check too.
-                self.permits = self.refs;
+                self.permits = self.subscriptions();
             }
             Wake::N(n) => {
-                // More than the queue plus one permit per reference would
-                // change nothing (permits are capped at `refs`).
-                for _ in 0..n.min(self.queue.len() + self.refs) {
+                // More than the queue plus one permit per subscription
+                // would change nothing (permits are capped at that).
+                for _ in 0..n.min(self.queue.len() + self.subscriptions()) {
                     self.wake_one();
                 }
             }
@@ -1262,7 +1296,11 @@ mod tests {
         let (shared, mut subs) = channel_with(1);
         let w = subs.pop().unwrap();
         let channel = shared.channels.get("c").unwrap().clone();
-        channel.state.lock().refs += 1;
+        {
+            let mut state = channel.state.lock();
+            state.refs += 1;
+            state.pins += 1;
+        }
         let pin = Pin {
             shared: shared.clone(),
             channel: channel.clone(),
@@ -1281,6 +1319,34 @@ mod tests {
         );
         drop(pin);
         assert!(!shared.channels.contains_key("c"));
+    }
+
+    /// A message that comes while only a pin holds the channel (no
+    /// waiter: e.g. the unlock a lingering owner's own release announced)
+    /// is no news to a waiter that joins later, whose first try comes
+    /// after it joined: it keeps no permit, so that waiter's first wait
+    /// parks instead of trying again at once.
+    #[tokio::test]
+    async fn a_message_to_a_pinned_channel_keeps_no_permit() {
+        let (shared, mut subs) = channel_with(1);
+        let w = subs.pop().unwrap();
+        let registry = PubSub {
+            shared: shared.clone(),
+        };
+        w.linger(Duration::from_secs(60));
+        shared.deliver("c", b"0");
+        let channel = shared.channels.get("c").unwrap().clone();
+        channel.ready.send_replace(Ready::Subscribed);
+        let joined = registry
+            .join_subscribed("c")
+            .expect("the pin kept the channel");
+        assert!(
+            !joined.wait(Duration::ZERO).await,
+            "a message from before the waiter joined woke it"
+        );
+        // A message after it joined still wakes it.
+        shared.deliver("c", b"0");
+        assert!(joined.wait(Duration::from_secs(5)).await);
     }
 
     /// A message a policy hands over goes with the wake-up to the oldest

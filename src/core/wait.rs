@@ -13,6 +13,9 @@
 //!    `Subscription::wait`), so a parked waiter carries no timer; only the
 //!    last wait before a deadline has its own (boxed) timer.
 //! 5. Leave: drop the subscription reference (the last one unsubscribes).
+//!    A wait that got what it waited for may keep the channel subscribed
+//!    a moment longer ([`Attempts::linger`]): its owner, back soon,
+//!    starts its next wait subscribed (step 1) and skips steps 2 and 3.
 //!
 //! A woken waiter holds its wake-up through its attempt and gives it up
 //! only when the attempt has concluded; a waiter dropped in between passes
@@ -89,6 +92,14 @@ pub(crate) trait Attempts: Send {
     /// that operators should see (recorded once it lasts, see
     /// `registry.rs`).
     fn waits_for(&self) -> Option<(&Key, u64)> {
+        None
+    }
+
+    /// How long the channel stays subscribed after a wait that got what
+    /// it waited for (`None`: the last subscription leaves it at once).
+    /// For a primitive whose owners come back soon (see
+    /// `Subscription::linger`).
+    fn linger(&self) -> Option<Duration> {
         None
     }
 
@@ -208,7 +219,14 @@ pub(crate) fn wait_with<'a, A: Attempts + 'a>(
                         s.consumed_by(&outcome);
                     }
                     match next(engine, outcome, subscription.is_none() && !once, once) {
-                        Ok(ControlFlow::Break(value)) => break 'wait Ok(Some(value)),
+                        Ok(ControlFlow::Break(value)) => {
+                            if let (Some(s), Some(linger)) =
+                                (subscription.take(), attempts.linger())
+                            {
+                                s.linger(linger);
+                            }
+                            break 'wait Ok(Some(value));
+                        }
                         Ok(ControlFlow::Continue(then)) => then,
                         Err(e) => break 'wait Err(e),
                     }

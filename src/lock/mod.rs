@@ -23,7 +23,9 @@
 //!
 //! Waiting is the engine's wait loop (`core/wait.rs`): try, subscribe, try,
 //! sleep until an unlock message (one local waiter per message) or the
-//! lock's TTL, repeat. Every acquire and release runs under the engine's
+//! lock's TTL, repeat. A client keeps the channel subscribed for a second
+//! after one of its waits got the lock, so an owner that locks again soon
+//! (a hot lock) starts subscribed. Every acquire and release runs under the engine's
 //! rules (`core/hold.rs`): a dropped acquire holds nothing, a dropped guard
 //! releases in the background, a stale guard gives back nothing, and the
 //! key never expires before the owner's longest live hold.
@@ -137,6 +139,10 @@ struct LockKind;
 /// one field must have one lease record (one turn, one latch, one set of
 /// TTL needs), whichever handle took its holds.
 const TAG: u8 = 1;
+
+/// How long the unlock channel stays subscribed after an acquire that
+/// subscribed to it: an owner locking again within it starts subscribed.
+const LINGER: Duration = Duration::from_secs(1);
 
 /// The acquire's check before the record (`Script::latched_after`): a
 /// lock someone else holds, or a first run; it sets `early`,
@@ -692,6 +698,11 @@ impl Target for LockTarget<'_> {
 
     fn policy(&self) -> Policy {
         wake_one
+    }
+
+    fn linger(&self) -> Option<Duration> {
+        // An owner that waited is likely to come back soon (a hot lock).
+        Some(LINGER)
     }
 
     fn init(&self, owner: u64) -> Result<LeaseInit> {
