@@ -72,6 +72,7 @@ pub(crate) mod registry;
 pub(crate) mod reset;
 pub(crate) mod script;
 pub(crate) mod stats;
+pub(crate) mod takes;
 pub(crate) mod wait;
 pub(crate) mod watchdog;
 

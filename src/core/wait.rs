@@ -2,7 +2,10 @@
 //!
 //! 1. Try (the primitive's attempt: one latched script call). If the
 //!    channel's subscription is already confirmed (another waiter of this
-//!    client, or a pin), the waiter joins it first and skips 2 and 3.
+//!    client, or a pin), the waiter joins it first and skips 2 and 3; if
+//!    the channel is hot (takes were announced on its companion, see
+//!    `takes.rs`), the first try waits for a deferred wake-up (4) as the
+//!    other clients' waiters do, instead of barging in ahead of them.
 //! 2. Busy: subscribe to the primitive's channel (shared with every other
 //!    waiter of this client) and wait until Redis confirms it.
 //! 3. Try again: it catches a release published before step 2.
@@ -80,12 +83,22 @@ pub(crate) trait Attempts: Send {
     /// What a message on [`channel`](Self::channel) wakes.
     fn policy(&self) -> Policy;
 
+    /// The channel on which tries announce that they took what they
+    /// wanted, if they do (`takes.rs`): subscribed with
+    /// [`channel`](Self::channel).
+    fn companion(&self) -> Option<&str> {
+        None
+    }
+
     /// One try, given the message handed to the waiter with the wake-up it
-    /// holds, if any (see `pubsub::Wake::OneWith`). The wait loop keeps
-    /// the future inline while it runs: box a large one.
+    /// holds, if any (see `pubsub::Wake::OneWith`), and whether the wait
+    /// listens on the channel (then a try that takes a lock announces it
+    /// on the [`companion`](Self::companion)). The wait loop keeps the
+    /// future inline while it runs: box a large one.
     fn attempt(
         &mut self,
         handed: Option<Box<[u8]>>,
+        listening: bool,
     ) -> impl Future<Output = Result<Step<Self::Output>>> + Send + '_;
 
     /// The lock key and owner this wait is for, if it is an owner's wait
@@ -163,6 +176,7 @@ where
     fn attempt(
         &mut self,
         _handed: Option<Box<[u8]>>,
+        _listening: bool,
     ) -> impl Future<Output = Result<Step<T>>> + Send + '_ {
         (self.attempt)()
     }
@@ -196,6 +210,9 @@ pub(crate) fn wait_with<'a, A: Attempts + 'a>(
             } else {
                 engine.pubsub.join_subscribed(attempts.channel())
             };
+            // On a hot channel the first try waits for a wake-up too (see
+            // `takes.rs`: no barging in ahead of deferred wake-ups).
+            let mut skip_try = subscription.as_ref().is_some_and(|s| s.defers_first_try());
             let mut backoff = RETRY_FIRST;
             // Made at the first busy try; dropped with the wait. Boxed:
             // a parked waiter's future carries one pointer of it.
@@ -208,15 +225,21 @@ pub(crate) fn wait_with<'a, A: Attempts + 'a>(
                 // read in a plain function: nothing of them stays in this
                 // future while it waits (a parked waiter carries only the
                 // wait's own state).
-                let then = {
+                let then = if std::mem::take(&mut skip_try) {
+                    Then::Busy(None)
+                } else {
                     let held = subscription.as_ref().is_some_and(|s| s.holds_wake_up());
                     let handed = subscription
                         .as_ref()
                         .filter(|_| held)
                         .and_then(|s| s.take_handed());
-                    let outcome = attempts.attempt(handed).await;
-                    if let Some(s) = subscription.as_ref().filter(|_| held) {
-                        s.consumed_by(&outcome);
+                    let sent = Instant::now();
+                    let outcome = attempts.attempt(handed, subscription.is_some()).await;
+                    if let Some(s) = subscription.as_ref() {
+                        s.observe(sent.elapsed());
+                        if held {
+                            s.consumed_by(&outcome);
+                        }
                     }
                     match next(engine, outcome, subscription.is_none() && !once, once) {
                         Ok(ControlFlow::Break(value)) => {
@@ -245,9 +268,11 @@ pub(crate) fn wait_with<'a, A: Attempts + 'a>(
                         // subscriber is reconnecting) ends the wait. Boxed: a
                         // parked waiter's future has no room for a subscribe
                         // (most waiters join a confirmed channel).
-                        let subscribing = engine
-                            .pubsub
-                            .subscribe(attempts.channel(), attempts.policy());
+                        let subscribing = engine.pubsub.subscribe(
+                            attempts.channel(),
+                            attempts.policy(),
+                            attempts.companion(),
+                        );
                         let subscribed = match deadline {
                             Some(d) => {
                                 match Box::pin(tokio::time::timeout_at(d, subscribing)).await {

@@ -15,6 +15,12 @@
 //! Each latched call also keeps a small latch key
 //! `leasehold_latch:{name}:<field>` for 30 s.
 //!
+//! A waiting client also listens on `leasehold_lock__taken:{name}` (a
+//! channel Redisson neither publishes nor subscribes to), where an
+//! acquire of a waiting client that takes the free lock announces it
+//! (`<lease ms> <field>`): the other clients then leave the lock to it
+//! instead of all trying after each unlock (`core/takes.rs`).
+//!
 //! The fenced lock is this lock with another acquire script (it also takes
 //! a token): it acquires through [`Lock::acquire_with`], and its holds are
 //! released, renewed and force-unlocked exactly as these.
@@ -716,10 +722,31 @@ impl Target for LockTarget<'_> {
     }
 
     fn build(&self, lease: &Lease, lease_ms: i64, rid: u64) -> Call {
+        self.build_announcing(lease, lease_ms, rid, None)
+    }
+
+    fn announces_takes(&self) -> bool {
+        // The fenced lock's acquire script announces nothing.
+        std::ptr::eq(self.script, &scripts().acquire)
+    }
+
+    fn build_announcing(
+        &self,
+        lease: &Lease,
+        lease_ms: i64,
+        rid: u64,
+        announce: Option<&str>,
+    ) -> Call {
+        let publish = match announce {
+            Some(_) => lease.conn.publish_command(),
+            None => "",
+        };
         Call::new(
             &lease.conn,
             self.script,
-            std::iter::once(lease.key()).chain(self.extra_keys.iter().cloned()),
+            std::iter::once(lease.key())
+                .chain(self.extra_keys.iter().cloned())
+                .chain(announce.map(Key::from)),
             [
                 lease_ms.into(),
                 Value::String(lease.field()),
@@ -730,6 +757,8 @@ impl Target for LockTarget<'_> {
                 } else {
                     (-1).into()
                 },
+                // acquire.lua: how to announce a take (core/takes.rs).
+                publish.into(),
             ],
             &lease.latch(),
             rid,
