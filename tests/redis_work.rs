@@ -240,14 +240,14 @@ async fn a_hot_fair_lock_costs_a_bounded_number_of_commands_per_acquisition() {
 /// UNSUBSCRIBE with a second try each in 577 acquisitions. Now an owner
 /// that waited keeps the channel a second (no re-subscribing), and a
 /// waiting client's acquire that takes the free lock announces it on
-/// `leasehold_lock__taken:{hot}`: on such a hot lock an unlock wakes each
-/// client after a short random delay, and an announced take voids the
-/// wake-ups before it (`core/takes.rs`), so about 3.4 tries run per
-/// acquisition: 18.1 to 19.3 commands per acquisition measured (EVALSHA
-/// 4.4, PTTL 3.4, HGET 3.4, PUBLISH 2, HINCRBY, PEXPIRE, SET 1, DEL 1.25,
-/// the record batches' EVAL and GET 0.75 each), with 2 to 2.5 times the
-/// acquisitions in the 2 s and a fairer spread (12 to 47 per task, 3 to
-/// 21 before).
+/// `leasehold_lock__taken:{hot}`: on such a hot lock about 4 clients try
+/// at once after an unlock, the others a moment later unless a take was
+/// announced by then, which voids their wake-ups (`core/takes.rs`). About
+/// 4.5 tries per acquisition: 21.1 to 22.1 commands per acquisition in 4
+/// runs (per acquisition: EVALSHA 5.5, PTTL 4.5, HGET 4.5, PUBLISH 2,
+/// HINCRBY, PEXPIRE, SET 1, DEL 1.2, the record batches' EVAL and GET
+/// 0.5 to 0.75 each), with 885 to 1,287 acquisitions in the 2 s (346 to
+/// 663 before) and every task served (7 to 83 each; 3 to 21 before).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hot_plain_lock_costs_a_bounded_number_of_commands_per_acquisition() {
     let (taken, spent) = hot(false).await;

@@ -28,16 +28,22 @@
 //!   since: its holder's release publishes `0` again, and its lease is
 //!   announced, so every queued waiter re-checks by then at the latest
 //!   ([`Takes::bound`]): nobody is stranded past the holder's TTL.
-//! * **on a hot channel an unlock wakes after a short random delay**: a
-//!   channel is hot for a second after a take was announced on it. Its
-//!   `0` then wakes a waiter after a delay drawn evenly from
-//!   `[0, rtt x contenders / SPREAD)` (capped at [`MAX_DELAY`]): `rtt` is
-//!   the time a try of this client takes, `contenders` the clients that
-//!   won the lock in the last second. The first client to try wins, and
-//!   its announcement reaches the others about one `rtt` later, voiding
-//!   their wake-ups: about `SPREAD` clients try per unlock, however many
-//!   wait. A client with no waiter queued keeps the wake-up as a permit at
-//!   its time, as for any message.
+//! * **on a hot channel most clients wait a moment before trying**: a
+//!   channel is hot for a second after a take was announced on it. With
+//!   `contenders` the clients that won the lock in the last second, its
+//!   `0` wakes a waiter at once with probability `SPREAD / contenders`
+//!   (always, for `SPREAD` contenders or fewer), else after a fallback
+//!   delay: twice the time a try of this client takes (at least a
+//!   millisecond, tokio's timer tick), plus up to one more such time at
+//!   random (capped at [`MAX_DELAY`]). One of the clients woken at once
+//!   wins, and its announcement reaches the others about one try's time
+//!   later, voiding their deferred wake-ups: about `SPREAD` clients try
+//!   per unlock, however many wait, and a lock with few contenders is
+//!   handed over as fast as before. Only when no client tried at once (or
+//!   the winner announced nothing: a Redisson client, a fenced lock) do
+//!   the deferred wake-ups come, a millisecond or two later. A client
+//!   with no waiter queued keeps the wake-up as a permit at its time, as
+//!   for any message.
 //! * **a new wait on a hot channel does not barge**: its first try is
 //!   deferred the same way (as if an unlock had just woken it), so an
 //!   owner that just released a hot lock and locks again does not win
@@ -63,6 +69,10 @@ const SPREAD: u32 = 4;
 
 /// Longest delay of a wake-up on a hot channel.
 pub(crate) const MAX_DELAY: Duration = Duration::from_millis(20);
+
+/// Shortest fallback delay: tokio's timer tick (a shorter sleep lasts as
+/// long).
+const MIN_DELAY: Duration = Duration::from_millis(1);
 
 /// A try's round trip before any was measured.
 const FIRST_RTT: Duration = Duration::from_millis(1);
@@ -114,31 +124,40 @@ impl Takes {
             .is_some_and(|last| now.saturating_duration_since(last) < HOT)
     }
 
-    /// Defers one wake-up; returns when it is due.
-    pub(crate) fn defer(&mut self, now: Instant) -> Instant {
-        let due = now + self.delay(now);
-        self.pending.push(due);
-        due
+    /// Draws whether one wake-up comes at once (`false`) or is deferred
+    /// (`true`: it is kept, due after the fallback delay).
+    pub(crate) fn defer(&mut self, now: Instant) -> bool {
+        match self.delay(now) {
+            Some(delay) => {
+                self.pending.push(now + delay);
+                true
+            }
+            None => false,
+        }
     }
 
-    /// A delay drawn evenly from `[0, rtt x contenders / SPREAD)`.
-    fn delay(&mut self, now: Instant) -> Duration {
+    /// `None` (at once) with probability `SPREAD / contenders`, else the
+    /// fallback delay (see the module docs).
+    fn delay(&mut self, now: Instant) -> Option<Duration> {
         let contenders = self
             .winners
             .iter()
             .filter(|(_, at)| now.saturating_duration_since(*at) < HOT)
-            .count()
-            .max(1) as u32;
-        let window = (self.rtt * contenders / SPREAD).min(MAX_DELAY);
-        let nanos = window.as_nanos() as u64;
-        if nanos == 0 {
-            return Duration::ZERO;
+            .count() as u64;
+        if contenders <= u64::from(SPREAD) || self.random() % contenders < u64::from(SPREAD) {
+            return None;
         }
-        // xorshift64
+        let spread = self.rtt.as_nanos().max(1) as u64;
+        let delay = (self.rtt * 2).max(MIN_DELAY) + Duration::from_nanos(self.random() % spread);
+        Some(delay.min(MAX_DELAY))
+    }
+
+    /// xorshift64.
+    fn random(&mut self) -> u64 {
         self.rng ^= self.rng << 13;
         self.rng ^= self.rng >> 7;
         self.rng ^= self.rng << 17;
-        Duration::from_nanos(self.rng % nanos)
+        self.rng
     }
 
     /// A take was announced with `message` (`<lease ms> <owner field>`):
@@ -224,9 +243,14 @@ mod tests {
             Some(Duration::from_millis(250))
         );
         assert!(takes.hot(now));
-        let due = takes.defer(now);
-        assert!(due - now < MAX_DELAY);
-        assert_eq!(takes.due(), Some(due));
+        // Few contenders: at once.
+        assert!(!takes.defer(now));
+        for c in 0..64 {
+            takes.taken(now, format!("1000 client{c}:1").as_bytes());
+        }
+        while !takes.defer(now) {}
+        let due = takes.due().expect("a deferred wake-up");
+        assert!(due - now >= MIN_DELAY && due - now <= MAX_DELAY);
         takes.taken(now, b"30000 x:1");
         assert_eq!(takes.due(), None, "a take voids the deferred wake-up");
         // The last announced lease bounds a re-check.
@@ -236,17 +260,26 @@ mod tests {
     }
 
     #[test]
-    fn the_delay_grows_with_contenders_and_stays_capped() {
+    fn about_spread_wake_ups_come_at_once_however_many_contend() {
         let mut takes = Takes::new();
         let now = Instant::now();
         takes.rtt = Duration::from_millis(4);
-        for _ in 0..100 {
-            assert!(takes.delay(now) < Duration::from_millis(1));
+        for c in 0..SPREAD {
+            takes.taken(now, format!("1000 client{c}:1").as_bytes());
         }
+        assert!((0..100).all(|_| takes.delay(now).is_none()));
         for c in 0..64 {
             takes.taken(now, format!("1000 client{c}:1").as_bytes());
         }
-        let longest = (0..1000).map(|_| takes.delay(now)).max().unwrap();
-        assert!(longest > Duration::from_millis(10) && longest < MAX_DELAY);
+        let draws: Vec<Option<Duration>> = (0..6400).map(|_| takes.delay(now)).collect();
+        let at_once = draws.iter().filter(|d| d.is_none()).count();
+        // 6400 x 4 / 64 = 400 expected.
+        assert!((250..550).contains(&at_once), "{at_once} of 6400 at once");
+        for delay in draws.into_iter().flatten() {
+            assert!(delay >= Duration::from_millis(8) && delay <= Duration::from_millis(12));
+        }
+        takes.rtt = Duration::from_secs(1);
+        let capped = (0..100).filter_map(|_| takes.delay(now)).max().unwrap();
+        assert_eq!(capped, MAX_DELAY);
     }
 }
