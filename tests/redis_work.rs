@@ -262,8 +262,10 @@ async fn a_hot_plain_lock_costs_a_bounded_number_of_commands_per_acquisition() {
 /// costs no new SUBSCRIBE, PING and UNSUBSCRIBE, nor the second try a
 /// fresh subscription needs. After a first wait (which subscribes), each
 /// wait costs 5 scripts: the holder's lock and unlock, the waiter's busy
-/// try, woken try and unlock (6 and a SUBSCRIBE before). The channel is
-/// given back after that moment.
+/// try, woken try and unlock (6 and a SUBSCRIBE before). Two publishes a
+/// wait, the two unlocks' `0`: a lock passed between two clients, whose
+/// woken tries never lose, announces no take (`core/takes.rs`). The
+/// channel is given back after that moment.
 #[tokio::test]
 async fn an_owner_waiting_again_soon_subscribes_once() {
     const ROUNDS: u64 = 3;
@@ -271,10 +273,14 @@ async fn an_owner_waiting_again_soon_subscribes_once() {
     let (holder, waiter) = (client(&server).await, client(&server).await);
     let lock = waiter.lock("again");
     let channel = lock.channel().to_owned();
-    let mut counted = (0, 0);
+    let mut counted = (0, 0, 0);
     for round in 0..=ROUNDS {
         if round == 1 {
-            counted = (calls(&server, "subscribe"), calls(&server, "evalsha"));
+            counted = (
+                calls(&server, "subscribe"),
+                calls(&server, "evalsha"),
+                calls(&server, "publish"),
+            );
         }
         let held = holder.lock("again").lock().await.unwrap();
         let lock = lock.clone();
@@ -293,12 +299,21 @@ async fn an_owner_waiting_again_soon_subscribes_once() {
     }
     let subscribes = calls(&server, "subscribe") - counted.0;
     let scripts = calls(&server, "evalsha") - counted.1;
-    println!("{ROUNDS} waits after the first: {subscribes} SUBSCRIBE, {scripts} EVALSHA");
+    let publishes = calls(&server, "publish") - counted.2;
+    println!(
+        "{ROUNDS} waits after the first: {subscribes} SUBSCRIBE, {scripts} EVALSHA, \
+         {publishes} PUBLISH"
+    );
     assert_eq!(
         subscribes, 0,
         "a wait a moment after the last subscribed again"
     );
     assert_eq!(scripts, 5 * ROUNDS);
+    assert_eq!(
+        publishes,
+        2 * ROUNDS,
+        "a take announced between two clients"
+    );
     eventually(HANG, "the channel given back", || {
         numsub(&server, &channel) == 0
     })

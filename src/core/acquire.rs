@@ -220,7 +220,7 @@ impl<T: Target> wait::Attempts for Acquiring<'_, T> {
     fn attempt(
         &mut self,
         handed: Option<Box<[u8]>>,
-        listening: bool,
+        announce: bool,
     ) -> impl Future<Output = Result<Step<Hold>>> + Send + '_ {
         if let Some(observed) = &mut self.observed {
             observed.attempts += 1;
@@ -243,8 +243,8 @@ impl<T: Target> wait::Attempts for Acquiring<'_, T> {
             this.target.tag(),
             &|| this.target.init(this.owner),
         );
-        // A waiter that listens announces its take to the other listeners.
-        let announce = this.companion.as_deref().filter(|_| listening);
+        // Where to announce a take, if the wait loop asks for it.
+        let announce = this.companion.as_deref().filter(|_| announce);
         let attempt = async move {
             let lease = lease?;
             match granted {

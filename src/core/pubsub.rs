@@ -668,6 +668,20 @@ impl Subscription {
         }
     }
 
+    /// Whether a try of this waiter that takes the lock announces it on
+    /// the channel's companion (see the module docs): if the channel has
+    /// one, and either this wait lost a race after a wake-up (`raced`:
+    /// other clients try after each unlock) or many clients won the lock
+    /// lately. A lock passed between a few clients announces nothing, and
+    /// a crowd's channel cools down once the crowd is gone.
+    pub(crate) fn announces(&self, raced: bool) -> bool {
+        let state = self.channel.state.lock();
+        state
+            .takes
+            .as_ref()
+            .is_some_and(|takes| raced || takes.crowded(Instant::now()))
+    }
+
     /// Whether a wait that joined the channel should make its first try
     /// only when woken: on a hot channel (see the module docs) its first
     /// try is drawn as an unlock's wake-up is, at once or deferred, so an

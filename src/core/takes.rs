@@ -15,7 +15,9 @@
 //! # What is added
 //!
 //! A leasehold acquire that takes a free lock while its client listens on
-//! the lock's channel announces it on a *companion* channel,
+//! the lock's channel, after it lost a race for it (a try after a wake-up
+//! found it taken) or while many clients win it (more than `SPREAD` in
+//! the last second), announces it on a *companion* channel,
 //! `leasehold_lock__taken:{name}` (same hash slot; Redisson subscribes to
 //! no such channel, so it sees nothing of it), with the message
 //! `<lease ms> <owner field>`. A client listening on a lock's channel also
@@ -124,6 +126,19 @@ impl Takes {
             .is_some_and(|last| now.saturating_duration_since(last) < HOT)
     }
 
+    /// Whether more than `SPREAD` clients won the lock in the last second.
+    pub(crate) fn crowded(&self, now: Instant) -> bool {
+        self.contenders(now) > u64::from(SPREAD)
+    }
+
+    /// The clients that won the lock in the last second.
+    fn contenders(&self, now: Instant) -> u64 {
+        self.winners
+            .iter()
+            .filter(|(_, at)| now.saturating_duration_since(*at) < HOT)
+            .count() as u64
+    }
+
     /// Draws whether one wake-up comes at once (`false`) or is deferred
     /// (`true`: it is kept, due after the fallback delay).
     pub(crate) fn defer(&mut self, now: Instant) -> bool {
@@ -139,11 +154,7 @@ impl Takes {
     /// `None` (at once) with probability `SPREAD / contenders`, else the
     /// fallback delay (see the module docs).
     fn delay(&mut self, now: Instant) -> Option<Duration> {
-        let contenders = self
-            .winners
-            .iter()
-            .filter(|(_, at)| now.saturating_duration_since(*at) < HOT)
-            .count() as u64;
+        let contenders = self.contenders(now);
         if contenders <= u64::from(SPREAD) || self.random() % contenders < u64::from(SPREAD) {
             return None;
         }

@@ -91,14 +91,14 @@ pub(crate) trait Attempts: Send {
     }
 
     /// One try, given the message handed to the waiter with the wake-up it
-    /// holds, if any (see `pubsub::Wake::OneWith`), and whether the wait
-    /// listens on the channel (then a try that takes a lock announces it
-    /// on the [`companion`](Self::companion)). The wait loop keeps the
-    /// future inline while it runs: box a large one.
+    /// holds, if any (see `pubsub::Wake::OneWith`), and whether a try that
+    /// takes the lock announces it on the [`companion`](Self::companion)
+    /// (see `Subscription::announces`). The wait loop keeps the future
+    /// inline while it runs: box a large one.
     fn attempt(
         &mut self,
         handed: Option<Box<[u8]>>,
-        listening: bool,
+        announce: bool,
     ) -> impl Future<Output = Result<Step<Self::Output>>> + Send + '_;
 
     /// The lock key and owner this wait is for, if it is an owner's wait
@@ -176,7 +176,7 @@ where
     fn attempt(
         &mut self,
         _handed: Option<Box<[u8]>>,
-        _listening: bool,
+        _announce: bool,
     ) -> impl Future<Output = Result<Step<T>>> + Send + '_ {
         (self.attempt)()
     }
@@ -213,6 +213,9 @@ pub(crate) fn wait_with<'a, A: Attempts + 'a>(
             // On a hot channel the first try waits for a wake-up too (see
             // `takes.rs`: no barging in ahead of deferred wake-ups).
             let mut skip_try = subscription.as_ref().is_some_and(|s| s.defers_first_try());
+            // A try made with a wake-up lost the race: other clients try
+            // too, so a take is announced to them (see `takes.rs`).
+            let mut raced = false;
             let mut backoff = RETRY_FIRST;
             // Made at the first busy try; dropped with the wait. Boxed:
             // a parked waiter's future carries one pointer of it.
@@ -234,10 +237,12 @@ pub(crate) fn wait_with<'a, A: Attempts + 'a>(
                         .filter(|_| held)
                         .and_then(|s| s.take_handed());
                     let sent = Instant::now();
-                    let outcome = attempts.attempt(handed, subscription.is_some()).await;
+                    let announce = subscription.as_ref().is_some_and(|s| s.announces(raced));
+                    let outcome = attempts.attempt(handed, announce).await;
                     if let Some(s) = subscription.as_ref() {
                         s.observe(sent.elapsed());
                         if held {
+                            raced |= matches!(outcome, Ok(Step::Busy(_)));
                             s.consumed_by(&outcome);
                         }
                     }

@@ -16,10 +16,11 @@
 //! `leasehold_latch:{name}:<field>` for 30 s.
 //!
 //! A waiting client also listens on `leasehold_lock__taken:{name}` (a
-//! channel Redisson neither publishes nor subscribes to), where an
-//! acquire of a waiting client that takes the free lock announces it
-//! (`<lease ms> <field>`): the other clients then leave the lock to it
-//! instead of all trying after each unlock (`core/takes.rs`).
+//! channel Redisson neither publishes nor subscribes to). When many
+//! clients race for the lock, an acquire of a waiting client that takes
+//! it free announces it there (`<lease ms> <field>`): the other clients
+//! then leave the lock to it instead of all trying after each unlock
+//! (`core/takes.rs`).
 //!
 //! The fenced lock is this lock with another acquire script (it also takes
 //! a token): it acquires through [`Lock::acquire_with`], and its holds are
