@@ -238,22 +238,23 @@ async fn a_hot_fair_lock_costs_a_bounded_number_of_commands_per_acquisition() {
 /// measured before issue 31, item 2 (issue 31 measured 202 and wants at
 /// most 40), 23.7 tries per acquisition, and 449 SUBSCRIBE, PING and
 /// UNSUBSCRIBE with a second try each in 577 acquisitions. Now an owner
-/// that waited keeps the channel a second (no re-subscribing), and a
-/// waiting client's acquire that takes the free lock announces it on
-/// `leasehold_lock__taken:{hot}`: on such a hot lock about 4 clients try
-/// at once after an unlock, the others a moment later unless a take was
-/// announced by then, which voids their wake-ups (`core/takes.rs`). About
-/// 4.5 tries per acquisition: 21.1 to 22.1 commands per acquisition in 4
-/// runs (per acquisition: EVALSHA 5.5, PTTL 4.5, HGET 4.5, PUBLISH 2,
-/// HINCRBY, PEXPIRE, SET 1, DEL 1.2, the record batches' EVAL and GET
-/// 0.5 to 0.75 each), with 885 to 1,287 acquisitions in the 2 s (346 to
-/// 663 before) and every task served (7 to 83 each; 3 to 21 before).
+/// that waited keeps the channel a second (no re-subscribing), and when a
+/// crowd races for the lock a waiting client's acquire that takes it free
+/// announces it on `leasehold_lock__taken:{hot}`: then about 4 clients
+/// try at once after an unlock, the others a moment later unless a take
+/// was announced by then, which voids their wake-ups (`core/takes.rs`).
+/// About 4.5 tries per acquisition: 21.1 to 22.1 commands per acquisition
+/// in 7 runs on a quiet machine, up to 26.3 with other builds running
+/// (per acquisition: EVALSHA 5.5, PTTL 4.5, HGET 4.5, PUBLISH 2, HINCRBY,
+/// PEXPIRE, SET 1, DEL 1.15, the record batches' EVAL and GET 0.5 to 0.75
+/// each), with 885 to 1,287 acquisitions in the 2 s (346 to 663 before)
+/// and every task served (7 to 83 each; 3 to 21 before).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hot_plain_lock_costs_a_bounded_number_of_commands_per_acquisition() {
     let (taken, spent) = hot(false).await;
     assert!(taken > 0);
     let per = spent as f64 / taken as f64;
-    assert!(per < 30.0, "{per:.1} commands per acquisition");
+    assert!(per < 32.0, "{per:.1} commands per acquisition");
 }
 
 /// Issue 31, item 2: an owner that waited for a lock keeps its client's
