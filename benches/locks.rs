@@ -91,6 +91,8 @@ impl Raw {
                     Value::from(30000),
                     field.into(),
                     0.into(),
+                    // No take announced (src/lock/scripts/acquire.lua).
+                    "".into(),
                     30000.into(),
                     rid().into(),
                 ],

@@ -47,13 +47,18 @@ mod raw_args {
 
     /// `acquire.lua` (after `acquire_check.lua`): KEYS = [lock, latch],
     /// ARGV = [lease ms, owner field, 0 (the holds counted before: none),
-    /// latch TTL ms, request id] (bare: KEYS = [lock], ARGV without the
-    /// last two).
+    /// "" (no take announced), latch TTL ms, request id] (bare: KEYS =
+    /// [lock], ARGV without the last two).
     pub fn acquire(name: &str, field: &str, latched: bool) -> (Vec<String>, Vec<String>) {
         let mut keys = Vec::with_capacity(2);
         keys.push(name.to_owned());
-        let mut args = Vec::with_capacity(5);
-        args.extend([LEASE.as_millis().to_string(), field.to_owned(), "0".into()]);
+        let mut args = Vec::with_capacity(6);
+        args.extend([
+            LEASE.as_millis().to_string(),
+            field.to_owned(),
+            "0".into(),
+            String::new(),
+        ]);
         latch(latched, name, field, &mut keys, &mut args);
         (keys, args)
     }

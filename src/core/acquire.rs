@@ -36,6 +36,7 @@ use super::hold::{self, Attempt, Hold, Request};
 use super::lease::{Lease, LeaseInit, LeaseRef, Term};
 use super::pubsub::Policy;
 use super::stats::{AcquireEnd, Counters, KeyName};
+use super::takes::taken_channel;
 use super::wait::{self, Step};
 use super::{lease_millis, Engine};
 use crate::error::Result;
@@ -73,6 +74,33 @@ pub(crate) trait Target: Send + Sync {
     /// One try's call, from the lease record, the lease in milliseconds
     /// and the request id.
     fn build(&self, lease: &Lease, lease_ms: i64, rid: u64) -> Call;
+
+    /// Whether this primitive's tries announce a take of a free lock on
+    /// the companion of its channel (`takes.rs`) when asked to
+    /// ([`build_announcing`](Self::build_announcing)).
+    fn announces_takes(&self) -> bool {
+        false
+    }
+
+    /// [`build`](Self::build), for a try that, if it takes the free lock,
+    /// announces it on the channel `announce` (`takes.rs`). Only called
+    /// with `Some` for a target that [announces takes](Self::announces_takes).
+    fn build_announcing(
+        &self,
+        lease: &Lease,
+        lease_ms: i64,
+        rid: u64,
+        _announce: Option<&str>,
+    ) -> Call {
+        self.build(lease, lease_ms, rid)
+    }
+
+    /// How long the channel stays subscribed after an acquire that waited
+    /// on it (see `wait::Attempts::linger`); `None` (the default): not at
+    /// all.
+    fn linger(&self) -> Option<Duration> {
+        None
+    }
 
     /// Reads a message handed to a waiter with its wake-up: `Some` if it
     /// grants this very wait the hold (it is then adopted, see
@@ -136,6 +164,7 @@ pub(crate) fn acquire<'a, T: Target + 'a>(
             lease,
             owner: 0,
             observed: None,
+            companion: None,
         },
     )
 }
@@ -149,6 +178,9 @@ struct Acquiring<'a, T> {
     owner: u64,
     /// Made at the start.
     observed: Option<Observed>,
+    /// The channel takes are announced on, if the target announces them
+    /// (made at the start).
+    companion: Option<Box<str>>,
 }
 
 impl<T: Target> Acquiring<'_, T> {
@@ -167,6 +199,9 @@ impl<T: Target> wait::Attempts for Acquiring<'_, T> {
         self.lease_ms()?;
         self.owner = self.target.owner();
         self.observed = Some(Observed::start(self.target.key(), self.owner));
+        if self.target.announces_takes() {
+            self.companion = taken_channel(self.target.channel()).map(Box::from);
+        }
         Ok(())
     }
 
@@ -178,9 +213,14 @@ impl<T: Target> wait::Attempts for Acquiring<'_, T> {
         self.target.policy()
     }
 
+    fn companion(&self) -> Option<&str> {
+        self.companion.as_deref()
+    }
+
     fn attempt(
         &mut self,
         handed: Option<Box<[u8]>>,
+        announce: bool,
     ) -> impl Future<Output = Result<Step<Hold>>> + Send + '_ {
         if let Some(observed) = &mut self.observed {
             observed.attempts += 1;
@@ -203,13 +243,16 @@ impl<T: Target> wait::Attempts for Acquiring<'_, T> {
             this.target.tag(),
             &|| this.target.init(this.owner),
         );
+        // Where to announce a take, if the wait loop asks for it.
+        let announce = this.companion.as_deref().filter(|_| announce);
         let attempt = async move {
             let lease = lease?;
             match granted {
                 Some(granted) => adopt(engine, &lease, this.lease, granted).await,
                 None => {
                     let lease_ms = this.lease_ms()?;
-                    attempt(engine, &lease, this.lease.is_some(), lease_ms, &this.target).await
+                    let fixed = this.lease.is_some();
+                    attempt(engine, &lease, fixed, lease_ms, &this.target, announce).await
                 }
             }
         };
@@ -227,6 +270,10 @@ impl<T: Target> wait::Attempts for Acquiring<'_, T> {
         Some((self.target.key(), self.owner))
     }
 
+    fn linger(&self) -> Option<Duration> {
+        self.target.linger()
+    }
+
     fn concluded(&mut self, outcome: &Result<Option<Hold>>) {
         if let Some(observed) = &mut self.observed {
             observed.end(
@@ -241,17 +288,22 @@ impl<T: Target> wait::Attempts for Acquiring<'_, T> {
     }
 }
 
-/// One try. Cancel safe (see `hold::acquire`).
+/// One try (announcing a take on `announce`, if given). Cancel safe (see
+/// `hold::acquire`).
 async fn attempt<T: Target>(
     engine: &Arc<Engine>,
     lease: &LeaseRef,
     fixed: bool,
     lease_ms: i64,
     target: &T,
+    announce: Option<&str>,
 ) -> Result<Step<Hold>> {
     let ttl = Duration::from_millis(lease_ms as u64);
     let attempt = hold::acquire(engine, lease, |rid| Request {
-        call: target.build(lease, lease_ms, rid),
+        call: match announce {
+            Some(_) => target.build_announcing(lease, lease_ms, rid, announce),
+            None => target.build(lease, lease_ms, rid),
+        },
         term: if fixed {
             Term::Fixed(Instant::now() + ttl)
         } else {

@@ -78,6 +78,7 @@ pub(crate) mod reset;
 pub(crate) mod script;
 pub(crate) mod signal;
 pub(crate) mod stats;
+pub(crate) mod takes;
 pub(crate) mod wait;
 pub(crate) mod watchdog;
 

@@ -58,6 +58,17 @@
 //! permit that the next [`Subscription::wait`] takes at once, so no message
 //! is lost between a failed attempt and the next wait.
 //!
+//! # Announced takes
+//!
+//! A lock's channel may have a companion channel on which leasehold
+//! acquires announce that they took the lock (see `takes.rs`): it is
+//! subscribed and unsubscribed with the channel, and a take announced
+//! there voids the channel's deferred and kept wake-ups and bounds its
+//! waiters' re-checks by the new holder's lease. On a channel where takes
+//! were announced in the last second by many clients, most clients defer
+//! an unlock's wake-up a moment, so that a client that tries at once can
+//! announce its take before the others try.
+//!
 //! # Drop, cancel and reconnect
 //!
 //! * Dropping a `Subscription` removes its waiter from the queue; if it
@@ -94,6 +105,7 @@ use tokio::sync::broadcast::{error::RecvError, Receiver as Broadcast};
 use tokio::sync::{mpsc, watch, Notify};
 use tokio::time::Instant;
 
+use super::takes::Takes;
 use crate::error::{Error, Result};
 
 /// The subscription registry of one client.
@@ -129,6 +141,10 @@ struct Shared {
     /// and removed by the last one to leave, under the map's shard lock,
     /// which is also where its SUBSCRIBE / UNSUBSCRIBE is queued.
     channels: DashMap<Arc<str>, Arc<Channel>>,
+    /// The entries of `channels` that have a companion channel, by the
+    /// companion's name: inserted and removed with the entry (under the
+    /// `channels` shard lock, taken first).
+    companions: DashMap<Arc<str>, Arc<Channel>>,
     /// Ordered subscription commands for the `run_ops` task.
     ops: mpsc::UnboundedSender<Op>,
     /// The client id this registry is listed under in [`here`], if any.
@@ -208,6 +224,9 @@ pub(crate) fn wake_count(message: &[u8]) -> Wake {
 #[derive(Debug)]
 struct Channel {
     name: Arc<str>,
+    /// The channel on which takes of the lock are announced, subscribed
+    /// with this one (see the module docs).
+    companion: Option<Arc<str>>,
     policy: Policy,
     /// When the subscription was last renewed by `refresh`.
     refreshed: Mutex<std::time::Instant>,
@@ -221,8 +240,10 @@ struct Channel {
 
 #[derive(Debug, Default)]
 struct ChannelState {
-    /// Live `Subscription`s of this entry.
+    /// Live `Subscription`s and `Pin`s of this entry.
     refs: usize,
+    /// The `Pin`s among `refs` (they never wait, so they keep no permit).
+    pins: usize,
     /// Waiters blocked in `wait`, oldest first, and dropped ones not yet
     /// taken out (`Waiter::gone`): joining, waiting again and leaving are
     /// O(1) however many wait, and wakers skip the gone ones.
@@ -231,7 +252,9 @@ struct ChannelState {
     /// it.
     stale: usize,
     /// Wake-ups that found no queued waiter, kept for the next `wait`s
-    /// (at most one per live subscription).
+    /// (at most one per live subscription; none while only pins hold the
+    /// channel: a waiter that joins later makes its first try after
+    /// joining, so a message before that is no news to it).
     permits: usize,
     /// Set when `refs` reached zero; the entry is leaving the map.
     closed: bool,
@@ -243,6 +266,8 @@ struct ChannelState {
     /// The last `OneWith` message delivered, until its second copy comes
     /// (see the module docs, "Messages handed over in this process").
     handed_last: Option<Box<[u8]>>,
+    /// Takes announced on the companion channel, if there is one.
+    takes: Option<Box<Takes>>,
 }
 
 #[derive(Clone, Debug)]
@@ -313,6 +338,7 @@ impl PubSub {
             subscriber,
             sharded,
             channels: DashMap::new(),
+            companions: DashMap::new(),
             ops,
             listed: std::sync::OnceLock::new(),
         });
@@ -334,7 +360,9 @@ impl PubSub {
     }
 
     /// Joins `channel`'s waiters, subscribing if this is the first one, and
-    /// returns once Redis has confirmed the subscription.
+    /// returns once Redis has confirmed the subscription. If this makes
+    /// the channel's entry, its `companion` (on which takes are announced,
+    /// see the module docs) is subscribed with it.
     ///
     /// The waiter is queued from this moment, so an unlock published right
     /// after the subscription is confirmed is not missed.
@@ -343,9 +371,14 @@ impl PubSub {
     ///
     /// Dropping the future drops the `Subscription` it was building, which
     /// releases its reference (and unsubscribes if it was the last).
-    pub(crate) async fn subscribe(&self, channel: &str, policy: Policy) -> Result<Subscription> {
+    pub(crate) async fn subscribe(
+        &self,
+        channel: &str,
+        policy: Policy,
+        companion: Option<&str>,
+    ) -> Result<Subscription> {
         let waiter = Arc::new(Waiter::default());
-        let entry = self.join(channel, policy, Some(&waiter)).await;
+        let entry = self.join(channel, policy, Some(&waiter), companion).await;
         let sub = Subscription {
             shared: self.shared.clone(),
             channel: entry,
@@ -370,6 +403,7 @@ impl PubSub {
         channel: &str,
         policy: Policy,
         waiter: Option<&Arc<Waiter>>,
+        companion: Option<&str>,
     ) -> Arc<Channel> {
         loop {
             // The name is copied only for a new entry: most joins find one.
@@ -382,7 +416,11 @@ impl PubSub {
                         .channels
                         .entry(name.clone())
                         .or_insert_with(|| {
-                            let entry = Arc::new(Channel::new(name, policy));
+                            let companion = companion.map(Arc::<str>::from);
+                            let entry = Arc::new(Channel::new(name, policy, companion.clone()));
+                            if let Some(companion) = companion {
+                                self.shared.companions.insert(companion, entry.clone());
+                            }
                             if self.shared.ops.send(Op::Subscribe(entry.clone())).is_err() {
                                 // The queue's task is gone (runtime shut down).
                                 entry.ready.send_replace(Ready::Closed);
@@ -396,8 +434,9 @@ impl PubSub {
                 let mut state = entry.state.lock();
                 if !state.closed {
                     state.refs += 1;
-                    if let Some(waiter) = waiter {
-                        state.push_back(waiter);
+                    match waiter {
+                        Some(waiter) => state.push_back(waiter),
+                        None => state.pins += 1,
                     }
                 }
                 !state.closed
@@ -420,7 +459,7 @@ impl PubSub {
     ///
     /// Cancel safe: nothing is held until it returns.
     pub(crate) async fn pin(&self, channel: &str, policy: Policy) -> Pin {
-        let entry = self.join(channel, policy, None).await;
+        let entry = self.join(channel, policy, None, None).await;
         Pin {
             shared: self.shared.clone(),
             channel: entry,
@@ -488,10 +527,23 @@ impl Drop for Shared {
 impl Shared {
     /// A message on `channel`: wakes what the channel's policy says.
     fn deliver(&self, channel: &str, message: &[u8]) {
-        if let Some(entry) = self.channels.get(channel) {
+        let Some(entry) = self.channels.get(channel).map(|e| e.clone()) else {
+            if let Some(entry) = self.companions.get(channel).map(|e| e.clone()) {
+                entry.state.lock().taken(&entry, message);
+            }
+            return;
+        };
+        {
             let wake = (entry.policy)(message);
             let mut state = entry.state.lock();
             match wake {
+                // A hot lock: the wake-up may come after a short delay
+                // (see the module docs, "Announced takes").
+                Wake::One if state.hot() => {
+                    if !state.defer(&entry) {
+                        state.wake_one();
+                    }
+                }
                 // The second copy of a message handed over in this process.
                 Wake::OneWith if state.handed_last.as_deref() == Some(message) => {
                     state.handed_last = None;
@@ -583,7 +635,12 @@ impl Subscription {
         // attempt just made was the re-check.
         self.waiter.rechecked.store(false, Ordering::Relaxed);
         if let Some(bound) = recheck {
-            state.recheck_by(&self.channel, Instant::now() + bound);
+            let now = Instant::now();
+            let at = match &state.takes {
+                Some(takes) => takes.bound(now, now + bound),
+                None => now + bound,
+            };
+            state.recheck_by(&self.channel, at);
         }
         None
     }
@@ -603,6 +660,40 @@ impl Subscription {
         self.waiter.woken.load(Ordering::Acquire)
     }
 
+    /// A try of this waiter took `rtt` (it sets the delays of a hot
+    /// channel's wake-ups, see the module docs).
+    pub(crate) fn observe(&self, rtt: Duration) {
+        if let Some(takes) = &mut self.channel.state.lock().takes {
+            takes.observe(rtt);
+        }
+    }
+
+    /// Whether a try of this waiter that takes the lock announces it on
+    /// the channel's companion (see the module docs): if the channel has
+    /// one, and either this wait lost a race after a wake-up (`raced`:
+    /// other clients try after each unlock) or many clients won the lock
+    /// lately. A lock passed between a few clients announces nothing, and
+    /// a crowd's channel cools down once the crowd is gone.
+    pub(crate) fn announces(&self, raced: bool) -> bool {
+        let state = self.channel.state.lock();
+        state
+            .takes
+            .as_ref()
+            .is_some_and(|takes| raced || takes.crowded(Instant::now()))
+    }
+
+    /// Whether a wait that joined the channel should make its first try
+    /// only when woken: on a hot channel (see the module docs) its first
+    /// try is drawn as an unlock's wake-up is, at once or deferred, so an
+    /// owner that just released does not barge in ahead of the waiters
+    /// whose wake-ups are deferred. A take announced before a deferred
+    /// wake-up is due voids it: the lock was taken after this waiter
+    /// joined, and its release (or its lease's end) wakes it.
+    pub(crate) fn defers_first_try(&self) -> bool {
+        let mut state = self.channel.state.lock();
+        state.hot() && state.defer(&self.channel)
+    }
+
     /// Takes the message handed over with the wake-up this waiter holds
     /// (see [`Wake::OneWith`]), if any. Read with `holds_wake_up`, before
     /// the attempt.
@@ -612,6 +703,26 @@ impl Subscription {
 }
 
 impl Subscription {
+    /// Leaves the channel's queue as dropping it does (passing on an
+    /// unused wake-up), but keeps the channel subscribed `linger` longer:
+    /// a waiter that got what it waited for and will likely wait on the
+    /// same channel again soon (a hot lock's owner) then finds it
+    /// confirmed (see [`PubSub::join_subscribed`]) instead of subscribing
+    /// again, and skips the second try after subscribing.
+    pub(crate) fn linger(self, linger: Duration) {
+        {
+            let mut state = self.channel.state.lock();
+            state.refs += 1;
+            state.pins += 1;
+        }
+        let pin = Pin {
+            shared: self.shared.clone(),
+            channel: self.channel.clone(),
+        };
+        drop(self);
+        drop(pin.lingering(linger));
+    }
+
     /// Call after a wait that ended without a message. On a sharded
     /// channel, subscribes again (at most once a second per channel): when
     /// a slot moves to another node, Redis drops its shard subscriptions
@@ -628,6 +739,9 @@ impl Subscription {
         }
         *refreshed = std::time::Instant::now();
         let _ = self.shared.ops.send(Op::Refresh(self.channel.name.clone()));
+        if let Some(companion) = &self.channel.companion {
+            let _ = self.shared.ops.send(Op::Refresh(companion.clone()));
+        }
     }
 }
 
@@ -641,13 +755,13 @@ impl Drop for Subscription {
             state.wake_one();
         }
         drop(state);
-        self.shared.release(&self.channel);
+        self.shared.release(&self.channel, false);
     }
 }
 
 impl Drop for Pin {
     fn drop(&mut self) {
-        self.shared.release(&self.channel);
+        self.shared.release(&self.channel, true);
     }
 }
 
@@ -718,15 +832,22 @@ impl Drop for Lingering {
 }
 
 impl Shared {
-    /// One reference to `channel` is gone; the last one unsubscribes.
-    fn release(&self, channel: &Arc<Channel>) {
+    /// One reference to `channel` (`pin`: a [`Pin`]) is gone; the last one
+    /// unsubscribes.
+    fn release(&self, channel: &Arc<Channel>, pin: bool) {
         let mut state = channel.state.lock();
         state.refs -= 1;
-        state.permits = state.permits.min(state.refs);
+        if pin {
+            state.pins -= 1;
+        }
+        state.permits = state.permits.min(state.subscriptions());
         if state.refs > 0 {
             return;
         }
         state.closed = true;
+        if let Some(takes) = &mut state.takes {
+            takes.clear();
+        }
         // Nothing left to re-check: the clock ends now, not at its time.
         if state.recheck_at.take().is_some() {
             channel.clock.notify_one();
@@ -734,12 +855,17 @@ impl Shared {
         drop(state);
         let name = &channel.name;
         let ops = &self.ops;
+        let companions = &self.companions;
         self.channels.remove_if(name, |_, entry| {
             let ours = Arc::ptr_eq(entry, channel);
             if ours {
                 // Queued under the shard lock, so it precedes any SUBSCRIBE
                 // of a newer entry for this channel.
                 let _ = ops.send(Op::Unsubscribe(name.clone()));
+                if let Some(companion) = &channel.companion {
+                    companions.remove_if(companion, |_, entry| Arc::ptr_eq(entry, channel));
+                    let _ = ops.send(Op::Unsubscribe(companion.clone()));
+                }
             }
             ours
         });
@@ -749,19 +875,29 @@ impl Shared {
 // === impl Channel ===
 
 impl Channel {
-    fn new(name: Arc<str>, policy: Policy) -> Channel {
+    fn new(name: Arc<str>, policy: Policy, companion: Option<Arc<str>>) -> Channel {
+        let takes = companion.is_some().then(|| Box::new(Takes::new()));
         Channel {
             name,
+            companion,
             policy,
             refreshed: Mutex::new(std::time::Instant::now()),
             ready: watch::Sender::new(Ready::Pending),
             clock: Notify::new(),
-            state: Mutex::new(ChannelState::default()),
+            state: Mutex::new(ChannelState {
+                takes,
+                ..ChannelState::default()
+            }),
         }
     }
 }
 
 impl ChannelState {
+    /// The live `Subscription`s (references that are not pins).
+    fn subscriptions(&self) -> usize {
+        self.refs - self.pins
+    }
+
     /// Wakes the oldest queued waiter, or keeps a permit if none is queued.
     fn wake_one(&mut self) {
         self.wake_one_with(None);
@@ -781,10 +917,53 @@ impl ChannelState {
                     return;
                 }
                 None => {
-                    self.permits = (self.permits + 1).min(self.refs.max(1));
+                    self.permits = (self.permits + 1).min(self.subscriptions());
                     return;
                 }
             }
+        }
+    }
+
+    /// Whether the channel's unlock messages wake after a delay (see the
+    /// module docs, "Announced takes").
+    fn hot(&self) -> bool {
+        self.takes
+            .as_ref()
+            .is_some_and(|takes| takes.hot(Instant::now()))
+    }
+
+    /// Draws whether a wake-up on a hot channel (see [`hot`](Self::hot))
+    /// is deferred; if so, keeps it for the clock to give at its time and
+    /// returns `true`. With no subscription now (only pins) it is
+    /// dropped (`true`): there is nobody to defer it for; an immediate
+    /// wake-up would keep no permit either, and a waiter that joins
+    /// before its time tries after joining anyway.
+    fn defer(&mut self, channel: &Arc<Channel>) -> bool {
+        if self.subscriptions() == 0 {
+            return true;
+        }
+        let Some(takes) = &mut self.takes else {
+            return false;
+        };
+        if !takes.defer(Instant::now()) {
+            return false;
+        }
+        self.run_clock(channel);
+        true
+    }
+
+    /// A take was announced with `message`: the deferred and kept
+    /// wake-ups came from messages before it and are void; queued waiters
+    /// re-check by the end of the new holder's lease at the latest.
+    fn taken(&mut self, channel: &Arc<Channel>, message: &[u8]) {
+        let Some(takes) = &mut self.takes else { return };
+        let now = Instant::now();
+        let Some(ttl) = takes.taken(now, message) else {
+            return;
+        };
+        self.permits = 0;
+        if !self.queue.is_empty() {
+            self.recheck_by(channel, now + ttl);
         }
     }
 
@@ -796,11 +975,38 @@ impl ChannelState {
             return;
         }
         self.recheck_at = Some(at);
+        self.run_clock(channel);
+    }
+
+    /// Tells the channel's clock that something may be due earlier,
+    /// starting it if it is not running.
+    fn run_clock(&mut self, channel: &Arc<Channel>) {
         if self.clock_running {
             channel.clock.notify_one();
         } else {
             self.clock_running = true;
             tokio::spawn(run_clock(channel.clone()));
+        }
+    }
+
+    /// What the clock waits for next: a re-check, or a deferred wake-up.
+    fn clock_due(&self) -> Option<Instant> {
+        let deferred = self.takes.as_ref().and_then(|takes| takes.due());
+        match (self.recheck_at, deferred) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// The clock's time came: gives the deferred wake-ups due by `now`,
+    /// and re-checks every queued waiter if that is due.
+    fn clock_ticked(&mut self, now: Instant) {
+        let due = self.takes.as_mut().map_or(0, |takes| takes.take_due(now));
+        for _ in 0..due {
+            self.wake_one();
+        }
+        if self.recheck_at.is_some_and(|at| at <= now) {
+            self.recheck_all();
         }
     }
 
@@ -847,12 +1053,12 @@ impl ChannelState {
                     self.wake_one();
                 }
                 // Waiters between two waits re-check too.
-                self.permits = self.refs;
+                self.permits = self.subscriptions();
             }
             Wake::N(n) => {
-                // More than the queue plus one permit per reference would
-                // change nothing (permits are capped at `refs`).
-                for _ in 0..n.min(self.queue.len() + self.refs) {
+                // More than the queue plus one permit per subscription
+                // would change nothing (permits are capped at that).
+                for _ in 0..n.min(self.queue.len() + self.subscriptions()) {
                     self.wake_one();
                 }
             }
@@ -863,8 +1069,10 @@ impl ChannelState {
 // === background tasks ===
 
 /// A channel's clock: sleeps until the earliest re-check its waiters asked
-/// for, then wakes every queued waiter (see [`Subscription::wait`]); ends
-/// when nothing is due (the next wait that asks starts it again).
+/// for, then wakes every queued waiter (see [`Subscription::wait`]), and
+/// gives deferred wake-ups at their time (see "Announced takes" in the
+/// module docs); ends when nothing is due (the next wait that asks, or
+/// the next deferred wake-up, starts it again).
 async fn run_clock(channel: Arc<Channel>) {
     loop {
         let moved = channel.clock.notified();
@@ -873,7 +1081,7 @@ async fn run_clock(channel: Arc<Channel>) {
         moved.as_mut().enable();
         let due = {
             let mut state = channel.state.lock();
-            match state.recheck_at {
+            match state.clock_due() {
                 Some(due) => due,
                 None => {
                     state.clock_running = false;
@@ -885,10 +1093,7 @@ async fn run_clock(channel: Arc<Channel>) {
             () = tokio::time::sleep_until(due) => {}
             () = moved => continue,
         }
-        let mut state = channel.state.lock();
-        if state.recheck_at.is_some_and(|due| due <= Instant::now()) {
-            state.recheck_all();
-        }
+        channel.state.lock().clock_ticked(Instant::now());
     }
 }
 
@@ -911,7 +1116,10 @@ async fn run_ops(
                             entries.push(next);
                         }
                     }
-                    let names: Vec<Arc<str>> = entries.iter().map(|e| e.name.clone()).collect();
+                    let names: Vec<Arc<str>> = entries
+                        .iter()
+                        .flat_map(|e| std::iter::once(e.name.clone()).chain(e.companion.clone()))
+                        .collect();
                     let outcome = subscribe_confirmed(&subscriber, sharded, names).await;
                     for entry in entries {
                         entry.ready.send_replace(match &outcome {
@@ -946,8 +1154,12 @@ async fn run_ops(
                     let Some(shared) = shared.upgrade() else {
                         return;
                     };
-                    let names: Vec<Arc<str>> =
-                        shared.channels.iter().map(|e| e.key().clone()).collect();
+                    let names: Vec<Arc<str>> = shared
+                        .channels
+                        .iter()
+                        .map(|e| e.key().clone())
+                        .chain(shared.companions.iter().map(|e| e.key().clone()))
+                        .collect();
                     for chunk in names.chunks(OPS_BATCH) {
                         if let Err(e) =
                             subscribe_confirmed(&subscriber, sharded, chunk.to_vec()).await
@@ -1098,6 +1310,16 @@ mod tests {
     }
 
     fn channel_with_policy(n: usize, policy: Policy) -> (Arc<Shared>, Vec<Subscription>) {
+        channel_with_companion_of(n, policy, None)
+    }
+
+    /// `n` subscriptions of channel `c`, with takes announced on
+    /// `companion` if given.
+    fn channel_with_companion_of(
+        n: usize,
+        policy: Policy,
+        companion: Option<&str>,
+    ) -> (Arc<Shared>, Vec<Subscription>) {
         let subscriber = fred::types::Builder::default_centralized()
             .build_subscriber_client()
             .unwrap();
@@ -1106,12 +1328,17 @@ mod tests {
             subscriber,
             sharded: false,
             channels: DashMap::new(),
+            companions: DashMap::new(),
             ops,
             listed: std::sync::OnceLock::new(),
         });
         let name: Arc<str> = "c".into();
-        let channel = Arc::new(Channel::new(name.clone(), policy));
+        let companion = companion.map(Arc::<str>::from);
+        let channel = Arc::new(Channel::new(name.clone(), policy, companion.clone()));
         shared.channels.insert(name, channel.clone());
+        if let Some(companion) = companion {
+            shared.companions.insert(companion, channel.clone());
+        }
         let subs = (0..n)
             .map(|_| {
                 // As `subscribe` does: counted and queued at the back.
@@ -1262,7 +1489,11 @@ mod tests {
         let (shared, mut subs) = channel_with(1);
         let w = subs.pop().unwrap();
         let channel = shared.channels.get("c").unwrap().clone();
-        channel.state.lock().refs += 1;
+        {
+            let mut state = channel.state.lock();
+            state.refs += 1;
+            state.pins += 1;
+        }
         let pin = Pin {
             shared: shared.clone(),
             channel: channel.clone(),
@@ -1281,6 +1512,134 @@ mod tests {
         );
         drop(pin);
         assert!(!shared.channels.contains_key("c"));
+    }
+
+    /// The same on a hot channel, where the message's wake-up is
+    /// deferred: a waiter that joins before it is due does not get it.
+    #[tokio::test(start_paused = true)]
+    async fn a_deferred_message_to_a_pinned_channel_wakes_no_later_waiter() {
+        let (shared, mut subs) = channel_with_companion_of(1, wake_one, Some("t"));
+        let w = subs.pop().unwrap();
+        let registry = PubSub {
+            shared: shared.clone(),
+        };
+        w.linger(Duration::from_secs(60));
+        for c in 0..64 {
+            shared.deliver("t", format!("30000 client{c}:1").as_bytes());
+        }
+        for _ in 0..16 {
+            shared.deliver("c", b"0");
+        }
+        let channel = shared.channels.get("c").unwrap().clone();
+        channel.ready.send_replace(Ready::Subscribed);
+        let joined = registry
+            .join_subscribed("c")
+            .expect("the pin kept the channel");
+        assert!(
+            !joined.wait(crate::core::takes::MAX_DELAY * 2).await,
+            "a message from before the waiter joined woke it"
+        );
+    }
+
+    /// A message that comes while only a pin holds the channel (no
+    /// waiter: e.g. the unlock a lingering owner's own release announced)
+    /// is no news to a waiter that joins later, whose first try comes
+    /// after it joined: it keeps no permit, so that waiter's first wait
+    /// parks instead of trying again at once.
+    #[tokio::test]
+    async fn a_message_to_a_pinned_channel_keeps_no_permit() {
+        let (shared, mut subs) = channel_with(1);
+        let w = subs.pop().unwrap();
+        let registry = PubSub {
+            shared: shared.clone(),
+        };
+        w.linger(Duration::from_secs(60));
+        shared.deliver("c", b"0");
+        let channel = shared.channels.get("c").unwrap().clone();
+        channel.ready.send_replace(Ready::Subscribed);
+        let joined = registry
+            .join_subscribed("c")
+            .expect("the pin kept the channel");
+        assert!(
+            !joined.wait(Duration::ZERO).await,
+            "a message from before the waiter joined woke it"
+        );
+        // A message after it joined still wakes it.
+        shared.deliver("c", b"0");
+        assert!(joined.wait(Duration::from_secs(5)).await);
+    }
+
+    /// A channel `c` with the companion `t` (takes announced there), and
+    /// one subscription.
+    fn channel_with_companion() -> (Arc<Shared>, Subscription) {
+        let (shared, mut subs) = channel_with_companion_of(1, wake_one, Some("t"));
+        (shared, subs.pop().unwrap())
+    }
+
+    /// A take announced on the companion voids a kept wake-up (it came
+    /// from an unlock before the take) and bounds a parked waiter's
+    /// re-check by the new holder's lease: nobody is stranded past it.
+    #[tokio::test(start_paused = true)]
+    async fn a_take_voids_kept_wake_ups_and_bounds_the_recheck() {
+        let (shared, w) = channel_with_companion();
+        // Woken (which takes it out of the queue), then trying.
+        shared.deliver("c", b"0");
+        assert!(w.wait(Duration::ZERO).await);
+        w.consumed();
+        // An unlock during the attempt is kept as a permit; a take after
+        // it voids it.
+        shared.deliver("c", b"0");
+        shared.deliver("t", b"300 6a2a8c5e-3f7e-4a43-9e9b-7e5b1f0c9d11:7");
+        let start = Instant::now();
+        assert!(
+            !w.wait(Duration::from_secs(60)).await,
+            "a wake-up from before the take woke the waiter"
+        );
+        assert_eq!(
+            start.elapsed(),
+            Duration::from_millis(300),
+            "the re-check was not bounded by the announced lease"
+        );
+    }
+
+    /// On a hot channel with many recent winners, most unlocks wake after
+    /// a short delay; a take announced before then voids the wake-up, and
+    /// without one it comes within the delay's cap.
+    #[tokio::test(start_paused = true)]
+    async fn a_hot_unlock_wakes_after_a_delay_unless_a_take_comes_first() {
+        let (shared, w) = channel_with_companion();
+        // Woken (out of the queue) and trying: wake-ups are kept for it.
+        shared.deliver("c", b"0");
+        assert!(w.wait(Duration::ZERO).await);
+        w.consumed();
+        for c in 0..64 {
+            shared.deliver("t", format!("1000 client{c}:1").as_bytes());
+        }
+        // An unlock until one is deferred (most are; one at once is kept
+        // as a permit, which a take voids).
+        let deferred = |shared: &Shared| loop {
+            shared.deliver("c", b"0");
+            let channel = shared.channels.get("c").unwrap().clone();
+            let state = channel.state.lock();
+            if state.takes.as_ref().unwrap().due().is_some() {
+                assert_eq!(state.permits, 0);
+                break;
+            }
+            assert_eq!(state.permits, 1);
+            drop(state);
+            shared.deliver("t", b"1000 x:1");
+        };
+        deferred(&shared);
+        shared.deliver("t", b"1000 y:1");
+        tokio::time::sleep(crate::core::takes::MAX_DELAY).await;
+        assert!(
+            !w.wait(Duration::ZERO).await,
+            "a voided unlock woke the waiter"
+        );
+        // Without a take, the deferred unlock comes within the cap.
+        deferred(&shared);
+        tokio::time::sleep(crate::core::takes::MAX_DELAY).await;
+        assert!(w.wait(Duration::ZERO).await, "the unlock never came");
     }
 
     /// A message a policy hands over goes with the wake-up to the oldest

@@ -2,7 +2,10 @@
 //!
 //! 1. Try (the primitive's attempt: one latched script call). If the
 //!    channel's subscription is already confirmed (another waiter of this
-//!    client, or a pin), the waiter joins it first and skips 2 and 3.
+//!    client, or a pin), the waiter joins it first and skips 2 and 3; if
+//!    the channel is hot (takes were announced on its companion, see
+//!    `takes.rs`), the first try waits for a deferred wake-up (4) as the
+//!    other clients' waiters do, instead of barging in ahead of them.
 //! 2. Busy: subscribe to the primitive's channel (shared with every other
 //!    waiter of this client) and wait until Redis confirms it.
 //! 3. Try again: it catches a release published before step 2.
@@ -13,6 +16,9 @@
 //!    `Subscription::wait`), so a parked waiter carries no timer; only the
 //!    last wait before a deadline has its own (boxed) timer.
 //! 5. Leave: drop the subscription reference (the last one unsubscribes).
+//!    A wait that got what it waited for may keep the channel subscribed
+//!    a moment longer ([`Attempts::linger`]): its owner, back soon,
+//!    starts its next wait subscribed (step 1) and skips steps 2 and 3.
 //!
 //! A woken waiter holds its wake-up through its attempt and gives it up
 //! only when the attempt has concluded; a waiter dropped in between passes
@@ -77,18 +83,36 @@ pub(crate) trait Attempts: Send {
     /// What a message on [`channel`](Self::channel) wakes.
     fn policy(&self) -> Policy;
 
+    /// The channel on which tries announce that they took what they
+    /// wanted, if they do (`takes.rs`): subscribed with
+    /// [`channel`](Self::channel).
+    fn companion(&self) -> Option<&str> {
+        None
+    }
+
     /// One try, given the message handed to the waiter with the wake-up it
-    /// holds, if any (see `pubsub::Wake::OneWith`). The wait loop keeps
-    /// the future inline while it runs: box a large one.
+    /// holds, if any (see `pubsub::Wake::OneWith`), and whether a try that
+    /// takes the lock announces it on the [`companion`](Self::companion)
+    /// (see `Subscription::announces`). The wait loop keeps the future
+    /// inline while it runs: box a large one.
     fn attempt(
         &mut self,
         handed: Option<Box<[u8]>>,
+        announce: bool,
     ) -> impl Future<Output = Result<Step<Self::Output>>> + Send + '_;
 
     /// The lock key and owner this wait is for, if it is an owner's wait
     /// that operators should see (recorded once it lasts, see
     /// `registry.rs`).
     fn waits_for(&self) -> Option<(&Key, u64)> {
+        None
+    }
+
+    /// How long the channel stays subscribed after a wait that got what
+    /// it waited for (`None`: the last subscription leaves it at once).
+    /// For a primitive whose owners come back soon (see
+    /// `Subscription::linger`).
+    fn linger(&self) -> Option<Duration> {
         None
     }
 
@@ -152,6 +176,7 @@ where
     fn attempt(
         &mut self,
         _handed: Option<Box<[u8]>>,
+        _announce: bool,
     ) -> impl Future<Output = Result<Step<T>>> + Send + '_ {
         (self.attempt)()
     }
@@ -185,6 +210,12 @@ pub(crate) fn wait_with<'a, A: Attempts + 'a>(
             } else {
                 engine.pubsub.join_subscribed(attempts.channel())
             };
+            // On a hot channel the first try waits for a wake-up too (see
+            // `takes.rs`: no barging in ahead of deferred wake-ups).
+            let mut skip_try = subscription.as_ref().is_some_and(|s| s.defers_first_try());
+            // A try made with a wake-up lost the race: other clients try
+            // too, so a take is announced to them (see `takes.rs`).
+            let mut raced = false;
             let mut backoff = RETRY_FIRST;
             // Made at the first busy try; dropped with the wait. Boxed:
             // a parked waiter's future carries one pointer of it.
@@ -197,18 +228,33 @@ pub(crate) fn wait_with<'a, A: Attempts + 'a>(
                 // read in a plain function: nothing of them stays in this
                 // future while it waits (a parked waiter carries only the
                 // wait's own state).
-                let then = {
+                let then = if std::mem::take(&mut skip_try) {
+                    Then::Busy(None)
+                } else {
                     let held = subscription.as_ref().is_some_and(|s| s.holds_wake_up());
                     let handed = subscription
                         .as_ref()
                         .filter(|_| held)
                         .and_then(|s| s.take_handed());
-                    let outcome = attempts.attempt(handed).await;
-                    if let Some(s) = subscription.as_ref().filter(|_| held) {
-                        s.consumed_by(&outcome);
+                    let sent = Instant::now();
+                    let announce = subscription.as_ref().is_some_and(|s| s.announces(raced));
+                    let outcome = attempts.attempt(handed, announce).await;
+                    if let Some(s) = subscription.as_ref() {
+                        s.observe(sent.elapsed());
+                        if held {
+                            raced |= matches!(outcome, Ok(Step::Busy(_)));
+                            s.consumed_by(&outcome);
+                        }
                     }
                     match next(engine, outcome, subscription.is_none() && !once, once) {
-                        Ok(ControlFlow::Break(value)) => break 'wait Ok(Some(value)),
+                        Ok(ControlFlow::Break(value)) => {
+                            if let (Some(s), Some(linger)) =
+                                (subscription.take(), attempts.linger())
+                            {
+                                s.linger(linger);
+                            }
+                            break 'wait Ok(Some(value));
+                        }
                         Ok(ControlFlow::Continue(then)) => then,
                         Err(e) => break 'wait Err(e),
                     }
@@ -227,9 +273,11 @@ pub(crate) fn wait_with<'a, A: Attempts + 'a>(
                         // subscriber is reconnecting) ends the wait. Boxed: a
                         // parked waiter's future has no room for a subscribe
                         // (most waiters join a confirmed channel).
-                        let subscribing = engine
-                            .pubsub
-                            .subscribe(attempts.channel(), attempts.policy());
+                        let subscribing = engine.pubsub.subscribe(
+                            attempts.channel(),
+                            attempts.policy(),
+                            attempts.companion(),
+                        );
                         let subscribed = match deadline {
                             Some(d) => {
                                 match Box::pin(tokio::time::timeout_at(d, subscribing)).await {

@@ -15,6 +15,13 @@
 //! Each latched call also keeps a small latch key
 //! `leasehold_latch:{name}:<field>` for 30 s.
 //!
+//! A waiting client also listens on `leasehold_lock__taken:{name}` (a
+//! channel Redisson neither publishes nor subscribes to). When many
+//! clients race for the lock, an acquire of a waiting client that takes
+//! it free announces it there (`<lease ms> <field>`): the other clients
+//! then leave the lock to it instead of all trying after each unlock
+//! (`core/takes.rs`).
+//!
 //! The fenced lock is this lock with another acquire script (it also takes
 //! a token): it acquires through [`Lock::acquire_with`], and its holds are
 //! released, renewed and force-unlocked exactly as these.
@@ -23,7 +30,9 @@
 //!
 //! Waiting is the engine's wait loop (`core/wait.rs`): try, subscribe, try,
 //! sleep until an unlock message (one local waiter per message) or the
-//! lock's TTL, repeat. Every acquire and release runs under the engine's
+//! lock's TTL, repeat. A client keeps the channel subscribed for a second
+//! after one of its waits got the lock, so an owner that locks again soon
+//! (a hot lock) starts subscribed. Every acquire and release runs under the engine's
 //! rules (`core/hold.rs`): a dropped acquire holds nothing, a dropped guard
 //! releases in the background, a stale guard gives back nothing, and the
 //! key never expires before the owner's longest live hold.
@@ -153,6 +162,10 @@ struct LockKind;
 /// one field must have one lease record (one turn, one latch, one set of
 /// TTL needs), whichever handle took its holds.
 const TAG: u8 = 1;
+
+/// How long the unlock channel stays subscribed after an acquire that
+/// subscribed to it: an owner locking again within it starts subscribed.
+const LINGER: Duration = Duration::from_secs(1);
 
 /// The acquire's check before the record (`Script::latched_after`): a
 /// lock someone else holds, or a first run; it sets `early`,
@@ -442,6 +455,11 @@ impl Target for LockTarget<'_> {
         wake_one
     }
 
+    fn linger(&self) -> Option<Duration> {
+        // An owner that waited is likely to come back soon (a hot lock).
+        Some(LINGER)
+    }
+
     fn init(&self, owner: u64) -> Result<LeaseInit> {
         let field = self.lock.inner.client.field(owner, "");
         LeaseInit::new(
@@ -453,10 +471,31 @@ impl Target for LockTarget<'_> {
     }
 
     fn build(&self, lease: &Lease, lease_ms: i64, rid: u64) -> Call {
+        self.build_announcing(lease, lease_ms, rid, None)
+    }
+
+    fn announces_takes(&self) -> bool {
+        // The fenced lock's acquire script announces nothing.
+        std::ptr::eq(self.script, &scripts().acquire)
+    }
+
+    fn build_announcing(
+        &self,
+        lease: &Lease,
+        lease_ms: i64,
+        rid: u64,
+        announce: Option<&str>,
+    ) -> Call {
+        let publish = match announce {
+            Some(_) => lease.conn.publish_command(),
+            None => "",
+        };
         Call::new(
             &lease.conn,
             self.script,
-            std::iter::once(lease.key()).chain(self.extra_keys.iter().cloned()),
+            std::iter::once(lease.key())
+                .chain(self.extra_keys.iter().cloned())
+                .chain(announce.map(Key::from)),
             [
                 lease_ms.into(),
                 Value::String(lease.field()),
@@ -467,6 +506,8 @@ impl Target for LockTarget<'_> {
                 } else {
                     (-1).into()
                 },
+                // acquire.lua: how to announce a take (core/takes.rs).
+                publish.into(),
             ],
             &lease.latch(),
             rid,
