@@ -7,33 +7,36 @@
 use std::time::Duration;
 
 /// The pauses of one retry loop: `first`, then twice the last, at most
-/// `max`; [`reset`](Backoff::reset) after a success.
+/// `max`; [`reset`](Backoff::reset) after a success. Whole milliseconds
+/// (12 bytes: it lives in every waiting task's future).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Backoff {
-    first: Duration,
-    max: Duration,
-    next: Duration,
+    first_ms: u32,
+    max_ms: u32,
+    next_ms: u32,
 }
 
 impl Backoff {
-    pub(crate) const fn new(first: Duration, max: Duration) -> Backoff {
+    pub(crate) fn new(first: Duration, max: Duration) -> Backoff {
+        let ms = |d: Duration| u32::try_from(d.as_millis()).unwrap_or(u32::MAX).max(1);
+        let first_ms = ms(first);
         Backoff {
-            first,
-            max,
-            next: first,
+            first_ms,
+            max_ms: ms(max).max(first_ms),
+            next_ms: first_ms,
         }
     }
 
     /// The pause to take now; the one after it doubles (up to the cap).
     pub(crate) fn next(&mut self) -> Duration {
-        let pause = self.next;
-        self.next = self.next.saturating_mul(2).min(self.max);
-        pause
+        let pause = self.next_ms;
+        self.next_ms = self.next_ms.saturating_mul(2).min(self.max_ms);
+        Duration::from_millis(u64::from(pause))
     }
 
     /// After a success: the next pause is the first again.
     pub(crate) fn reset(&mut self) {
-        self.next = self.first;
+        self.next_ms = self.first_ms;
     }
 }
 

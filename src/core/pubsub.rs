@@ -105,6 +105,7 @@ use tokio::sync::broadcast::{error::RecvError, Receiver as Broadcast};
 use tokio::sync::{mpsc, watch, Notify};
 use tokio::time::Instant;
 
+use super::background::spawn_here;
 use super::takes::Takes;
 use crate::error::{Error, Result};
 
@@ -820,14 +821,13 @@ impl Pin {
 impl Drop for Lingering {
     fn drop(&mut self) {
         let Some(pin) = self.pin.take() else { return };
-        // Outside a runtime the channel is let go at once.
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let linger = Duration::from_millis(u64::from(self.linger_ms));
-            runtime.spawn(async move {
-                tokio::time::sleep(linger).await;
-                drop(pin);
-            });
-        }
+        // Outside a runtime the task, and the pin in it, is dropped: the
+        // channel is let go at once.
+        let linger = Duration::from_millis(u64::from(self.linger_ms));
+        spawn_here(async move {
+            tokio::time::sleep(linger).await;
+            drop(pin);
+        });
     }
 }
 

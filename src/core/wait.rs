@@ -43,6 +43,7 @@ use std::time::Duration;
 use fred::types::Key;
 use tokio::time::Instant;
 
+use super::backoff::Backoff;
 use super::pubsub::Policy;
 use super::registry::Waiting;
 use super::Engine;
@@ -216,7 +217,7 @@ pub(crate) fn wait_with<'a, A: Attempts + 'a>(
             // A try made with a wake-up lost the race: other clients try
             // too, so a take is announced to them (see `takes.rs`).
             let mut raced = false;
-            let mut backoff = RETRY_FIRST;
+            let mut pauses = Backoff::new(RETRY_FIRST, RETRY_MAX);
             // Made at the first busy try; dropped with the wait. Boxed:
             // a parked waiter's future carries one pointer of it.
             let mut waiting: Option<Box<Waiting>> = None;
@@ -294,15 +295,14 @@ pub(crate) fn wait_with<'a, A: Attempts + 'a>(
                                 continue;
                             }
                             Err(e) if e.is_transient() => {
-                                bound = bound.min(backoff);
-                                backoff = (backoff * 2).min(RETRY_MAX);
+                                bound = bound.min(pauses.next());
                                 Some(Box::new(e))
                             }
                             Err(e) => break 'wait Err(e),
                         }
                     }
                     Then::Busy(retry) => {
-                        backoff = RETRY_FIRST;
+                        pauses.reset();
                         if let Some(retry) = retry {
                             bound = bound.min(retry);
                         }
@@ -310,8 +310,7 @@ pub(crate) fn wait_with<'a, A: Attempts + 'a>(
                     }
                     Then::Retry(e) => {
                         tracing::debug!(channel = %attempts.channel(), error = %e, "retrying after a connection error");
-                        bound = bound.min(backoff);
-                        backoff = (backoff * 2).min(RETRY_MAX);
+                        bound = bound.min(pauses.next());
                         Some(e)
                     }
                 };
