@@ -185,7 +185,7 @@ impl Client {
     /// # }
     /// ```
     pub fn watchdog(&self) -> &Watchdog {
-        &self.inner.engine.watchdog
+        self.inner.engine.watchdog()
     }
 
     /// The fred client carrying this client's commands, for reads of your
@@ -205,7 +205,7 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub fn redis(&self) -> &FredClient {
-        &self.inner.engine.conn.redis
+        self.inner.engine.redis()
     }
 
     /// Number of unlock channels this client is subscribed to: one per lock
@@ -219,7 +219,7 @@ impl Client {
     /// # }
     /// ```
     pub fn subscribed_channels(&self) -> usize {
-        self.inner.engine.pubsub.channel_count()
+        self.inner.engine.channel_count()
     }
 
     /// What this client has done since it was built: acquisitions,
@@ -239,10 +239,7 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub fn stats(&self) -> Stats {
-        let engine = &self.inner.engine;
-        let mut stats = engine.stats.snapshot();
-        stats.channels = engine.pubsub.channel_count();
-        stats
+        self.inner.engine.stats()
     }
 
     /// Gives back every hold this client handed out (waking waiters
@@ -790,7 +787,7 @@ impl ClientBuilder {
         let engine = start_engine(options, self.connect_retry).await?;
         // A release by another client of this process can then hand this
         // client's waiters what it granted them directly.
-        engine.pubsub.serve_here(id);
+        engine.serve_here(id);
         let inner = ClientInner {
             id,
             field_prefix: format!("{id}:").into(),

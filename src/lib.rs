@@ -221,13 +221,13 @@ pub mod __bench {
     /// [`parked_records`]); a record idle but not parked is (a leak). For
     /// tests that nothing is left behind.
     pub fn lease_records(client: &crate::Client) -> usize {
-        client.engine().leases.records_in_use()
+        client.engine().bench_counts().0
     }
 
     /// The idle lease records `client` keeps parked for their next acquire:
     /// at most [`IDLE_RECORDS`].
     pub fn parked_records(client: &crate::Client) -> usize {
-        client.engine().leases.parked()
+        client.engine().bench_counts().1
     }
 
     /// What deleting request records has made Redis do through `client`
@@ -235,7 +235,7 @@ pub mod __bench {
     /// one `EVALSHA`, each record read one `GET`, each record deleted one
     /// `DEL` (see `core/forget.rs`). For tests that count Redis commands.
     pub fn forgotten(client: &crate::Client) -> (u64, u64, u64) {
-        let f = client.engine().conn.forgotten();
+        let f = client.engine().bench_counts().2;
         (f.calls, f.checked, f.deleted)
     }
 

@@ -101,20 +101,20 @@ use watchdog::Watchdog;
 /// The engine of one client.
 #[derive(Debug)]
 pub(crate) struct Engine {
-    pub(crate) conn: Arc<Conn>,
-    pub(crate) pubsub: PubSub,
-    pub(crate) leases: Arc<Leases>,
+    conn: Arc<Conn>,
+    pubsub: PubSub,
+    leases: Arc<Leases>,
     /// What this client has done (`Client::stats`); shared with its leases.
-    pub(crate) stats: Arc<stats::Counters>,
-    pub(crate) background: Arc<Background>,
-    pub(crate) watchdog: Watchdog,
+    stats: Arc<stats::Counters>,
+    background: Arc<Background>,
+    watchdog: Watchdog,
     /// The client's record (who it is, its long waits); `None` when the
     /// client was built with `client_record(false)`.
-    pub(crate) registry: Option<Arc<Registry>>,
+    registry: Option<Arc<Registry>>,
     /// Longest a waiter sleeps without re-checking.
-    pub(crate) recheck_interval: Duration,
+    recheck_interval: Duration,
     /// Replica acknowledgements required after each acquire, if any.
-    pub(crate) replicas: Option<ReplicaWait>,
+    replicas: Option<ReplicaWait>,
     /// Cleared when the runtime the client was built on shuts down.
     runtime_alive: Arc<AtomicBool>,
     shut_down: AtomicBool,
@@ -292,6 +292,124 @@ impl Engine {
         });
         runtime.spawn(check_on_reconnect(Arc::downgrade(&engine), reconnects));
         Ok(engine)
+    }
+
+    // --- The engine's API: what primitives and the client use. Its fields
+    // are private; the engine's own modules use them directly. ---
+
+    /// The command connection's fred client, for reads (`EXISTS`, `PTTL`,
+    /// `HGET`, read-only scripts).
+    pub(crate) fn redis(&self) -> &fred::clients::Client {
+        &self.conn.redis
+    }
+
+    /// The command connection, for a primitive's own latched or plain
+    /// calls (`Call`, `Script::run`) and the work it leaves for later.
+    pub(crate) fn conn(&self) -> &Arc<Conn> {
+        &self.conn
+    }
+
+    /// What a script publishes with (`SPUBLISH` on a cluster with sharded
+    /// pub/sub, `PUBLISH` otherwise): the one place that chooses.
+    pub(crate) fn publish_command(&self) -> &'static str {
+        self.conn.publish_command()
+    }
+
+    /// Publishes `message` on `channel` from the client (for a channel a
+    /// script may not touch: another slot on a cluster), with the command
+    /// [`publish_command`](Self::publish_command) names.
+    pub(crate) async fn publish(&self, channel: String, message: &'static str) -> Result<()> {
+        use fred::interfaces::PubsubInterface;
+        if self.conn.sharded {
+            self.conn
+                .redis
+                .spublish::<i64, _, _>(channel, message)
+                .await?;
+        } else {
+            self.conn
+                .redis
+                .publish::<i64, _, _>(channel, message)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Whether the server is a cluster.
+    pub(crate) fn clustered(&self) -> bool {
+        self.conn.clustered
+    }
+
+    /// The lease record of (`key`, `owner`, `tag`) in this client, made
+    /// with `init` the first time (see `lease::Leases::get`).
+    pub(crate) fn lease_of(
+        &self,
+        key: &fred::types::Key,
+        owner: u64,
+        tag: u8,
+        init: &(dyn Fn() -> Result<lease::LeaseInit> + Sync),
+    ) -> Result<lease::LeaseRef> {
+        self.leases
+            .get(&self.conn, &self.watchdog, key, owner, tag, init)
+    }
+
+    /// Runs a latched `script` that changes no lease (a count) to a
+    /// definite outcome, with a request record of its own (see
+    /// `call::Call::run_once`).
+    pub(crate) async fn run_once(
+        &self,
+        script: &'static script::Script,
+        key: &str,
+        client: &str,
+        keys: Vec<fred::types::Key>,
+        args: Vec<fred::types::Value>,
+    ) -> Result<call::Reply> {
+        call::Call::run_once(&self.conn, script, key, client, keys, args).await
+    }
+
+    /// Keeps `channel` subscribed while the returned pin lives (see
+    /// `pubsub::PubSub::pin`).
+    pub(crate) async fn pin(&self, channel: &str, policy: pubsub::Policy) -> pubsub::Pin {
+        self.pubsub.pin(channel, policy).await
+    }
+
+    /// Work that must finish after its caller has gone (see
+    /// `background.rs`).
+    pub(crate) fn spawn_job(&self, job: impl background::Job) {
+        self.background.spawn(job);
+    }
+
+    /// The watchdog renewing this client's leases.
+    pub(crate) fn watchdog(&self) -> &Watchdog {
+        &self.watchdog
+    }
+
+    /// What this client has done so far (`Client::stats`).
+    pub(crate) fn stats(&self) -> stats::Stats {
+        let mut stats = self.stats.snapshot();
+        stats.channels = self.pubsub.channel_count();
+        stats
+    }
+
+    /// How many channels this client is subscribed to.
+    pub(crate) fn channel_count(&self) -> usize {
+        self.pubsub.channel_count()
+    }
+
+    /// Lists this client's registry process-wide by `id`, so a release by
+    /// another client of this process can hand its waiters what it granted
+    /// them (`pubsub.rs`, "Messages handed over in this process").
+    pub(crate) fn serve_here(&self, id: uuid::Uuid) {
+        self.pubsub.serve_here(id);
+    }
+
+    /// For `__bench`: lease records in use, records parked, and what the
+    /// record batches have done (see `lib.rs`).
+    pub(crate) fn bench_counts(&self) -> (usize, usize, forget::Forgotten) {
+        (
+            self.leases.records_in_use(),
+            self.leases.parked(),
+            self.conn.forgotten(),
+        )
     }
 
     /// Whether a call may proceed: the client is open, its runtime lives,

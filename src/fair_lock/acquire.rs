@@ -78,17 +78,12 @@ impl Fair {
         // The waiter's channel stays subscribed from now until a moment
         // after the hold it gets ends, so an owner that locks again and
         // again queues and is told with one script call each.
-        let pin = engine.pubsub.pin(&own_channel, wake_or_grant).await;
+        let pin = engine.pin(&own_channel, wake_or_grant).await;
         // Dropped from here on, the waiter leaves the queue (and gives
         // back a grant it did not adopt).
-        let lease_ref = engine.leases.get(
-            &engine.conn,
-            &engine.watchdog,
-            &self.names.key,
-            owner.id(),
-            TAG,
-            &|| target.init(owner.id()),
-        )?;
+        let lease_ref = engine.lease_of(&self.names.key, owner.id(), TAG, &|| {
+            target.init(owner.id())
+        })?;
         let field_str = lease_ref.field();
         let mut queued = Queued::new(
             engine.clone(),
@@ -102,7 +97,7 @@ impl Fair {
         let outcome = {
             let acquiring = acquire(engine, target, lease, wait);
             let refreshing = queue::refresh(
-                &engine.conn,
+                engine.conn(),
                 &self.names,
                 &field_str,
                 &own_channel,

@@ -339,7 +339,7 @@ impl Fair {
     }
 
     fn redis(&self) -> &fred::clients::Client {
-        &self.client.engine().conn.redis
+        self.client.engine().redis()
     }
 
     fn check(&self) -> Result<()> {
@@ -402,7 +402,7 @@ impl RawSingle for Fair {
     async fn force_unlock(&self) -> Result<bool> {
         self.check()?;
         let engine = self.client.engine();
-        let mut args = vec![now_ms().into(), engine.conn.publish_command().into()];
+        let mut args = vec![now_ms().into(), engine.publish_command().into()];
         args.extend(Names::hand_over_args());
         // The waiter the script hands the lock to held nothing when it was
         // sent: it keeps the grant (see `Engine::force_unlock`).
@@ -416,7 +416,7 @@ impl RawSingle for Fair {
             )
             .await?;
         if !reply.is_replay() {
-            kick_if_unheard(&engine.conn, &self.names, &reply);
+            kick_if_unheard(engine.conn(), &self.names, &reply);
         }
         Ok(reply.first() == Some(&1))
     }

@@ -268,7 +268,7 @@ impl Queued {
     pub(crate) async fn leave_now(&mut self) {
         self.uncount();
         if let Some(job) = &self.job {
-            job.run(&self.engine.conn, false).await;
+            job.run(self.engine.conn(), false).await;
         }
         self.job = None;
     }
@@ -278,7 +278,7 @@ impl Drop for Queued {
     fn drop(&mut self) {
         self.uncount();
         if let Some(job) = self.job.take() {
-            self.engine.background.spawn(job);
+            self.engine.spawn_job(job);
         }
     }
 }

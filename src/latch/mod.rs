@@ -44,11 +44,11 @@
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use fred::interfaces::{KeysInterface, PubsubInterface};
+use fred::interfaces::KeysInterface;
 use fred::types::{Key, Value};
 
 use crate::client::Client;
-use crate::core::call::Call;
+
 use crate::core::pubsub::Wake;
 use crate::core::script::Script;
 use crate::core::wait::{wait_for, Step};
@@ -318,7 +318,7 @@ impl CountDownLatch {
     /// Whether the channel lies in another hash slot than the key on a
     /// cluster: then scripts leave it out and the client publishes.
     fn channel_apart(&self) -> bool {
-        self.client.engine().conn.clustered
+        self.client.engine().clustered()
             && fred::util::redis_keyslot(self.key_str.as_bytes())
                 != fred::util::redis_keyslot(self.channel.as_bytes())
     }
@@ -328,14 +328,8 @@ impl CountDownLatch {
         if !self.channel_apart() {
             return Ok(());
         }
-        let conn = &self.client.engine().conn;
         let channel = self.channel.to_string();
-        if conn.sharded {
-            conn.redis.spublish::<i64, _, _>(channel, message).await?;
-        } else {
-            conn.redis.publish::<i64, _, _>(channel, message).await?;
-        }
-        Ok(())
+        self.client.engine().publish(channel, message).await
     }
 
     /// Runs a latched script on the count (and the channel), with a latch
@@ -346,22 +340,22 @@ impl CountDownLatch {
         arg: Option<Value>,
     ) -> Result<crate::core::call::Reply> {
         self.check()?;
-        let conn = &self.client.engine().conn;
+        let engine = self.client.engine();
         let mut keys = vec![self.key.clone()];
         if !self.channel_apart() {
             keys.push(self.channel_key.clone());
         }
         let mut args: Vec<Value> = arg.into_iter().collect();
-        args.push(conn.publish_command().into());
-        Call::run_once(
-            conn,
-            script,
-            &self.key_str,
-            &self.client.id().to_string(),
-            keys,
-            args,
-        )
-        .await
+        args.push(engine.publish_command().into());
+        engine
+            .run_once(
+                script,
+                &self.key_str,
+                &self.client.id().to_string(),
+                keys,
+                args,
+            )
+            .await
     }
 
     /// The wait loop (see the module docs): `Ok(true)` once the count is
@@ -370,7 +364,7 @@ impl CountDownLatch {
         self.check()?;
         let engine = self.client.engine();
         let reached = wait_for(engine, &self.channel, wake_all, wait, || {
-            let redis = engine.conn.redis.clone();
+            let redis = engine.redis().clone();
             let key = self.key.clone();
             // Boxed: a fred call's future is about 5 KiB, and the wait
             // loop would otherwise carry it inline for the whole wait.

@@ -294,7 +294,7 @@ impl Plain {
     }
 
     pub(crate) fn redis(&self) -> &fred::clients::Client {
-        &self.inner.client.engine().conn.redis
+        self.inner.client.engine().redis()
     }
 
     pub(crate) fn check(&self) -> Result<()> {
@@ -388,7 +388,7 @@ impl RawSingle for Plain {
                 (&self.inner.key, self.key_str()),
                 &self.inner.client.id().to_string(),
                 vec![self.inner.key.clone(), self.inner.channel_key.clone()],
-                vec!["0".into(), engine.conn.publish_command().into()],
+                vec!["0".into(), engine.publish_command().into()],
             )
             .await?;
         Ok(reply.first() == Some(&1))

@@ -457,7 +457,7 @@ impl Names {
     }
 
     fn redis(&self) -> &fred::clients::Client {
-        &self.client.engine().conn.redis
+        self.client.engine().redis()
     }
 
     fn lease_init(&self, mode: Mode, field: &str) -> Result<LeaseInit> {
@@ -502,14 +502,9 @@ impl Names {
     fn reads_held(&self, owner: Owner) -> bool {
         let engine = self.client.engine();
         let field = self.client.field(owner.id(), Mode::Read.suffix());
-        let lease = engine.leases.get(
-            &engine.conn,
-            &engine.watchdog,
-            &self.key,
-            owner.id(),
-            READ_TAG,
-            &|| self.lease_init(Mode::Read, &field),
-        );
+        let lease = engine.lease_of(&self.key, owner.id(), READ_TAG, &|| {
+            self.lease_init(Mode::Read, &field)
+        });
         // A name too long for a record has no holds.
         lease.is_ok_and(|lease| lease.live_holds() > 0)
     }
@@ -565,7 +560,7 @@ impl Names {
                 vec![
                     mode.as_str().into(),
                     mode.message().into(),
-                    engine.conn.publish_command().into(),
+                    engine.publish_command().into(),
                 ],
             )
             .await?;

@@ -402,17 +402,19 @@ impl Semaphore {
     /// ```
     pub async fn available_permits(&self) -> Result<u64> {
         self.check()?;
-        let conn = &self.client.engine().conn;
         let free: i64 = scripts()
             .available
             .run(
-                &conn.redis,
+                self.client.engine().redis(),
                 &[
                     self.key.clone(),
                     self.timeout_key.clone(),
                     self.channel_key.clone(),
                 ],
-                &[now_ms().into(), conn.publish_command().into()],
+                &[
+                    now_ms().into(),
+                    self.client.engine().publish_command().into(),
+                ],
             )
             .await?;
         Ok(free.max(0) as u64)
@@ -627,16 +629,16 @@ impl Semaphore {
         arg: Value,
     ) -> Result<crate::core::call::Reply> {
         self.check()?;
-        let conn = &self.client.engine().conn;
-        Call::run_once(
-            conn,
-            script,
-            &self.key_str,
-            &self.client.id().to_string(),
-            vec![self.key.clone(), self.channel_key.clone()],
-            vec![arg, conn.publish_command().into()],
-        )
-        .await
+        let engine = self.client.engine();
+        engine
+            .run_once(
+                script,
+                &self.key_str,
+                &self.client.id().to_string(),
+                vec![self.key.clone(), self.channel_key.clone()],
+                vec![arg, engine.publish_command().into()],
+            )
+            .await
     }
 
     /// The wait loop (see the module docs): one new permit id for all the
