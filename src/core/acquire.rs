@@ -2,7 +2,7 @@
 //! wait loop, one latched script call per try.
 //!
 //! A primitive describes what it acquires and how one try is sent (a
-//! [`Target`]: the key and tag of its leases, the channel its releases
+//! [`Target`]: the key and kind of its leases, the channel its releases
 //! are announced on and what a message there wakes, its acquire script's
 //! call); the engine does the rest — lease records, turns, unknown
 //! outcomes, cancellation, waiting (see `hold.rs` and `wait.rs`). The
@@ -33,6 +33,7 @@ use tracing::{Instrument, Span};
 
 use super::call::Call;
 use super::hold::{self, Attempt, Hold, Request};
+use super::kind::Kind;
 use super::lease::{Lease, LeaseInit, LeaseRef, Term};
 use super::pubsub::Policy;
 use super::stats::{AcquireEnd, Counters, KeyName};
@@ -59,8 +60,9 @@ pub(crate) trait Target: Send + Sync {
     /// The key the lease is of.
     fn key(&self) -> &Key;
 
-    /// Tells this primitive's leases on the key from others'.
-    fn tag(&self) -> u8;
+    /// The kind of the leases it takes: how they are released and renewed,
+    /// and, by its identity, which record of the key is theirs.
+    fn kind(&self) -> &'static dyn Kind;
 
     /// Where releases are announced.
     fn channel(&self) -> &str;
@@ -240,7 +242,7 @@ impl<T: Target> wait::Attempts for Acquiring<'_, T> {
             &engine.watchdog,
             this.target.key(),
             this.owner,
-            this.target.tag(),
+            this.target.kind(),
             &|| this.target.init(this.owner),
         );
         // Where to announce a take, if the wait loop asks for it.

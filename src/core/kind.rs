@@ -2,6 +2,7 @@
 //! to give a hold back, how to read its scripts' replies, how the watchdog
 //! renews them, and which other leases a hold of it excludes.
 
+use std::any::TypeId;
 use std::time::Duration;
 
 use super::call::{Call, Reply};
@@ -11,6 +12,13 @@ use super::watchdog::Renewal;
 /// What a primitive tells the engine about its leases: how to give a hold
 /// back, how to read its scripts' replies, how the watchdog renews them.
 pub(crate) trait Kind: std::fmt::Debug + Send + Sync + 'static {
+    /// The kind's identity: its type. Leases of one kind on one key and
+    /// owner share one record; kinds that count the same holds (the plain
+    /// and the fenced lock) are one kind. No hand-picked tag.
+    fn id(&self) -> TypeId {
+        TypeId::of::<Self>()
+    }
+
     /// The call giving back `count` holds of `lease`; `ttl_ms` is the TTL
     /// the key keeps if holds remain.
     fn release_call(&self, lease: &Lease, count: u32, ttl_ms: i64, rid: u64) -> Call;

@@ -51,6 +51,7 @@
 //! its owner waits; the next acquire starts a new incarnation in it as it
 //! would in a new record.
 
+use std::any::TypeId;
 use std::collections::VecDeque;
 use std::hash::{BuildHasher, BuildHasherDefault, Hasher, RandomState};
 use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU8, Ordering};
@@ -93,7 +94,6 @@ pub(crate) struct Lease {
     /// and the channel the release script publishes on, in one buffer.
     names: LeaseNames,
     pub(crate) owner: u64,
-    pub(crate) tag: u8,
     /// Live [`LeaseRef`]s: the record's users. The table drops an idle
     /// record when its last user goes; other references (the watchdog's
     /// registry and the batches it has in flight) do not keep it there.
@@ -204,7 +204,6 @@ pub(crate) const IDLE_RECORDS: usize = 256;
 /// Identity of a lease within a client.
 #[derive(Debug)]
 pub(crate) struct LeaseInit {
-    pub(crate) kind: &'static dyn Kind,
     pub(crate) names: LeaseNames,
 }
 
@@ -212,14 +211,8 @@ impl LeaseInit {
     /// The lease of `field` on the key named `key`, released on `channel`:
     /// its latch key is derived (see `call.rs`); all four names share one
     /// buffer (see `names.rs`).
-    pub(crate) fn new(
-        kind: &'static dyn Kind,
-        key: &str,
-        field: &str,
-        channel: &[u8],
-    ) -> Result<LeaseInit> {
+    pub(crate) fn new(key: &str, field: &str, channel: &[u8]) -> Result<LeaseInit> {
         Ok(LeaseInit {
-            kind,
             names: LeaseNames::new(key, field, channel)?,
         })
     }
@@ -325,24 +318,24 @@ pub(crate) struct Sent {
 
 // === impl Leases ===
 
-/// Refuses a lease of `tag` on `field` of `key` while `owner` holds the same
+/// Refuses a lease of `kind` on `field` of `key` while `owner` holds the same
 /// field through another kind (a plain and a fair lock, or a plain and a
 /// read lock, of one name: their fields are one). Each kind keeps its own
 /// record, so each would count the other's holds as its own: a try of the
 /// second kind finds the field one above what it counts and is answered
 /// as a hold it took, and the owner has two guards for one hold in Redis.
 /// Kinds of one field on one record (a plain and a fenced lock) share a
-/// tag and are not refused. One comparison per record of the key.
+/// kind and are not refused. One comparison per record of the key.
 fn refuse_other_kinds(
     entry: &[Arc<Lease>],
     field: &[u8],
     key: &[u8],
     owner: u64,
-    tag: u8,
+    kind: TypeId,
 ) -> Result<()> {
     let other = entry.iter().find(|l| {
         l.owner == owner
-            && l.tag != tag
+            && l.kind.id() != kind
             && l.key_bytes() == key
             && l.field_bytes() == field
             && l.live_holds() > 0
@@ -359,25 +352,27 @@ fn refuse_other_kinds(
 }
 
 impl Leases {
-    /// The lease of (`key`, `owner`, `tag`), made with `init` if missing.
+    /// The lease of (`key`, `owner`, `kind`), made with `init` if missing.
     pub(crate) fn get(
         self: &Arc<Self>,
         conn: &Arc<Conn>,
         watchdog: &Watchdog,
         key: &Key,
         owner: u64,
-        tag: u8,
+        kind: &'static dyn Kind,
         init: &(dyn Fn() -> Result<LeaseInit> + Sync),
     ) -> Result<LeaseRef> {
         let key = key.as_bytes();
         let hash = self.hash(key);
-        let matches = |l: &&Arc<Lease>| l.owner == owner && l.tag == tag && l.key_bytes() == key;
+        let id = kind.id();
+        let matches =
+            |l: &&Arc<Lease>| l.owner == owner && l.kind.id() == id && l.key_bytes() == key;
         // Found (a parked or used record: the common case) under the
         // entry's shared lock, which also keeps `remove_idle` out while
         // the user is counted.
         if let Some(entry) = self.map.get(&hash) {
             if let Some(lease) = entry.iter().find(matches) {
-                refuse_other_kinds(&entry, lease.field_bytes(), key, owner, tag)?;
+                refuse_other_kinds(&entry, lease.field_bytes(), key, owner, id)?;
                 return Ok(LeaseRef::new(lease.clone(), Arc::downgrade(self)));
             }
         }
@@ -385,19 +380,18 @@ impl Leases {
         let found = entry.iter().find(matches);
         let lease = match found {
             Some(lease) => {
-                refuse_other_kinds(&entry, lease.field_bytes(), key, owner, tag)?;
+                refuse_other_kinds(&entry, lease.field_bytes(), key, owner, id)?;
                 lease.clone()
             }
             None => {
                 let init = init()?;
                 debug_assert_eq!(init.names.key_bytes(), key);
-                refuse_other_kinds(&entry, init.names.field_bytes(), key, owner, tag)?;
+                refuse_other_kinds(&entry, init.names.field_bytes(), key, owner, id)?;
                 let lease = Arc::new(Lease {
-                    kind: init.kind,
+                    kind,
                     conn: conn.clone(),
                     names: init.names,
                     owner,
-                    tag,
                     users: AtomicU32::new(0),
                     flags: AtomicU8::new(0),
                     waits: AtomicU16::new(0),
@@ -1285,8 +1279,8 @@ mod tests {
         key: &'static str,
     ) -> LeaseRef {
         table
-            .get(conn, watchdog, &Key::from(key), 1, 0, &|| {
-                LeaseInit::new(&Offline, key, "f", b"c")
+            .get(conn, watchdog, &Key::from(key), 1, &Offline, &|| {
+                LeaseInit::new(key, "f", b"c")
             })
             .expect("short names")
     }
@@ -1380,8 +1374,8 @@ mod tests {
         let watchdog = Watchdog::new(Duration::from_secs(30)).unwrap();
         let of = |owner: u64, field: &'static str| {
             table
-                .get(&conn, &watchdog, &Key::from("k"), owner, 0, &|| {
-                    LeaseInit::new(&Offline, "k", field, b"c")
+                .get(&conn, &watchdog, &Key::from("k"), owner, &Offline, &|| {
+                    LeaseInit::new("k", field, b"c")
                 })
                 .expect("short names")
         };

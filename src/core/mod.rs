@@ -339,17 +339,17 @@ impl Engine {
         self.conn.clustered
     }
 
-    /// The lease record of (`key`, `owner`, `tag`) in this client, made
+    /// The lease record of (`key`, `owner`, `kind`) in this client, made
     /// with `init` the first time (see `lease::Leases::get`).
     pub(crate) fn lease_of(
         &self,
         key: &fred::types::Key,
         owner: u64,
-        tag: u8,
+        kind: &'static dyn kind::Kind,
         init: &(dyn Fn() -> Result<lease::LeaseInit> + Sync),
     ) -> Result<lease::LeaseRef> {
         self.leases
-            .get(&self.conn, &self.watchdog, key, owner, tag, init)
+            .get(&self.conn, &self.watchdog, key, owner, kind, init)
     }
 
     /// Runs a latched `script` that changes no lease (a count) to a

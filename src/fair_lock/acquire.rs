@@ -10,12 +10,13 @@ use fred::types::{Key, Value};
 use parking_lot::Mutex;
 use tokio::time::Instant;
 
-use super::kind::{scripts, waiter_channel, FairKind, LINGER, TAG};
+use super::kind::{scripts, waiter_channel, FairKind, LINGER};
 use super::queue::{self, now_ms, Leave, Queued, THREAD_WAIT};
 use super::Fair;
 use crate::core::acquire::{acquire, Granted, Target};
 use crate::core::call::Call;
 use crate::core::hold::Hold;
+use crate::core::kind::Kind;
 use crate::core::lease::{Lease, LeaseInit};
 use crate::core::pubsub::{Policy, Wake};
 use crate::error::{Error, Result};
@@ -81,7 +82,7 @@ impl Fair {
         let pin = engine.pin(&own_channel, wake_or_grant).await;
         // Dropped from here on, the waiter leaves the queue (and gives
         // back a grant it did not adopt).
-        let lease_ref = engine.lease_of(&self.names.key, owner.id(), TAG, &|| {
+        let lease_ref = engine.lease_of(&self.names.key, owner.id(), &FairKind, &|| {
             target.init(owner.id())
         })?;
         let field_str = lease_ref.field();
@@ -147,8 +148,8 @@ impl Target for FairTarget<'_> {
         &self.lock.names.key
     }
 
-    fn tag(&self) -> u8 {
-        TAG
+    fn kind(&self) -> &'static dyn Kind {
+        &FairKind
     }
 
     fn channel(&self) -> &str {
@@ -161,7 +162,6 @@ impl Target for FairTarget<'_> {
 
     fn init(&self, _owner: u64) -> Result<LeaseInit> {
         LeaseInit::new(
-            &FairKind,
             &self.lock.key_str,
             self.field,
             self.lock.names.channel.as_bytes(),

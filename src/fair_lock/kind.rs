@@ -41,9 +41,6 @@ pub(super) struct Scripts {
 #[derive(Debug)]
 pub(super) struct FairKind;
 
-/// Tells a fair lock's leases from other primitives' on the same key.
-pub(super) const TAG: u8 = 2;
-
 /// How long a waiter's channel stays subscribed after the hold it got
 /// ends (see `FairLock::acquire`).
 pub(super) const LINGER: Duration = Duration::from_secs(1);

@@ -152,16 +152,13 @@ struct Scripts {
     holders: Script,
 }
 
-/// The engine's view of the lock's holds (and of the fenced lock's: the
-/// same field, see [`Lock::acquire_with`]).
+/// The engine's view of the lock's holds, and of the fenced lock's: they
+/// are holds of the same field, and one field must have one lease record
+/// (one turn, one request record, one set of TTL needs), whichever handle
+/// took its holds, so both acquire as this one kind
+/// ([`Plain::acquire_with`]).
 #[derive(Debug)]
 struct LockKind;
-
-/// Tells a lock's leases from other primitives' on the same key. The
-/// fenced lock's holds carry it too: they are holds of the same field, and
-/// one field must have one lease record (one turn, one latch, one set of
-/// TTL needs), whichever handle took its holds.
-const TAG: u8 = 1;
 
 /// How long the unlock channel stays subscribed after an acquire that
 /// subscribed to it: an owner locking again within it starts subscribed.
@@ -443,8 +440,8 @@ impl Target for LockTarget<'_> {
         &self.lock.inner.key
     }
 
-    fn tag(&self) -> u8 {
-        TAG
+    fn kind(&self) -> &'static dyn Kind {
+        &LockKind
     }
 
     fn channel(&self) -> &str {
@@ -463,7 +460,6 @@ impl Target for LockTarget<'_> {
     fn init(&self, owner: u64) -> Result<LeaseInit> {
         let field = self.lock.inner.client.field(owner, "");
         LeaseInit::new(
-            &LockKind,
             self.lock.key_str(),
             &field,
             self.lock.inner.channel_key.as_bytes(),

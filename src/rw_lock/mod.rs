@@ -237,10 +237,6 @@ struct ReadKind;
 #[derive(Debug)]
 struct WriteKind;
 
-/// Tell read and write leases from other primitives' on the same key.
-const READ_TAG: u8 = 4;
-const WRITE_TAG: u8 = 5;
-
 /// The lock's scripts, hashed once per process.
 #[derive(Debug)]
 struct Scripts {
@@ -460,13 +456,8 @@ impl Names {
         self.client.engine().redis()
     }
 
-    fn lease_init(&self, mode: Mode, field: &str) -> Result<LeaseInit> {
-        LeaseInit::new(
-            mode.kind(),
-            &self.key_str,
-            field,
-            self.channel_key.as_bytes(),
-        )
+    fn lease_init(&self, field: &str) -> Result<LeaseInit> {
+        LeaseInit::new(&self.key_str, field, self.channel_key.as_bytes())
     }
 
     /// Takes `mode` for the current owner (see the module docs). `wait:
@@ -502,8 +493,8 @@ impl Names {
     fn reads_held(&self, owner: Owner) -> bool {
         let engine = self.client.engine();
         let field = self.client.field(owner.id(), Mode::Read.suffix());
-        let lease = engine.lease_of(&self.key, owner.id(), READ_TAG, &|| {
-            self.lease_init(Mode::Read, &field)
+        let lease = engine.lease_of(&self.key, owner.id(), &ReadKind, &|| {
+            self.lease_init(&field)
         });
         // A name too long for a record has no holds.
         lease.is_ok_and(|lease| lease.live_holds() > 0)
@@ -585,8 +576,8 @@ impl Target for RwTarget<'_> {
         &self.names.key
     }
 
-    fn tag(&self) -> u8 {
-        self.mode.tag()
+    fn kind(&self) -> &'static dyn Kind {
+        self.mode.kind()
     }
 
     fn channel(&self) -> &str {
@@ -598,7 +589,7 @@ impl Target for RwTarget<'_> {
     }
 
     fn init(&self, _owner: u64) -> Result<LeaseInit> {
-        self.names.lease_init(self.mode, self.field)
+        self.names.lease_init(self.field)
     }
 
     fn build(&self, lease: &Lease, lease_ms: i64, rid: u64) -> Call {
@@ -609,13 +600,6 @@ impl Target for RwTarget<'_> {
 // === impl Mode ===
 
 impl Mode {
-    fn tag(self) -> u8 {
-        match self {
-            Mode::Read => READ_TAG,
-            Mode::Write => WRITE_TAG,
-        }
-    }
-
     /// Appended to `<uuid>:<owner-id>` to make the hash field.
     fn suffix(self) -> &'static str {
         match self {
@@ -751,7 +735,7 @@ impl Kind for ReadKind {
     fn excludes(&self, mine: &Lease, other: &Lease) -> bool {
         // Taking a read hold proves no other owner writes; other readers
         // may well be in.
-        other.tag == WRITE_TAG && other.owner != mine.owner
+        other.kind.id() == WriteKind.id() && other.owner != mine.owner
     }
 }
 
@@ -787,6 +771,7 @@ impl Kind for WriteKind {
     fn excludes(&self, mine: &Lease, other: &Lease) -> bool {
         // Taking the write hold proves every other owner's read and write
         // holds gone; the owner's own read holds may stay (downgrade).
-        (other.tag == READ_TAG || other.tag == WRITE_TAG) && other.owner != mine.owner
+        (other.kind.id() == ReadKind.id() || other.kind.id() == WriteKind.id())
+            && other.owner != mine.owner
     }
 }

@@ -38,7 +38,7 @@
 //!
 //! # Permits are leases
 //!
-//! Every permit is its own lease in the engine (tag 6, a fresh owner per
+//! Every permit is its own lease in the engine (kind `PermitKind`, a fresh owner per
 //! permit, the latch `leasehold_latch:{name}:<id>`). A permit taken with a
 //! fixed lease scores `now + lease` and is never renewed. A permit taken
 //! without one scores `now + watchdog timeout` and the watchdog pushes its
@@ -163,9 +163,6 @@ struct Scripts {
 /// The engine's view of a permit.
 #[derive(Debug)]
 struct PermitKind;
-
-/// Tells permit leases from other primitives' on the same key.
-const TAG: u8 = 6;
 
 /// Owners of permits: one per permit, unique in the process.
 static NEXT_OWNER: AtomicU64 = AtomicU64::new(1);
@@ -680,8 +677,8 @@ impl Target for PermitTarget<'_> {
         &self.semaphore.key
     }
 
-    fn tag(&self) -> u8 {
-        TAG
+    fn kind(&self) -> &'static dyn Kind {
+        &PermitKind
     }
 
     fn channel(&self) -> &str {
@@ -694,7 +691,7 @@ impl Target for PermitTarget<'_> {
 
     fn init(&self, _owner: u64) -> Result<LeaseInit> {
         let s = self.semaphore;
-        LeaseInit::new(&PermitKind, &s.key_str, self.id, s.channel_key.as_bytes())
+        LeaseInit::new(&s.key_str, self.id, s.channel_key.as_bytes())
     }
 
     fn build(&self, lease: &Lease, lease_ms: i64, rid: u64) -> Call {
