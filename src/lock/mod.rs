@@ -296,6 +296,11 @@ impl Plain {
 
     pub(crate) fn check(&self) -> Result<()> {
         self.inner.client.engine().check()?;
+        self.check_name()
+    }
+
+    /// The lock's own argument (the engine is checked by the caller).
+    fn check_name(&self) -> Result<()> {
         if RawLock::name(self).is_empty() {
             return Err(Error::invalid("lock name is empty"));
         }
@@ -433,7 +438,8 @@ impl Target for LockTarget<'_> {
     }
 
     fn check(&self) -> Result<()> {
-        self.lock.check()
+        // The acquire has checked the engine just before.
+        self.lock.check_name()
     }
 
     fn key(&self) -> &Key {
