@@ -1625,7 +1625,9 @@ mod tests {
                 assert_eq!(state.permits, 0);
                 break;
             }
-            assert_eq!(state.permits, 1);
+            // Kept as a permit, or (once the waiter is queued again after
+            // its timed-out wait below) handed to the waiter itself.
+            assert!(state.permits <= 1);
             drop(state);
             shared.deliver("t", b"1000 x:1");
         };
