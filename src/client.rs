@@ -99,7 +99,7 @@ const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default number of unlock messages buffered before the stream lags.
 const DEFAULT_MESSAGE_CAPACITY: usize = 4096;
 
-/// The shortest time a latch remembers a request (see `core::call`).
+/// The shortest time a request record remembers a request (see `core::call`).
 const MIN_LATCH_TTL: Duration = Duration::from_secs(30);
 
 /// First pause between connect attempts (`connect_retry`).
@@ -742,7 +742,7 @@ impl ClientBuilder {
         if message_capacity == 0 {
             return Err(Error::invalid("message capacity must be at least 1"));
         }
-        let latch_ttl = match self.request_record_ttl {
+        let record_ttl = match self.request_record_ttl {
             Some(ttl) if ttl < command_timeout * 2 => {
                 return Err(Error::invalid(format!(
                     "the request record TTL ({ttl:?}) must be at least twice the command \
@@ -756,7 +756,7 @@ impl ClientBuilder {
             config,
             command_timeout,
             message_capacity,
-            latch_ttl,
+            record_ttl,
             rids: Default::default(),
         };
         let client_record = self.client_record.unwrap_or(true);

@@ -194,20 +194,20 @@ pub mod raw {
 #[doc(hidden)]
 pub mod __bench {
     /// The lock's `acquire` and `release` scripts, as sent. Acquire: KEYS
-    /// `[lock, latch]`, ARGV `[lease ms, field, 0, latch ttl ms, rid]`
+    /// `[lock, record]`, ARGV `[lease ms, field, 0, record ttl ms, rid]`
     /// (0: the holds counted before); release: KEYS `[lock,
-    /// channel, latch]`, ARGV `[ttl ms, field, 1, "publish", expected
-    /// count (1), latch ttl ms, rid]`; the latch is
-    /// `leasehold_latch:{lock}:<field>` and the rid grows per latch.
+    /// channel, record]`, ARGV `[ttl ms, field, 1, "publish", expected
+    /// count (1), record ttl ms, rid]`; the request record is
+    /// `leasehold_latch:{lock}:<field>` and the rid grows per record.
     pub fn lock_scripts() -> (&'static str, &'static str) {
         crate::lock::script_sources()
     }
 
     /// The bodies of the lock's `acquire` and `release` scripts, without
-    /// the latch: each is its check (`acquire_check.lua`,
+    /// the request record: each is its check (`acquire_check.lua`,
     /// `release_check.lua`) and defines `local function body()`, and reads
-    /// KEYS and ARGV as [`lock_scripts`] sends them, less the latch key
-    /// (the last key) and the latch TTL and rid (the last two arguments).
+    /// KEYS and ARGV as [`lock_scripts`] sends them, less the request record
+    /// (the last key) and the request record TTL and rid (the last two arguments).
     /// Sent as `<body>\nreturn body()`, it runs the lock's logic alone,
     /// with no request record, and replies without the rid in front.
     pub fn lock_script_bodies() -> (&'static str, &'static str) {

@@ -30,7 +30,7 @@ impl CountDownLatch {
         CountDownLatch { latch, inner }
     }
 
-    /// The latch's name (without the key prefix).
+    /// The request record's name (without the key prefix).
     ///
     /// # Example
     ///
@@ -43,7 +43,7 @@ impl CountDownLatch {
         self.latch.name()
     }
 
-    /// Sets the count if the latch has none (see
+    /// Sets the count if the request record has none (see
     /// [`CountDownLatch::try_set_count`](crate::CountDownLatch::try_set_count)).
     ///
     /// # Example

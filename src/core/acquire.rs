@@ -1,5 +1,5 @@
 //! The acquire every lock kind uses: the current owner's lease, the one
-//! wait loop, one latched script call per try.
+//! wait loop, one recorded script call per try.
 //!
 //! A primitive describes what it acquires and how one try is sent (a
 //! [`Target`]: the key and kind of its leases, the channel its releases

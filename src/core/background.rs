@@ -2,7 +2,7 @@
 //! guards, and calls abandoned mid-flight (see `hold.rs`).
 //!
 //! Jobs run as tasks on the client's runtime. A job is written so that it
-//! can run again from the start (its calls are latched, their request ids
+//! can run again from the start (its calls are recorded, their request ids
 //! fixed once chosen), which gives the one rule that matters here:
 //!
 //! **A job cut off before it finished is finished synchronously on a fresh

@@ -8,9 +8,9 @@
 //! new connection can overtake the old script, and counts read back are
 //! only as good as the client's idea of what Redis held.
 //!
-//! So every mutating script is *latched* (`scripts/latch_prologue.lua`): it
+//! So every mutating script is *recorded* (`scripts/record_prologue.lua`): it
 //! carries a request id (rid) that only grows per (lock, owner), and
-//! records "rid|reply" in a small latch key beside the lock for the latch
+//! records "rid|reply" in a small request record beside the lock for the request record
 //! TTL. A re-send of the same request replays the recorded reply instead of
 //! running again, and a request older than the recorded one never runs. An
 //! unknown outcome is therefore resolved by **sending the same request
@@ -22,17 +22,17 @@
 //!
 //! fred sends a command again after a reconnect (and after a cluster
 //! redirection), and [`Call::run`] sends a request again after a timeout.
-//! So every script either is *latched* (a copy replays the first run's
+//! So every script either is *recorded* (a copy replays the first run's
 //! reply, an older request never runs after a newer one of the same
 //! record) or is written so that a copy is harmless:
 //!
 //! | script | rule | why a copy is harmless |
 //! | --- | --- | --- |
-//! | `lock.acquire`, `fenced_lock.acquire`, `fair_lock.acquire`, `rw.read_acquire`, `rw.write_acquire`, `semaphore.acquire` | latched (the lease's record) | replay |
-//! | `lock.release`, `fair_lock.release`, `rw.read_release`, `rw.write_release`, `semaphore.release` | latched (the lease's record) | replay |
-//! | `lock.force_unlock`, `fair_lock.force_unlock`, `rw.force_unlock` | latched (a record per call, [`Call::run_once`]) | replay: a copy never frees a lock taken after the first run |
-//! | `fair_lock.leave` | latched (the lease's record; its rid taken under the turn, after the wait's tries) | replay; a copy that arrives after a later wait of the same owner tried never runs, so it cannot give back a grant that wait adopted |
-//! | `latch.count_down`, `latch.try_set_count`, `semaphore.try_set_permits`, `semaphore.add_permits` | latched (a record per call) | replay |
+//! | `lock.acquire`, `fenced_lock.acquire`, `fair_lock.acquire`, `rw.read_acquire`, `rw.write_acquire`, `semaphore.acquire` | recorded (the lease's record) | replay |
+//! | `lock.release`, `fair_lock.release`, `rw.read_release`, `rw.write_release`, `semaphore.release` | recorded (the lease's record) | replay |
+//! | `lock.force_unlock`, `fair_lock.force_unlock`, `rw.force_unlock` | recorded (a record per call, [`Call::run_once`]) | replay: a copy never frees a lock taken after the first run |
+//! | `fair_lock.leave` | recorded (the lease's record; its rid taken under the turn, after the wait's tries) | replay; a copy that arrives after a later wait of the same owner tried never runs, so it cannot give back a grant that wait adopted |
+//! | `latch.count_down`, `latch.try_set_count`, `semaphore.try_set_permits`, `semaphore.add_permits` | recorded (a record per call) | replay |
 //! | `lock.renew`, `lock.renew_packed`, `lock.renew_node_packed`, `rw.renew_read`, `rw.renew_read_node`, `semaphore.renew` | plain | a renewal only raises the TTL of a field that still exists; a late copy raises it to at most send time + watchdog timeout, which the holder's own signal never counts beyond |
 //! | `fenced_lock.delete_token` | plain | deletes a counter only when no lock is held on the name; a second run finds nothing |
 //! | `semaphore.available` (reclaims expired permits) | plain | reclaiming what has expired twice finds nothing the second time |
@@ -41,9 +41,9 @@
 //!
 //! # Bounds
 //!
-//! Re-sending stops after half the latch TTL; the outcome then stays
+//! Re-sending stops after half the request record TTL; the outcome then stays
 //! unknown, the caller gets the error, and whoever owns the call settles it
-//! in the background (see `hold.rs`). The latch TTL
+//! in the background (see `hold.rs`). The request record TTL
 //! (`ClientBuilder::request_record_ttl`) defaults to three command
 //! timeouts, at least 30 s.
 //!
@@ -68,7 +68,7 @@ use crate::error::{outcome_unknown, server_busy};
 
 type FredResult<T> = Result<T, fred::error::Error>;
 
-/// One latched script call.
+/// One recorded script call.
 #[derive(Clone, Debug)]
 pub(crate) struct Call {
     script: &'static Script,
@@ -99,7 +99,7 @@ impl Reply {
         self.replayed
     }
 
-    /// The string the reply ended with, if any. A latch's replay of a
+    /// The string the reply ended with, if any. A request record's replay of a
     /// re-sent request keeps only the integers, so this is a hint: the
     /// integers are the reply.
     pub(crate) fn text(&self) -> Option<&str> {
@@ -141,8 +141,8 @@ const RESEND_FIRST: Duration = Duration::from_millis(10);
 const RESEND_MAX: Duration = Duration::from_millis(500);
 
 impl Call {
-    /// A call of `script` with its own `keys` and `args`; the latch key,
-    /// latch TTL and `rid` are appended as the script expects. Each list is
+    /// A call of `script` with its own `keys` and `args`; the request record,
+    /// record TTL and `rid` are appended as the script expects. Each list is
     /// one allocation of the size it needs (an array or an iterator with an
     /// exact size hint is best).
     pub(crate) fn new(
@@ -150,16 +150,16 @@ impl Call {
         script: &'static Script,
         keys: impl IntoIterator<Item = Key>,
         args: impl IntoIterator<Item = Value>,
-        latch: &Key,
+        record: &Key,
         rid: u64,
     ) -> Call {
         let (keys, args) = (keys.into_iter(), args.into_iter());
         let mut all_keys = Vec::with_capacity(keys.size_hint().0 + 1);
         all_keys.extend(keys);
-        all_keys.push(latch.clone());
+        all_keys.push(record.clone());
         let mut all_args = Vec::with_capacity(args.size_hint().0 + 2);
         all_args.extend(args);
-        all_args.push(conn.latch_ttl_ms().into());
+        all_args.push(conn.record_ttl_ms().into());
         all_args.push(Value::Integer(rid as i64));
         Call {
             script,
@@ -169,9 +169,9 @@ impl Call {
         }
     }
 
-    /// Runs a latched `script` that changes no lease (a semaphore's or a
+    /// Runs a recorded `script` that changes no lease (a semaphore's or a
     /// latch's count) to a definite outcome, as [`run`](Self::run) does.
-    /// Its latch key is its own (`leasehold_latch:{key}:<client>:call:<rid>`,
+    /// Its request record is its own (`leasehold_latch:{key}:<client>:call:<rid>`,
     /// in `key`'s slot), so concurrent calls never see each other's
     /// request ids. Returns the reply without the rid.
     ///
@@ -185,13 +185,13 @@ impl Call {
         args: Vec<Value>,
     ) -> crate::Result<Reply> {
         let rid = conn.rid();
-        let latch = super::latch_key(key, &format!("{client}:call:{rid}"));
-        match Call::new(conn, script, keys, args, &latch, rid)
+        let record = super::record_key(key, &format!("{client}:call:{rid}"));
+        match Call::new(conn, script, keys, args, &record, rid)
             .run(conn, Instant::now())
             .await?
         {
             Settled::Ran(reply) => {
-                conn.forget_record(latch, rid);
+                conn.forget_record(record, rid);
                 Ok(reply)
             }
             Settled::Stale => Err(crate::Error::protocol("a one-off call was reported stale")),
@@ -205,18 +205,18 @@ impl Call {
 
     /// Runs the call to a definite outcome: sends it, and after a
     /// connection error or timeout sends the same request again (with
-    /// back-off) until a reply arrives or half the latch TTL has passed.
+    /// back-off) until a reply arrives or half the request record TTL has passed.
     /// Errors that prove the script did not run (a script error, a wrong
     /// reply shape from a server that is not ours) are returned at once.
     ///
     /// `first_sent`: when this request was first sent (by an earlier run,
-    /// or about now): the give-up bound counts from it, as the latch's
+    /// or about now): the give-up bound counts from it, as the request record's
     /// life does.
     ///
     /// Cancel safe in the sense that matters: dropping it leaves the call's
     /// outcome unknown, and running the same `Call` again later resolves it.
     pub(crate) async fn run(&self, conn: &Conn, first_sent: Instant) -> FredResult<Settled> {
-        let give_up = first_sent + conn.settings.latch_ttl / 2;
+        let give_up = first_sent + conn.settings.record_ttl / 2;
         let mut pauses = Backoff::new(RESEND_FIRST, RESEND_MAX);
         loop {
             let sent = self

@@ -3,7 +3,7 @@
 //! * The **command connection** (a fred `Client`) carries every script and
 //!   read. fred may send a command again after a reconnect or a cluster
 //!   redirection (its default of 3 attempts): every mutating script is
-//!   latched (see `call.rs`), so a copy sent again replays its recorded
+//!   recorded (see `call.rs`), so a copy sent again replays its recorded
 //!   reply instead of running twice, and renewals and reads are idempotent.
 //!   Fewer attempts are not an option on a cluster: with one attempt, fred
 //!   cannot follow an `ASK` redirection, and its router task ends for good
@@ -77,8 +77,8 @@ pub(crate) struct Settings {
     pub(crate) config: Config,
     pub(crate) command_timeout: Duration,
     pub(crate) message_capacity: usize,
-    /// How long a latch remembers a request (`call.rs`).
-    pub(crate) latch_ttl: Duration,
+    /// How long a request record remembers a request (`call.rs`).
+    pub(crate) record_ttl: Duration,
     /// Request ids of this client; shared by its fresh connections.
     pub(crate) rids: Arc<AtomicU64>,
 }
@@ -133,7 +133,7 @@ impl Conn {
                 config,
                 command_timeout: Duration::from_secs(1),
                 message_capacity: 16,
-                latch_ttl: Duration::from_secs(60),
+                record_ttl: Duration::from_secs(60),
                 rids: Arc::new(AtomicU64::new(1)),
             },
             closed: AtomicBool::new(false),
@@ -186,12 +186,12 @@ impl Conn {
                 // server (`fence.rs`).
                 c.auto_client_setname = named;
                 // A write, an ASKING and the write after it (see the module
-                // docs): latched scripts make the re-sends harmless.
+                // docs): recorded scripts make the re-sends harmless.
                 c.max_command_attempts = 3;
                 // No fred unresponsive-connection check: fred arms a timer
                 // on every turn of its connection loop for it (about 14 %
                 // of one connection's lock throughput). A connection that
-                // stops answering is reset by `suspect` instead: a latched
+                // stops answering is reset by `suspect` instead: a recorded
                 // call that times out (`call.rs`), or renewals unanswered
                 // for a command timeout (`renewal_unanswered`).
                 c.unresponsive.max_timeout = None;
@@ -361,7 +361,7 @@ impl Conn {
     /// A call ended with an unknown outcome (or a replaced connection
     /// could not be killed): requests read their records for a record TTL.
     pub(crate) fn unsettled(&self) {
-        let until = now_ms() + self.settings.latch_ttl.as_millis() as u64;
+        let until = now_ms() + self.settings.record_ttl.as_millis() as u64;
         self.unsettled_until.fetch_max(until, Ordering::Relaxed);
     }
 
@@ -484,9 +484,9 @@ impl Conn {
         }
     }
 
-    /// The latch TTL in milliseconds, as scripts take it.
-    pub(crate) fn latch_ttl_ms(&self) -> i64 {
-        self.settings.latch_ttl.as_millis().min(i64::MAX as u128) as i64
+    /// The request record TTL in milliseconds, as scripts take it.
+    pub(crate) fn record_ttl_ms(&self) -> i64 {
+        self.settings.record_ttl.as_millis().min(i64::MAX as u128) as i64
     }
 
     /// The cluster node serving `slot` (`None` on a single server, or while

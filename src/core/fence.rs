@@ -3,7 +3,7 @@
 //!
 //! # Why
 //!
-//! A request record (`call.rs`) makes a copy of a latched script harmless
+//! A request record (`call.rs`) makes a copy of a recorded script harmless
 //! only while the record lives: a copy that reaches Redis after that runs
 //! again. Copies come from connections the client has given up on: fred
 //! sends a command again on a new connection after a reconnect, and
@@ -17,7 +17,7 @@
 //! Every command connection of a client carries the client's fred id as
 //! its name (`CLIENT SETNAME`, on every connect), and fred caches each
 //! connection's server-side id (`CLIENT ID`) when it connects, before it
-//! re-sends anything on it. After every latched call's reply,
+//! re-sends anything on it. After every recorded call's reply,
 //! [`Fence::moved`] compares those ids with the ones this fence last saw;
 //! if fred replaced a connection, [`Fence::sweep`] lists the server's
 //! clients (`CLIENT LIST TYPE normal`) and kills every one with the

@@ -2,7 +2,7 @@
 //! every path.
 //!
 //! * **Acquire** ([`acquire`]): takes the lease's turn, sends the
-//!   primitive's latched acquire script, and counts the hold it took. If
+//!   primitive's recorded acquire script, and counts the hold it took. If
 //!   the caller's future is dropped while the script is under way, or the
 //!   outcome stays unknown, the call is handed (with its turn) to a
 //!   background job that resolves it and gives back a hold nobody will use.
@@ -175,7 +175,7 @@ pub(crate) async fn acquire(
             // Done with the call: its record may go (`forget.rs`).
             engine
                 .conn
-                .forget_record(lease.latch(), flight.call().rid());
+                .forget_record(lease.request_record(), flight.call().rid());
             (lease.kind.acquire_reply(&reply), !reply.is_replay())
         }
         Ok(Settled::Stale) => {
@@ -497,7 +497,7 @@ impl Hold {
         let outcome = flight.call().run(&engine.conn, sent).await;
         match outcome {
             Ok(Settled::Ran(reply)) => {
-                engine.conn.forget_record(parts.lease.latch(), rid);
+                engine.conn.forget_record(parts.lease.request_record(), rid);
                 // The turn is kept until the reply is recorded: the next
                 // acquire or release of the owner must see it.
                 let _turn = flight.finish();
@@ -586,7 +586,7 @@ async fn send_give_back(
     match call.run(conn, sent).await {
         Ok(Settled::Ran(reply)) => {
             if forget {
-                conn.forget_record(lease.latch(), rid);
+                conn.forget_record(lease.request_record(), rid);
             }
             let ttl = Duration::from_millis(ttl_ms as u64);
             Ok(lease.apply_release(&reply, count, sent, ttl))
@@ -762,7 +762,7 @@ impl Job for Settle {
             if settled {
                 // The newest request this job sent holds the record.
                 let newest = self.give_back.get().copied().unwrap_or(self.call.rid());
-                conn.forget_record(lease.latch(), newest);
+                conn.forget_record(lease.request_record(), newest);
             }
             drop(self.turn.lock().take());
         })

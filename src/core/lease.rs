@@ -90,7 +90,7 @@ pub(crate) enum Term {
 pub(crate) struct Lease {
     pub(crate) kind: &'static dyn Kind,
     pub(crate) conn: Arc<Conn>,
-    /// The key, the field, the latch of this (key, field) (see `call.rs`)
+    /// The key, the field, the request record of this (key, field) (see `call.rs`)
     /// and the channel the release script publishes on, in one buffer.
     names: LeaseNames,
     pub(crate) owner: u64,
@@ -209,7 +209,7 @@ pub(crate) struct LeaseInit {
 
 impl LeaseInit {
     /// The lease of `field` on the key named `key`, released on `channel`:
-    /// its latch key is derived (see `call.rs`); all four names share one
+    /// its request record is derived (see `call.rs`); all four names share one
     /// buffer (see `names.rs`).
     pub(crate) fn new(key: &str, field: &str, channel: &[u8]) -> Result<LeaseInit> {
         Ok(LeaseInit {
@@ -742,9 +742,9 @@ impl Lease {
         self.names.field_bytes()
     }
 
-    /// The latch key of this (key, field) (see `call.rs`), to send.
-    pub(crate) fn latch(&self) -> Key {
-        self.names.latch()
+    /// The request record of this (key, field) (see `call.rs`), to send.
+    pub(crate) fn request_record(&self) -> Key {
+        self.names.request_record()
     }
 
     /// The channel the release script publishes on, to send.

@@ -14,8 +14,8 @@
 //! | module | what it does |
 //! | --- | --- |
 //! | `conn` | the command and subscriber connections: no blind re-sends, reconnect forever, a fresh connection for teardown |
-//! | `script` | script handles (source + SHA, reloaded only on `NOSCRIPT`); *latched* scripts, idempotent by request id |
-//! | `call` | a mutation run to a **definite** outcome: after a timeout or a dropped connection the same request is sent again; its reply, replayed by the latch if it had already run, is the truth |
+//! | `script` | script handles (source + SHA, reloaded only on `NOSCRIPT`); *recorded* scripts, idempotent by request id |
+//! | `call` | a mutation run to a **definite** outcome: after a timeout or a dropped connection the same request is sent again; its reply, replayed by the request record if it had already run, is the truth |
 //! | `forget` | request records deleted in batches once their calls have ended (only while they still hold that request) |
 //! | `reset` | reconnecting a command connection found out of step with its replies, at most once a second, whoever finds it |
 //! | `fence` | the late-copy bound: a command connection fred replaced is killed on the server (`CLIENT KILL ID`) before a reply that came after it is trusted |
@@ -29,7 +29,7 @@
 //! | `watchdog` | one task per watchdog renews every lease in batches (per node on a cluster) and checks every lease after a reconnect |
 //! | `pubsub` | one subscription per channel per client; messages wake one, all or N local waiters |
 //! | `wait` | the one wait loop: try, subscribe, try, sleep until woken or the bound, repeat |
-//! | `acquire` | the acquire every lock kind uses: its lease for the current owner, the wait loop, one latched call per try |
+//! | `acquire` | the acquire every lock kind uses: its lease for the current owner, the wait loop, one recorded call per try |
 //! | `stats` | the client's counters (`Stats`), their `metrics` mirror, and what the `tracing` spans record |
 //! | `registry` | the client's record in Redis (who it is, its long waits), renewed by the watchdog's cycle; reading every client's records and the wait-for graph |
 //!
@@ -209,15 +209,15 @@ pub(crate) fn suffix_name(name: &str, suffix: &str) -> String {
     }
 }
 
-/// The latch key of `field` on `key` (see `call.rs`): in `key`'s slot.
-pub(crate) fn latch_key(key: &str, field: &str) -> fred::types::Key {
-    fred::types::Key::from(concat(latch_parts(key, field)))
+/// The request record of `field` on `key` (see `call.rs`): in `key`'s slot.
+pub(crate) fn record_key(key: &str, field: &str) -> fred::types::Key {
+    fred::types::Key::from(concat(record_parts(key, field)))
 }
 
-/// The parts of [`latch_key`], in order: the prefix, what [`braces`] opens
+/// The parts of [`record_key`], in order: the prefix, what [`braces`] opens
 /// with, `key`, what it closes with, `:`, `field`. (A lease record writes
 /// them after its channel, see `names.rs`.)
-pub(crate) fn latch_parts<'a>(key: &'a str, field: &'a str) -> [&'a str; 6] {
+pub(crate) fn record_parts<'a>(key: &'a str, field: &'a str) -> [&'a str; 6] {
     let (open, close) = braces(key.contains('{'));
     ["leasehold_latch", open, key, close, ":", field]
 }
@@ -303,7 +303,7 @@ impl Engine {
         &self.conn.redis
     }
 
-    /// The command connection, for a primitive's own latched or plain
+    /// The command connection, for a primitive's own recorded or plain
     /// calls (`Call`, `Script::run`) and the work it leaves for later.
     pub(crate) fn conn(&self) -> &Arc<Conn> {
         &self.conn
@@ -352,7 +352,7 @@ impl Engine {
             .get(&self.conn, &self.watchdog, key, owner, kind, init)
     }
 
-    /// Runs a latched `script` that changes no lease (a count) to a
+    /// Runs a recorded `script` that changes no lease (a count) to a
     /// definite outcome, with a request record of its own (see
     /// `call::Call::run_once`).
     pub(crate) async fn run_once(
@@ -427,7 +427,7 @@ impl Engine {
         Ok(())
     }
 
-    /// Runs a primitive's force-unlock `script` on `key` once (a latched
+    /// Runs a primitive's force-unlock `script` on `key` once (a recorded
     /// call with a record of its own, see `Call::run_once`), whose reply
     /// starts with 1 when it deleted the key; then this client's holds of
     /// the key end. Only the holds counted *before* the call was sent end:
@@ -551,13 +551,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_latch_key_is_in_its_keys_slot() {
+    fn a_request_record_is_in_its_keys_slot() {
         assert_eq!(
-            latch_key("orders:42", "id:7"),
+            record_key("orders:42", "id:7"),
             fred::types::Key::from("leasehold_latch:{orders:42}:id:7")
         );
         assert_eq!(
-            latch_key("{t}:a", "id:7"),
+            record_key("{t}:a", "id:7"),
             fred::types::Key::from("leasehold_latch:{t}:a:id:7")
         );
     }

@@ -1,12 +1,12 @@
-//! The names a lease record sends: its key, field, latch key and channel,
+//! The names a lease record sends: its key, field, request record and channel,
 //! written once into one buffer.
 //!
 //! A lease is sent by name on every acquire, release and renewal, and a
 //! process may hold a lease per lock for a long time, so the names are a
-//! large share of what a held lock costs. They overlap: the latch key is
+//! large share of what a held lock costs. They overlap: the request record is
 //! `leasehold_latch:{<key>}:<field>` (see `call.rs`), so it contains the key
-//! and ends with the field. One buffer holds the channel, then the latch
-//! key; the key and the field are slices of the latch key. The record keeps
+//! and ends with the field. One buffer holds the channel, then the request record
+//! key; the key and the field are slices of the request record. The record keeps
 //! that buffer and four offsets (48 bytes) instead of four separate
 //! strings (128 bytes and two more allocations).
 //!
@@ -17,20 +17,20 @@ use fred::bytes::Bytes;
 use fred::bytes_utils::Str;
 use fred::types::Key;
 
-use super::latch_parts;
+use super::record_parts;
 use crate::error::{Error, Result};
 
-/// A lease's key, field, latch key and channel in one buffer.
+/// A lease's key, field, request record and channel in one buffer.
 #[derive(Clone)]
 pub(crate) struct LeaseNames {
-    /// The channel, then the latch key.
+    /// The channel, then the request record.
     buf: Bytes,
-    /// Where the latch key starts (the channel's length).
-    latch_at: u32,
-    /// The key's place inside the latch key.
+    /// Where the request record starts (the channel's length).
+    record_at: u32,
+    /// The key's place inside the request record.
     key_at: u32,
     key_len: u32,
-    /// Where the field starts (the latch key's tail).
+    /// Where the field starts (the request record's tail).
     field_at: u32,
 }
 
@@ -39,8 +39,8 @@ impl LeaseNames {
     /// [`Error::InvalidArgument`] if they do not fit in 4 GiB (Redis refuses
     /// a name over 512 MB anyway).
     pub(crate) fn new(key: &str, field: &str, channel: &[u8]) -> Result<LeaseNames> {
-        let latch = latch_parts(key, field);
-        let len = channel.len() + latch.iter().map(|part| part.len()).sum::<usize>();
+        let record = record_parts(key, field);
+        let len = channel.len() + record.iter().map(|part| part.len()).sum::<usize>();
         let at = |n: usize| {
             u32::try_from(n).map_err(|_| {
                 Error::invalid(format!("lock name of {} bytes is too long", key.len()))
@@ -48,13 +48,13 @@ impl LeaseNames {
         };
         let mut buf = Vec::with_capacity(len);
         buf.extend_from_slice(channel);
-        for part in latch {
+        for part in record {
             buf.extend_from_slice(part.as_bytes());
         }
         Ok(LeaseNames {
-            latch_at: at(channel.len())?,
-            // After the latch key's prefix and opening brace.
-            key_at: at(channel.len() + latch[0].len() + latch[1].len())?,
+            record_at: at(channel.len())?,
+            // After the request record's prefix and opening brace.
+            key_at: at(channel.len() + record[0].len() + record[1].len())?,
             key_len: at(key.len())?,
             field_at: at(len - field.len())?,
             buf: Bytes::from(buf),
@@ -92,14 +92,14 @@ impl LeaseNames {
             .unwrap_or_else(|_| unreachable!("the field was given as a `&str`"))
     }
 
-    /// The latch key, to send.
-    pub(crate) fn latch(&self) -> Key {
-        Key::from(self.buf.slice(self.latch_at as usize..))
+    /// The request record, to send.
+    pub(crate) fn request_record(&self) -> Key {
+        Key::from(self.buf.slice(self.record_at as usize..))
     }
 
     /// The channel, to send.
     pub(crate) fn channel(&self) -> Key {
-        Key::from(self.buf.slice(..self.latch_at as usize))
+        Key::from(self.buf.slice(..self.record_at as usize))
     }
 }
 
@@ -136,7 +136,7 @@ mod tests {
             assert_eq!(names.key_bytes(), key.as_bytes());
             assert_eq!(&*names.field(), field);
             assert_eq!(names.field_bytes(), field.as_bytes());
-            assert_eq!(names.latch(), super::super::latch_key(key, field));
+            assert_eq!(names.request_record(), super::super::record_key(key, field));
             assert_eq!(names.channel(), Key::from(channel));
             let whole = names.buf.as_ptr_range();
             for part in [names.key_bytes(), names.field_bytes()] {

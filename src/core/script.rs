@@ -9,17 +9,17 @@
 //! not run is `NOSCRIPT` (the server's script cache is empty, e.g. after a
 //! restart); only then is the script loaded and sent again.
 //!
-//! A *latched* script is a mutation made idempotent by request id: its
-//! body is wrapped between `scripts/latch_prologue.lua` and
-//! `scripts/latch_epilogue.lua` at compile time, so a re-send of the same
+//! A *recorded* script is a mutation made idempotent by request id: its
+//! body is wrapped between `scripts/record_prologue.lua` and
+//! `scripts/record_epilogue.lua` at compile time, so a re-send of the same
 //! request replays the recorded reply instead of running twice (see
 //! `call.rs`).
 //!
 //! # A check before the record
 //!
 //! Most tries of a busy lock are refused, and a refused try changes
-//! nothing. A latched script may start with a check
-//! ([`Script::latched_after`]) that answers such a try before the record
+//! nothing. A recorded script may start with a check
+//! ([`Script::recorded_after`]) that answers such a try before the record
 //! is read, and writes none: a busy try then costs the check's reads only
 //! (the plain lock's: `PTTL`, `HEXISTS`), not the record's `GET` and
 //! `SET`. Nothing is lost: a refused try has no effect to replay, and a
@@ -90,9 +90,9 @@ pub(crate) struct Script {
     loading: tokio::sync::Mutex<()>,
 }
 
-const LATCH_PROLOGUE: &str = include_str!("scripts/latch_prologue.lua");
-const LATCH_EARLY: &str = include_str!("scripts/latch_early.lua");
-const LATCH_EPILOGUE: &str = include_str!("scripts/latch_epilogue.lua");
+const RECORD_PROLOGUE: &str = include_str!("scripts/record_prologue.lua");
+const RECORD_EARLY: &str = include_str!("scripts/record_early.lua");
+const RECORD_EPILOGUE: &str = include_str!("scripts/record_epilogue.lua");
 /// The watchdog's batch helpers, before every renewal script.
 const RENEW_BATCH: &str = include_str!("scripts/renew_batch.lua");
 /// The first line of a script sent to a cluster node for keys of several
@@ -122,13 +122,13 @@ impl Script {
 
     /// A mutation: `body` defines `local function body()`, which returns an
     /// array of integers starting with a status >= 0; the script is
-    /// idempotent by request id (its last key is the latch, its last two
-    /// arguments the latch TTL and the request id).
-    pub(crate) fn latched(name: &'static str, body: &'static str) -> Script {
+    /// idempotent by request id (its last key is the request record, its last two
+    /// arguments the request record TTL and the request id).
+    pub(crate) fn recorded(name: &'static str, body: &'static str) -> Script {
         Script::new(
             name,
             format!(
-                "local read_record, write_record = true, true\n{LATCH_PROLOGUE}{body}{LATCH_EPILOGUE}"
+                "local read_record, write_record = true, true\n{RECORD_PROLOGUE}{body}{RECORD_EPILOGUE}"
             ),
         )
     }
@@ -142,14 +142,14 @@ impl Script {
     /// already ran (the rid goes in front negated); and `read_record`,
     /// `write_record`: false when what it read makes the record needless.
     /// The check may set values the body reads.
-    pub(crate) fn latched_after(
+    pub(crate) fn recorded_after(
         name: &'static str,
         check: &'static str,
         body: &'static str,
     ) -> Script {
         Script::new(
             name,
-            format!("{check}{LATCH_EARLY}{LATCH_PROLOGUE}{body}{LATCH_EPILOGUE}"),
+            format!("{check}{RECORD_EARLY}{RECORD_PROLOGUE}{body}{RECORD_EPILOGUE}"),
         )
     }
 

@@ -1,6 +1,6 @@
 //! The one wait loop every primitive waits with.
 //!
-//! 1. Try (the primitive's attempt: one latched script call). If the
+//! 1. Try (the primitive's attempt: one recorded script call). If the
 //!    channel's subscription is already confirmed (another waiter of this
 //!    client, or a pin), the waiter joins it first and skips 2 and 3; if
 //!    the channel is hot (takes were announced on its companion, see

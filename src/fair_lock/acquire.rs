@@ -200,7 +200,7 @@ impl Target for FairTarget<'_> {
                     (-1).into()
                 },
             ],
-            &lease.latch(),
+            &lease.request_record(),
             rid,
         )
     }

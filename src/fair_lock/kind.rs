@@ -53,23 +53,23 @@ pub(super) fn scripts() -> &'static Scripts {
     }
     static SCRIPTS: OnceLock<Scripts> = OnceLock::new();
     SCRIPTS.get_or_init(|| Scripts {
-        // Checks before the record (`Script::latched_after`); the queue
+        // Checks before the record (`Script::recorded_after`); the queue
         // helpers come first, with the check.
-        acquire: Script::latched_after(
+        acquire: Script::recorded_after(
             "fair_lock.acquire",
             queued!("scripts/acquire_check.lua"),
             include_str!("scripts/acquire.lua"),
         ),
-        release: Script::latched_after(
+        release: Script::recorded_after(
             "fair_lock.release",
             queued!("scripts/release_check.lua"),
             include_str!("scripts/release.lua"),
         ),
-        force_unlock: Script::latched(
+        force_unlock: Script::recorded(
             "fair_lock.force_unlock",
             queued!("scripts/force_unlock.lua"),
         ),
-        leave: Script::latched("fair_lock.leave", queued!("scripts/leave.lua")),
+        leave: Script::recorded("fair_lock.leave", queued!("scripts/leave.lua")),
         kick: Script::plain("fair_lock.kick", queued!("scripts/kick.lua")),
         refresh: Script::plain("fair_lock.refresh", queued!("scripts/refresh.lua")),
     })
@@ -93,7 +93,7 @@ impl Names {
         Names::of(&String::from_utf8_lossy(key.as_bytes()))
     }
 
-    /// KEYS of the plain scripts (and the release, before its latch):
+    /// KEYS of the plain scripts (and the release, before its request record):
     /// hash, queue, timeouts, channel stem, grants.
     pub(super) fn script_keys(&self) -> Vec<Key> {
         vec![
@@ -169,7 +169,7 @@ impl Kind for FairKind {
             &scripts().release,
             names.script_keys(),
             args,
-            &lease.latch(),
+            &lease.request_record(),
             rid,
         )
     }

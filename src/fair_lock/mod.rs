@@ -30,7 +30,7 @@
 //!
 //! Scripts (`scripts/`, each starting with the helpers of `queue.lua`;
 //! `kind.rs` loads them):
-//! `acquire.lua` and `release.lua` (latched: idempotent by request id),
+//! `acquire.lua` and `release.lua` (recorded: idempotent by request id),
 //! `force_unlock.lua`, `leave.lua` (a waiter that stopped waiting),
 //! `kick.lua` (see `queue.rs`). Renewal is the plain lock's (`LockTask`).
 //! Every script that finds the lock free purges gone waiters at the head

@@ -183,15 +183,22 @@ impl Leave {
                 .map_or((1, 0), |(first, last)| (first as i64, last as i64))
         };
         args.extend([first.into(), last.into()]);
-        // Latched on the lease's record: a copy of this leave that arrives
+        // Recorded on the lease's record: a copy of this leave that arrives
         // after a later wait of the owner tried finds a newer request id
         // there and never runs (it could give back a grant that wait
         // adopted: under the turn any nonce counts).
         let rid = *self.rid.get_or_init(|| conn.rid());
-        let call = Call::new(conn, &scripts().leave, keys, args, &self.lease.latch(), rid);
+        let call = Call::new(
+            conn,
+            &scripts().leave,
+            keys,
+            args,
+            &self.lease.request_record(),
+            rid,
+        );
         match call.run(conn, Instant::now()).await {
             Ok(Settled::Ran(reply)) => {
-                conn.forget_record(self.lease.latch(), rid);
+                conn.forget_record(self.lease.request_record(), rid);
                 kick_if_unheard(conn, &self.names, &reply);
             }
             Ok(Settled::Stale) => {

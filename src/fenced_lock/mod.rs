@@ -160,7 +160,7 @@ pub struct Fenced {
 /// The fenced lock's own scripts, hashed once per process.
 #[derive(Debug)]
 struct Scripts {
-    /// Take or re-enter, and take a token. Latched: re-sent with the same
+    /// Take or re-enter, and take a token. Recorded: re-sent with the same
     /// request id.
     acquire: Script,
     /// Delete the token counter unless the lock is held. Not retried.
@@ -170,7 +170,7 @@ struct Scripts {
 fn scripts() -> &'static Scripts {
     static SCRIPTS: OnceLock<Scripts> = OnceLock::new();
     SCRIPTS.get_or_init(|| Scripts {
-        acquire: Script::latched("fenced_lock.acquire", include_str!("scripts/acquire.lua")),
+        acquire: Script::recorded("fenced_lock.acquire", include_str!("scripts/acquire.lua")),
         delete_token: Script::plain(
             "fenced_lock.delete_token",
             include_str!("scripts/delete_token.lua"),

@@ -99,11 +99,11 @@ struct Scripts {
 fn scripts() -> &'static Scripts {
     static SCRIPTS: OnceLock<Scripts> = OnceLock::new();
     SCRIPTS.get_or_init(|| Scripts {
-        try_set_count: Script::latched(
+        try_set_count: Script::recorded(
             "latch.try_set_count",
             include_str!("scripts/try_set_count.lua"),
         ),
-        count_down: Script::latched("latch.count_down", include_str!("scripts/count_down.lua")),
+        count_down: Script::recorded("latch.count_down", include_str!("scripts/count_down.lua")),
     })
 }
 

@@ -7,12 +7,12 @@
 //! value is its hold count. Unlocks are announced with the message `0` on
 //! `redisson_lock__channel:{name}` (Redisson's rule: no braces are added to
 //! a name that has some). The hash is changed only by the scripts beside
-//! this file — `acquire.lua`, `release.lua` (latched: idempotent by request
+//! this file — `acquire.lua`, `release.lua` (recorded: idempotent by request
 //! id, see `core/call.rs`), `force_unlock.lua` — and renewed by
 //! `renew.lua` (declared keys), `renew_packed.lua` and
 //! `renew_node_packed.lua` (a single server's and a cluster node's batches
 //! in one argument); `holders.lua` reads it for operators (`holders.rs`).
-//! Each latched call also keeps a small latch key
+//! Each recorded call also keeps a small request record
 //! `leasehold_latch:{name}:<field>` for 30 s.
 //!
 //! A waiting client also listens on `leasehold_lock__taken:{name}` (a
@@ -137,9 +137,9 @@ struct Names {
 /// The lock's scripts, hashed once per process.
 #[derive(Debug)]
 struct Scripts {
-    /// Take or re-enter. Latched: re-sent with the same request id.
+    /// Take or re-enter. Recorded: re-sent with the same request id.
     acquire: Script,
-    /// Give back holds; publishes the unlock message when freed. Latched.
+    /// Give back holds; publishes the unlock message when freed. Recorded.
     release: Script,
     /// Delete whoever holds it. Not retried.
     force_unlock: Script,
@@ -164,7 +164,7 @@ struct LockKind;
 /// subscribed to it: an owner locking again within it starts subscribed.
 const LINGER: Duration = Duration::from_secs(1);
 
-/// The acquire's check before the record (`Script::latched_after`): a
+/// The acquire's check before the record (`Script::recorded_after`): a
 /// lock someone else holds, or a first run; it sets `early`,
 /// `read_record` and `pttl`.
 const ACQUIRE_CHECK: &str = include_str!("scripts/acquire_check.lua");
@@ -172,7 +172,7 @@ const ACQUIRE_CHECK: &str = include_str!("scripts/acquire_check.lua");
 /// `read_record` and `count`.
 const RELEASE_CHECK: &str = include_str!("scripts/release_check.lua");
 /// The acquire script's body (it defines `local function body()`), before
-/// the latch wraps it.
+/// the request record wraps it.
 const ACQUIRE_BODY: &str = include_str!("scripts/acquire.lua");
 /// The acquire without its record: the check, its early reply as it is,
 /// then the body (for the bare-script baseline of `compare/`).
@@ -181,7 +181,7 @@ const ACQUIRE_BARE: &str = concat!(
     "if early then return early end\n",
     include_str!("scripts/acquire.lua")
 );
-/// The release script's body, before the latch wraps it.
+/// The release script's body, before the request record wraps it.
 const RELEASE_BODY: &str = include_str!("scripts/release.lua");
 /// The release without its record (for the bare-script baseline).
 const RELEASE_BARE: &str = concat!(
@@ -192,9 +192,9 @@ const RELEASE_BARE: &str = concat!(
 fn scripts() -> &'static Scripts {
     static SCRIPTS: OnceLock<Scripts> = OnceLock::new();
     SCRIPTS.get_or_init(|| Scripts {
-        acquire: Script::latched_after("lock.acquire", ACQUIRE_CHECK, ACQUIRE_BODY),
-        release: Script::latched_after("lock.release", RELEASE_CHECK, RELEASE_BODY),
-        force_unlock: Script::latched(
+        acquire: Script::recorded_after("lock.acquire", ACQUIRE_CHECK, ACQUIRE_BODY),
+        release: Script::recorded_after("lock.release", RELEASE_CHECK, RELEASE_BODY),
+        force_unlock: Script::recorded(
             "lock.force_unlock",
             include_str!("scripts/force_unlock.lua"),
         ),
@@ -239,7 +239,7 @@ pub(crate) fn script_sources() -> (&'static str, &'static str) {
     (scripts().acquire.source(), scripts().release.source())
 }
 
-/// The bodies of the acquire and release scripts, without the latch, for
+/// The bodies of the acquire and release scripts, without the request record, for
 /// the bare-script baseline of `compare/`.
 pub(crate) fn script_bodies() -> (&'static str, &'static str) {
     (ACQUIRE_BARE, RELEASE_BARE)
@@ -308,11 +308,11 @@ impl Plain {
     }
 
     /// The wait loop (see the module docs), sending `script` for each try:
-    /// a latched script with `acquire.lua`'s KEYS[1], ARGV and reply,
+    /// a recorded script with `acquire.lua`'s KEYS[1], ARGV and reply,
     /// `extra_keys` after KEYS[1], and optionally a fencing token after the
     /// count in its reply (the fenced lock's). Holds taken either way are
     /// holds of the same field, counted in one lease record with one turn
-    /// and one latch, so they may be mixed freely by one owner. `wait:
+    /// and one request record, so they may be mixed freely by one owner. `wait:
     /// None` waits forever.
     pub(crate) fn acquire_with<'a>(
         &'a self,
@@ -511,7 +511,7 @@ impl Target for LockTarget<'_> {
                 // acquire.lua: how to announce a take (core/takes.rs).
                 publish.into(),
             ],
-            &lease.latch(),
+            &lease.request_record(),
             rid,
         )
     }
@@ -539,7 +539,7 @@ impl Kind for LockKind {
                     0.into()
                 },
             ],
-            &lease.latch(),
+            &lease.request_record(),
             rid,
         )
     }

@@ -28,11 +28,11 @@
 //! * the channel `redisson_rwlock:{name}` (Redisson's `prefixName`): a read
 //!   unlock that frees the lock publishes `0` (wakes one local waiter), a
 //!   write unlock `1` (wakes every local waiter, readers and writers).
-//! * a latch key `leasehold_latch:{name}:<field>` per owner and mode, kept
-//!   for the latch TTL (see `core/call.rs`).
+//! * a request record `leasehold_latch:{name}:<field>` per owner and mode, kept
+//!   for the request record TTL (see `core/call.rs`).
 //!
 //! Scripts beside this file: `read_acquire.lua`, `read_release.lua`,
-//! `write_acquire.lua`, `write_release.lua` (latched: idempotent by request
+//! `write_acquire.lua`, `write_release.lua` (recorded: idempotent by request
 //! id), `force_unlock.lua`, `is_locked.lua`, and the watchdog's
 //! `renew_read.lua` / `renew_read_node.lua`. Write holds are renewed like a
 //! plain lock's (`lock/scripts/renew.lua` on the write field); read holds
@@ -240,7 +240,7 @@ struct WriteKind;
 /// The lock's scripts, hashed once per process.
 #[derive(Debug)]
 struct Scripts {
-    /// Latched (re-sent with the same request id).
+    /// Recorded (re-sent with the same request id).
     read_acquire: Script,
     read_release: Script,
     write_acquire: Script,
@@ -258,26 +258,26 @@ struct Scripts {
 fn scripts() -> &'static Scripts {
     static SCRIPTS: OnceLock<Scripts> = OnceLock::new();
     SCRIPTS.get_or_init(|| Scripts {
-        read_acquire: Script::latched("rw.read_acquire", include_str!("scripts/read_acquire.lua")),
-        read_release: Script::latched(
+        read_acquire: Script::recorded("rw.read_acquire", include_str!("scripts/read_acquire.lua")),
+        read_release: Script::recorded(
             "rw.read_release",
             concat!(
                 include_str!("scripts/timeouts.lua"),
                 include_str!("scripts/read_release.lua")
             ),
         ),
-        write_acquire: Script::latched(
+        write_acquire: Script::recorded(
             "rw.write_acquire",
             include_str!("scripts/write_acquire.lua"),
         ),
-        write_release: Script::latched(
+        write_release: Script::recorded(
             "rw.write_release",
             concat!(
                 include_str!("scripts/timeouts.lua"),
                 include_str!("scripts/write_release.lua")
             ),
         ),
-        force_unlock: Script::latched("rw.force_unlock", include_str!("scripts/force_unlock.lua")),
+        force_unlock: Script::recorded("rw.force_unlock", include_str!("scripts/force_unlock.lua")),
         is_locked: Script::plain("rw.is_locked", include_str!("scripts/is_locked.lua")),
         renew_read: Script::renewal(
             "rw.renew_read",
@@ -646,7 +646,7 @@ impl Mode {
                     Value::String(lease.field()),
                     Value::from(format!("{}{}", &*lease.field(), Mode::Write.suffix())),
                 ],
-                &lease.latch(),
+                &lease.request_record(),
                 rid,
             ),
             Mode::Write => Call::new(
@@ -654,7 +654,7 @@ impl Mode {
                 &scripts().write_acquire,
                 [lease.key()],
                 [lease_ms.into(), Value::String(lease.field())],
-                &lease.latch(),
+                &lease.request_record(),
                 rid,
             ),
         }
@@ -707,7 +707,7 @@ impl Kind for ReadKind {
                 i64::from(count).into(),
                 lease.conn.publish_command().into(),
             ],
-            &lease.latch(),
+            &lease.request_record(),
             rid,
         )
     }
@@ -751,7 +751,7 @@ impl Kind for WriteKind {
                 i64::from(count).into(),
                 lease.conn.publish_command().into(),
             ],
-            &lease.latch(),
+            &lease.request_record(),
             rid,
         )
     }

@@ -21,9 +21,9 @@
 //! | `{name}:timeout` (`name:timeout` if the name has braces) | zset | one member per taken permit: its id as 16 raw bytes; score: its expiry in epoch ms, or `922337203685477` for Redisson's permits that never expire |
 //! | `redisson_sc:{name}` (`redisson_sc:name` if the name has braces) | channel | a decimal count: how many waiters per client may retry |
 //!
-//! Scripts (beside this file): `acquire.lua` and `release.lua` (latched:
+//! Scripts (beside this file): `acquire.lua` and `release.lua` (recorded:
 //! idempotent by request id, see `core/call.rs`), `try_set_permits.lua`
-//! and `add_permits.lua` (latched, one latch key per call), `available.lua`
+//! and `add_permits.lua` (recorded, one request record per call), `available.lua`
 //! and the watchdog's `renew.lua`. All but `renew`, `try_set_permits` and
 //! `add_permits` first *reclaim*: permits whose expiry has passed go back
 //! to the free count (`reclaim.lua`).
@@ -39,7 +39,7 @@
 //! # Permits are leases
 //!
 //! Every permit is its own lease in the engine (kind `PermitKind`, a fresh owner per
-//! permit, the latch `leasehold_latch:{name}:<id>`). A permit taken with a
+//! permit, the request record `leasehold_latch:{name}:<id>`). A permit taken with a
 //! fixed lease scores `now + lease` and is never renewed. A permit taken
 //! without one scores `now + watchdog timeout` and the watchdog pushes its
 //! score forward while the [`Permit`] lives, only while it is still in the
@@ -147,15 +147,15 @@ pub struct Semaphore {
 /// The semaphore's scripts, hashed once per process.
 #[derive(Debug)]
 struct Scripts {
-    /// Take one permit. Latched: re-sent with the same request id.
+    /// Take one permit. Recorded: re-sent with the same request id.
     acquire: Script,
-    /// Give one permit back; publishes the new count. Latched.
+    /// Give one permit back; publishes the new count. Recorded.
     release: Script,
     /// The watchdog's batches (per slot).
     renew: Script,
     /// Read the free count after reclaiming. Not retried.
     available: Script,
-    /// Latched, one latch key per call.
+    /// Recorded, one request record per call.
     try_set_permits: Script,
     add_permits: Script,
 }
@@ -170,14 +170,14 @@ static NEXT_OWNER: AtomicU64 = AtomicU64::new(1);
 fn scripts() -> &'static Scripts {
     static SCRIPTS: OnceLock<Scripts> = OnceLock::new();
     SCRIPTS.get_or_init(|| Scripts {
-        acquire: Script::latched(
+        acquire: Script::recorded(
             "semaphore.acquire",
             concat!(
                 include_str!("scripts/reclaim.lua"),
                 include_str!("scripts/acquire.lua")
             ),
         ),
-        release: Script::latched(
+        release: Script::recorded(
             "semaphore.release",
             concat!(
                 include_str!("scripts/reclaim.lua"),
@@ -192,11 +192,11 @@ fn scripts() -> &'static Scripts {
                 include_str!("scripts/available.lua")
             ),
         ),
-        try_set_permits: Script::latched(
+        try_set_permits: Script::recorded(
             "semaphore.try_set_permits",
             include_str!("scripts/try_set_permits.lua"),
         ),
-        add_permits: Script::latched(
+        add_permits: Script::recorded(
             "semaphore.add_permits",
             include_str!("scripts/add_permits.lua"),
         ),
@@ -618,7 +618,7 @@ impl Semaphore {
         Ok(())
     }
 
-    /// Runs a latched script on the count and channel (one latch key per
+    /// Runs a recorded script on the count and channel (one request record per
     /// call: see `Call::run_once`).
     async fn mutate(
         &self,
@@ -713,7 +713,7 @@ impl Target for PermitTarget<'_> {
                 lease.conn.publish_command().into(),
                 self.member.clone(),
             ],
-            &lease.latch(),
+            &lease.request_record(),
             rid,
         )
     }
@@ -738,7 +738,7 @@ impl Kind for PermitKind {
                 now_ms().into(),
                 lease.conn.publish_command().into(),
             ],
-            &lease.latch(),
+            &lease.request_record(),
             rid,
         )
     }

@@ -1,4 +1,4 @@
--- latch early reply: a check run before the record (core/script.rs) set
+-- record early reply: a check run before the record (core/script.rs) set
 -- `early` for a try it can answer from what it read: a lock someone else
 -- holds (nothing changes), or a copy of a request that already ran
 -- (`early_replay`: the rid goes in front negated, as a replay's). It is

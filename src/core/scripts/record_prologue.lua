@@ -1,9 +1,9 @@
--- latch prologue: makes a mutation idempotent by request id.
+-- record prologue: makes a mutation idempotent by request id.
 --
 -- Prepended to every mutating script (see core/call.rs). The script's last
--- key is its latch: a string "<rid>|<reply>" recording the last request
+-- key is its request record: a string "<rid>|<reply>" recording the last request
 -- this owner sent for this lock, kept for ARGV[#ARGV - 1] milliseconds.
--- ARGV[#ARGV] is the request id (rid), which only grows for one latch.
+-- ARGV[#ARGV] is the request id (rid), which only grows for one request record.
 --
 --   * rid equals the recorded one: a re-send of a call that already ran.
 --     Its recorded reply is returned, with the rid negated (a replay tells
@@ -17,16 +17,16 @@
 --   * otherwise the body runs (the function `body` the script defines; it
 --     returns an array of integers whose first is a status >= 0) and its
 --     reply, with the rid put in front, is recorded and returned.
-local latch_key = KEYS[#KEYS]
+local record_key = KEYS[#KEYS]
 local rid = ARGV[#ARGV]
 if read_record then
-    local latch = redis.call('get', latch_key)
-    if latch then
-        local sep = string.find(latch, '|', 1, true)
-        local last = string.sub(latch, 1, sep - 1)
+    local recorded = redis.call('get', record_key)
+    if recorded then
+        local sep = string.find(recorded, '|', 1, true)
+        local last = string.sub(recorded, 1, sep - 1)
         if last == rid then
             local replay = {}
-            for n in string.gmatch(string.sub(latch, sep + 1), '[^,]+') do
+            for n in string.gmatch(string.sub(recorded, sep + 1), '[^,]+') do
                 replay[#replay + 1] = tonumber(n)
             end
             replay[1] = -replay[1]

@@ -5,7 +5,7 @@
 -- KEYS[2]  the queue (list)
 -- KEYS[3]  the timeouts (zset)
 -- KEYS[4]  the grants (hash)
--- KEYS[5]  the latch of this owner on this lock
+-- KEYS[5]  the request record of this owner on this lock
 -- ARGV[1]  lease in milliseconds
 -- ARGV[2]  owner field: "<client-uuid>:<owner-id>"
 -- ARGV[3]  now: the client's clock, epoch milliseconds (as Redisson)
@@ -16,7 +16,7 @@
 -- ARGV[6]  1: the client counts holds of this field already (it adopted
 --          a grant); 0: it counts none
 -- ARGV[7]  the hold count the client counts, or -1 (acquire_check.lua)
--- ARGV[8]  latch TTL in milliseconds
+-- ARGV[8]  record TTL in milliseconds
 -- ARGV[9]  request id (also the waiter's grant nonce)
 --
 -- Sent after acquire_check.lua, which read `pttl` and `count` and

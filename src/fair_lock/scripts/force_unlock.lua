@@ -6,7 +6,7 @@
 -- KEYS[3]  the timeouts (zset)
 -- KEYS[4]  the channel stem: "redisson_lock__channel:{<name>}"
 -- KEYS[5]  the grants (hash)
--- KEYS[6]  this call's request record (see core/scripts/latch_prologue.lua)
+-- KEYS[6]  this call's request record (see core/scripts/record_prologue.lua)
 -- ARGV[1]  now: the client's clock, epoch milliseconds
 -- ARGV[2]  "publish", or "spublish" for sharded pub/sub on a cluster
 -- ARGV[3]  thread wait in milliseconds (see acquire.lua)

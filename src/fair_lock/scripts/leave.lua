@@ -13,8 +13,8 @@
 -- KEYS[3]  the timeouts (zset)
 -- KEYS[4]  the channel stem: "redisson_lock__channel:{<name>}"
 -- KEYS[5]  the grants (hash)
--- KEYS[6]  the latch of this owner on this lock (see
---          core/scripts/latch_prologue.lua)
+-- KEYS[6]  the request record of this owner on this lock (see
+--          core/scripts/record_prologue.lua)
 -- ARGV[1]  the waiter's field
 -- ARGV[2]  now: the client's clock, epoch milliseconds
 -- ARGV[3]  "publish", or "spublish" for sharded pub/sub on a cluster
@@ -28,7 +28,7 @@
 --          newer one). The leave of the owner's last wait, run under the
 --          owner's turn, passes 0 and the largest id: whatever entry or
 --          grant of the field is left is its to give back.
--- ARGV[9]  latch TTL in milliseconds
+-- ARGV[9]  record TTL in milliseconds
 -- ARGV[10] request id: taken under the owner's turn after the wait's
 --          tries, so it is newer than all of them and older than any try
 --          of a later wait of the owner
@@ -38,7 +38,7 @@
 -- given back and the lock handed on, {0, -1, -1, 0} nobody needed
 -- telling.
 --
--- Retry policy: latched (idempotent by request id). A re-send replays the
+-- Retry policy: recorded (idempotent by request id). A re-send replays the
 -- first run's reply; a copy that arrives after a later wait of the same
 -- owner tried (its request id is newer) never runs, so it cannot give
 -- back a grant that wait adopted (under the turn, "any nonce" counts).

@@ -6,7 +6,7 @@
 -- KEYS[3]  the timeouts (zset)
 -- KEYS[4]  the channel stem: "redisson_lock__channel:{<name>}"
 -- KEYS[5]  the grants (hash)
--- KEYS[6]  the latch of this owner on this lock
+-- KEYS[6]  the request record of this owner on this lock
 -- ARGV[1]  TTL in milliseconds the key keeps while holds remain
 -- ARGV[2]  owner field
 -- ARGV[3]  how many holds to give back (1; all of them on shutdown)
@@ -16,7 +16,7 @@
 -- ARGV[7]  grant lease in milliseconds: the most a grant's TTL is
 -- ARGV[8]  the hold count expected before this release
 --          (release_check.lua)
--- ARGV[9]  latch TTL in milliseconds
+-- ARGV[9]  record TTL in milliseconds
 -- ARGV[10] request id
 --
 -- A grant marker of the caller's field goes (its client counts the hold:
@@ -44,7 +44,7 @@
 -- The reply of a release that handed the lock over: {status, received,
 -- timeout, granted}, and after a grant the nonce, the grant's TTL and last
 -- the granted field (a string: a client of the releaser's process hands
--- the waiter its message itself; a latch replay drops it).
+-- the waiter its message itself; a request record replay drops it).
 local function told(status, received, timeout, granted, head, nonce, ms)
     if granted == 1 then
         return {status, received, timeout, 1, nonce, ms, head}

@@ -3,13 +3,13 @@
 --
 -- KEYS[1]  the lock hash (the plain lock's: same field, same count)
 -- KEYS[2]  the token counter: "redisson_lock_token:{<name>}"
--- KEYS[3]  the latch of this owner on this lock (see core/scripts/latch_prologue.lua)
+-- KEYS[3]  the request record of this owner on this lock (see core/scripts/record_prologue.lua)
 -- ARGV[1]  lease in milliseconds
 -- ARGV[2]  owner field: "<client-uuid>:<owner-id>"
--- ARGV[3]  latch TTL in milliseconds
+-- ARGV[3]  record TTL in milliseconds
 -- ARGV[4]  request id
 --
--- Reply (after the rid the latch puts in front): {1, count, token} when the
+-- Reply (after the rid the request record puts in front): {1, count, token} when the
 -- caller now holds the lock (its hold count, now `count`, went up by one)
 -- and took `token`, or {0, pttl}: someone else holds it for pttl more
 -- milliseconds (-1: the key has no expiry). Every acquire, a re-entry too,

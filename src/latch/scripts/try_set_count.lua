@@ -5,7 +5,7 @@
 -- KEYS[2]  the channel "redisson_countdownlatch__channel__{name}", unless
 --          it lies in another hash slot than the count on a cluster: then
 --          it is left out and the client publishes (see latch/mod.rs)
--- KEYS[#KEYS]  this call's latch (see core/scripts/latch_prologue.lua)
+-- KEYS[#KEYS]  this call's latch (see core/scripts/record_prologue.lua)
 -- ARGV[1]  the count
 -- ARGV[2]  "publish", or "spublish" for sharded pub/sub on a cluster
 -- ARGV[3]  latch TTL in milliseconds

@@ -3,18 +3,18 @@
 -- KEYS[1]  the lock hash
 -- KEYS[2]  with ARGV[4] set only: the channel to announce a take of the
 --          free lock on ("leasehold_lock__taken:{<name>}", core/takes.rs)
--- KEYS[#KEYS]  the latch of this owner on this lock (see
---          core/scripts/latch_prologue.lua)
+-- KEYS[#KEYS]  the request record of this owner on this lock (see
+--          core/scripts/record_prologue.lua)
 -- ARGV[1]  lease in milliseconds
 -- ARGV[2]  owner field: "<client-uuid>:<owner-id>"
 -- ARGV[3]  the hold count the client counts before this acquire, or -1
 --          (acquire_check.lua)
 -- ARGV[4]  "publish" or "spublish" to announce a take of the free lock
 --          on KEYS[2], or "": no announcement
--- ARGV[5]  latch TTL in milliseconds
+-- ARGV[5]  record TTL in milliseconds
 -- ARGV[6]  request id
 --
--- Reply (after the rid the latch puts in front): {1, count} when the caller
+-- Reply (after the rid the request record puts in front): {1, count} when the caller
 -- now holds the lock (its hold count, now `count`, went up by one), or
 -- {0, pttl}: someone else holds it for pttl more milliseconds (-1: the key
 -- has no expiry). The key's TTL is raised to the lease, never lowered:

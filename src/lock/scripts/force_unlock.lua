@@ -2,7 +2,7 @@
 --
 -- KEYS[1]  the lock hash
 -- KEYS[2]  the unlock channel
--- KEYS[3]  this call's request record (see core/scripts/latch_prologue.lua)
+-- KEYS[3]  this call's request record (see core/scripts/record_prologue.lua)
 -- ARGV[1]  unlock message ("0")
 -- ARGV[2]  "publish", or "spublish" for sharded pub/sub on a cluster
 -- ARGV[3]  request record TTL in milliseconds

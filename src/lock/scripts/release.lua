@@ -2,14 +2,14 @@
 --
 -- KEYS[1]  the lock hash
 -- KEYS[2]  the unlock channel: "redisson_lock__channel:{<name>}"
--- KEYS[3]  the latch of this owner on this lock
+-- KEYS[3]  the request record of this owner on this lock
 -- ARGV[1]  TTL in milliseconds the key keeps while holds remain: the
 --          longest deadline of the owner's remaining live holds
 -- ARGV[2]  owner field
 -- ARGV[3]  how many holds to give back (1; all of them on shutdown)
 -- ARGV[4]  "publish", or "spublish" for sharded pub/sub on a cluster
 -- ARGV[5]  the hold count expected before this release (release_check.lua)
--- ARGV[6]  latch TTL in milliseconds
+-- ARGV[6]  record TTL in milliseconds
 -- ARGV[7]  request id
 --
 -- Reply (after the rid): {0} the field is missing (the caller does not

@@ -3,7 +3,7 @@
 -- KEYS[1]  the lock hash
 -- KEYS[2]  the channel: "redisson_rwlock:{name}"
 -- KEYS[3]  every holder's key prefix: "{name}" ("name" if it has braces)
--- KEYS[4]  this call's request record (see core/scripts/latch_prologue.lua)
+-- KEYS[4]  this call's request record (see core/scripts/record_prologue.lua)
 -- ARGV[1]  the mode freed: "read" (the read lock's force unlock) or "write"
 -- ARGV[2]  the message: "0" for read, "1" for write (Redisson's)
 -- ARGV[3]  "publish", or "spublish" for sharded pub/sub on a cluster

@@ -3,11 +3,11 @@
 --
 -- KEYS[1]  the lock hash
 -- KEYS[2]  this owner's timeout prefix: "{name}:<uuid>:<id>:rwlock_timeout"
--- KEYS[3]  the latch of this owner's read lease (core/scripts/latch_prologue.lua)
+-- KEYS[3]  the request record of this owner's read lease (core/scripts/record_prologue.lua)
 -- ARGV[1]  lease in milliseconds
 -- ARGV[2]  read field: "<uuid>:<id>"
 -- ARGV[3]  the same owner's write field: "<uuid>:<id>:write"
--- ARGV[4]  latch TTL in milliseconds
+-- ARGV[4]  record TTL in milliseconds
 -- ARGV[5]  request id
 --
 -- Taken when the hash has no mode (free), mode "read" (other readers), or

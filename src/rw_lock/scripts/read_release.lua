@@ -5,12 +5,12 @@
 -- KEYS[2]  the channel: "redisson_rwlock:{name}"
 -- KEYS[3]  this owner's timeout prefix: "{name}:<uuid>:<id>:rwlock_timeout"
 -- KEYS[4]  every holder's key prefix: "{name}" ("name" if it has braces)
--- KEYS[5]  the latch of this owner's read lease
+-- KEYS[5]  the request record of this owner's read lease
 -- ARGV[1]  TTL in milliseconds the owner's remaining read holds need
 -- ARGV[2]  read field
 -- ARGV[3]  how many holds to give back (1; all of them on shutdown)
 -- ARGV[4]  "publish", or "spublish" for sharded pub/sub on a cluster
--- ARGV[5]  latch TTL in milliseconds
+-- ARGV[5]  record TTL in milliseconds
 -- ARGV[6]  request id
 --
 -- The count goes down from c to left; the timeout keys left+1..c go, and

@@ -2,10 +2,10 @@
 -- RReadWriteLock layout.
 --
 -- KEYS[1]  the lock hash
--- KEYS[2]  the latch of this owner's write lease
+-- KEYS[2]  the request record of this owner's write lease
 -- ARGV[1]  lease in milliseconds
 -- ARGV[2]  write field: "<uuid>:<id>:write"
--- ARGV[3]  latch TTL in milliseconds
+-- ARGV[3]  record TTL in milliseconds
 -- ARGV[4]  request id
 --
 -- Taken when the hash has no mode (free), or mode "write" with this

@@ -4,12 +4,12 @@
 -- KEYS[1]  the lock hash
 -- KEYS[2]  the channel: "redisson_rwlock:{name}"
 -- KEYS[3]  every holder's key prefix: "{name}" ("name" if it has braces)
--- KEYS[4]  the latch of this owner's write lease
+-- KEYS[4]  the request record of this owner's write lease
 -- ARGV[1]  TTL in milliseconds the owner's remaining write holds need
 -- ARGV[2]  write field
 -- ARGV[3]  how many holds to give back (1; all of them on shutdown)
 -- ARGV[4]  "publish", or "spublish" for sharded pub/sub on a cluster
--- ARGV[5]  latch TTL in milliseconds
+-- ARGV[5]  record TTL in milliseconds
 -- ARGV[6]  request id
 --
 -- In mode "write" every field is this owner's (its write count, and read

@@ -5,15 +5,15 @@
 -- KEYS[2]  the taken permits: zset "{name}:timeout", member = permit id
 --          (16 raw bytes), score = expiry in epoch ms
 -- KEYS[3]  the channel "redisson_sc:{name}"
--- KEYS[4]  the latch of this permit (see core/scripts/latch_prologue.lua)
+-- KEYS[4]  the request record of this permit (see core/scripts/record_prologue.lua)
 -- ARGV[1]  the permit's expiry: now + lease (+ 1: rounded up), epoch ms
 -- ARGV[2]  now, epoch ms (the client's clock, as Redisson's)
 -- ARGV[3]  "publish", or "spublish" for sharded pub/sub on a cluster
 -- ARGV[4]  the permit id, 16 raw bytes
--- ARGV[5]  latch TTL in milliseconds
+-- ARGV[5]  record TTL in milliseconds
 -- ARGV[6]  request id
 --
--- Reply (after the rid the latch puts in front): {1} the permit is taken;
+-- Reply (after the rid the request record puts in front): {1} the permit is taken;
 -- {0, ms} no permit is free and the nearest taken one expires in ms;
 -- {0, -1} no permit is free and none of the taken ones expires.
 --

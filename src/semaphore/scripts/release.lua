@@ -4,11 +4,11 @@
 -- KEYS[1]  the free permit count
 -- KEYS[2]  the taken permits: zset "{name}:timeout"
 -- KEYS[3]  the channel "redisson_sc:{name}"
--- KEYS[4]  the latch of this permit
+-- KEYS[4]  the request record of this permit
 -- ARGV[1]  the permit id, 16 raw bytes
 -- ARGV[2]  now, epoch ms (the client's clock)
 -- ARGV[3]  "publish", or "spublish" for sharded pub/sub on a cluster
--- ARGV[4]  latch TTL in milliseconds
+-- ARGV[4]  record TTL in milliseconds
 -- ARGV[5]  request id
 --
 -- Reply (after the rid): {2} given back: the free count went up by one and

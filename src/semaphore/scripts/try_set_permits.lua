@@ -3,10 +3,10 @@
 --
 -- KEYS[1]  the free permit count
 -- KEYS[2]  the channel "redisson_sc:{name}"
--- KEYS[3]  this call's latch
+-- KEYS[3]  this call's request record
 -- ARGV[1]  the permit count
 -- ARGV[2]  "publish" or "spublish"
--- ARGV[3]  latch TTL in milliseconds
+-- ARGV[3]  record TTL in milliseconds
 -- ARGV[4]  request id
 --
 -- Reply (after the rid): {1} set, and the count published; {0} the
