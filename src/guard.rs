@@ -18,7 +18,6 @@ use crate::core::hold::Hold;
 use crate::core::pubsub::Lingering;
 use crate::core::signal::Signal;
 use crate::error::{Error, Result};
-use crate::handle::raw::{sealed, RawGuard};
 use crate::owner::Owner;
 
 /// One hold on a lock (of any kind: [`Lock`](crate::Lock) and the rest of
@@ -492,22 +491,6 @@ impl LockGuard {
     /// ```
     pub fn owner(&self) -> Owner {
         self.owner
-    }
-}
-
-impl sealed::Sealed for LockGuard {}
-
-impl RawGuard for LockGuard {
-    fn lease_signal(&self) -> LeaseSignal {
-        LockGuard::lease_signal(self)
-    }
-
-    fn give_back(self) -> impl Future<Output = Result<()>> + Send + 'static {
-        self.unlock()
-    }
-
-    fn what(&self) -> String {
-        self.key().to_owned()
     }
 }
 

@@ -10,7 +10,7 @@ use crate::error::Result;
 use crate::guard::LeaseSignal;
 use crate::handle::must_acquire;
 use crate::handle::raw::RawSingle;
-use crate::lock::Holder;
+use crate::handle::Holder;
 
 /// A blocking lock of kind `R`: the async [`crate::LockHandle`] of the
 /// same kind, by name, whose every call blocks the calling thread (the

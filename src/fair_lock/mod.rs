@@ -189,8 +189,9 @@ use crate::core::prefix_name;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::handle::raw::{sealed, RawLock, RawSingle};
+use crate::handle::Holder;
 use crate::handle::LockHandle;
-use crate::lock::{every_field, hold_count_of, holders_of, remaining_lease_of, Holder};
+use crate::lock::{every_field, hold_count_of, holders_of, remaining_lease_of};
 
 use kind::{scripts, Names};
 use queue::{kick_if_unheard, now_ms, GRANT, THREAD_WAIT};

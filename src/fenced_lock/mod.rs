@@ -45,8 +45,9 @@ use crate::core::script::Script;
 use crate::error::Result;
 use crate::guard::LockGuard;
 use crate::handle::raw::{sealed, RawLock, RawSingle};
+use crate::handle::Holder;
 use crate::handle::LockHandle;
-use crate::lock::{Holder, Plain};
+use crate::lock::Plain;
 
 /// A reentrant distributed lock whose every acquire takes a fencing token
 /// ([`LockGuard::token`]) larger than all tokens taken before, by anyone.

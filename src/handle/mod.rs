@@ -26,7 +26,10 @@
 //!   [`force_unlock`](LockHandle::force_unlock),
 //!   [`holders`](LockHandle::holders).
 
+mod holder;
 pub(crate) mod raw;
+
+pub use holder::Holder;
 
 use std::future::Future;
 use std::time::Duration;
@@ -35,7 +38,6 @@ use tokio::time::Instant;
 
 use crate::error::{Error, Result};
 use crate::guard::LeaseSignal;
-use crate::lock::Holder;
 use raw::{RawGuard, RawLock, RawSingle};
 
 /// A distributed lock of kind `R`, by name: every lock kind of the family

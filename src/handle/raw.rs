@@ -11,9 +11,9 @@ use std::fmt::Debug;
 use std::future::Future;
 use std::time::Duration;
 
+use super::Holder;
 use crate::error::Result;
 use crate::guard::LeaseSignal;
-use crate::lock::Holder;
 
 pub(crate) mod sealed {
     /// Only this crate's kinds and guards implement the raw traits.
@@ -137,4 +137,22 @@ pub trait RawGuard: sealed::Sealed + Send + Sized + 'static {
     /// What `Error::Lost` names.
     #[doc(hidden)]
     fn what(&self) -> String;
+}
+
+// The lock kinds' guard (`guard.rs`); `MultiGuard` and `Permit` implement
+// it beside their types.
+impl sealed::Sealed for crate::LockGuard {}
+
+impl RawGuard for crate::LockGuard {
+    fn lease_signal(&self) -> LeaseSignal {
+        crate::LockGuard::lease_signal(self)
+    }
+
+    fn give_back(self) -> impl Future<Output = Result<()>> + Send + 'static {
+        self.unlock()
+    }
+
+    fn what(&self) -> String {
+        self.key().to_owned()
+    }
 }

@@ -39,7 +39,7 @@
 
 mod holders;
 
-pub use holders::Holder;
+use crate::handle::Holder;
 pub(crate) use holders::{every_field, holders_of};
 
 use std::future::Future;

@@ -10,8 +10,8 @@ use super::{Mode, Names};
 use crate::error::Result;
 use crate::guard::LockGuard;
 use crate::handle::raw::{sealed, RawLock, RawSingle};
+use crate::handle::Holder;
 use crate::handle::LockHandle;
-use crate::lock::Holder;
 
 /// The read half of a [`ReadWriteLock`](super::ReadWriteLock): held by any
 /// number of owners at once, never together with another owner's write

@@ -127,8 +127,9 @@ use crate::core::script::Script;
 use crate::core::watchdog::{ttl_ms, Renewal};
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
+use crate::handle::Holder;
 use crate::handle::LockHandle;
-use crate::lock::{hold_count_of, holders_of, remaining_lease_of, Holder};
+use crate::lock::{hold_count_of, holders_of, remaining_lease_of};
 use crate::owner::Owner;
 
 /// A distributed read-write lock, by name: many readers or one writer.
