@@ -22,10 +22,32 @@ pub(crate) trait Kind: std::fmt::Debug + Send + Sync + 'static {
     /// The call giving back `count` holds of `lease`; `ttl_ms` is the TTL
     /// the key keeps if holds remain.
     fn release_call(&self, lease: &Lease, count: u32, ttl_ms: i64, rid: u64) -> Call;
-    /// Reads an acquire script's reply (without the request id).
-    fn acquire_reply(&self, reply: &[i64]) -> AcquireReply;
-    /// Reads a release script's reply (without the request id).
-    fn release_reply(&self, reply: &[i64]) -> ReleaseReply;
+    /// Reads an acquire script's reply (without the request id). The
+    /// default reads the lock family's shape: `{1, count, …}` held (the
+    /// field's new hold count), `{0, pttl}` busy (retry after the key's
+    /// TTL; -1: none known).
+    fn acquire_reply(&self, reply: &[i64]) -> AcquireReply {
+        match reply {
+            [1, count, ..] => AcquireReply::Held {
+                count: (*count).clamp(1, u32::MAX as i64) as u32,
+                token: None,
+            },
+            [_, ttl, ..] if *ttl >= 0 => {
+                AcquireReply::Busy(Some(Duration::from_millis(*ttl as u64 + 1)))
+            }
+            _ => AcquireReply::Busy(None),
+        }
+    }
+    /// Reads a release script's reply (without the request id). The
+    /// default reads the lock family's shape: `{1}` holds remain, `{2}`
+    /// freed, `{0}` the field was gone.
+    fn release_reply(&self, reply: &[i64]) -> ReleaseReply {
+        match reply.first() {
+            Some(1) => ReleaseReply::Remaining,
+            Some(2) => ReleaseReply::Freed,
+            _ => ReleaseReply::NotHeld,
+        }
+    }
     /// Called with every release reply of `lease` once it is applied, for
     /// follow-up work the kind starts itself (e.g. a task that checks later
     /// that the waiter its release told took over, or handing a waiter of

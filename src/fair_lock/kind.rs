@@ -8,7 +8,7 @@ use fred::types::{Key, Value};
 
 use super::queue::{kick_if_unheard, now_ms, GRANT, THREAD_WAIT};
 use crate::core::call::{Call, Reply};
-use crate::core::kind::{AcquireReply, Kind, ReleaseReply};
+use crate::core::kind::Kind;
 use crate::core::lease::Lease;
 use crate::core::pubsub;
 use crate::core::script::Script;
@@ -172,27 +172,6 @@ impl Kind for FairKind {
             &lease.request_record(),
             rid,
         )
-    }
-
-    fn acquire_reply(&self, reply: &[i64]) -> AcquireReply {
-        match reply {
-            [1, count, ..] => AcquireReply::Held {
-                count: (*count).clamp(1, u32::MAX as i64) as u32,
-                token: None,
-            },
-            [_, hint, ..] if *hint >= 0 => {
-                AcquireReply::Busy(Some(Duration::from_millis(*hint as u64 + 1)))
-            }
-            _ => AcquireReply::Busy(None),
-        }
-    }
-
-    fn release_reply(&self, reply: &[i64]) -> ReleaseReply {
-        match reply.first() {
-            Some(1) => ReleaseReply::Remaining,
-            Some(2) => ReleaseReply::Freed,
-            _ => ReleaseReply::NotHeld,
-        }
     }
 
     fn after_release(&self, lease: &Lease, reply: &Reply) {

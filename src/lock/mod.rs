@@ -55,7 +55,7 @@ use crate::client::Client;
 use crate::core::acquire::{acquire, Target};
 use crate::core::call::Call;
 use crate::core::key_then_channel;
-use crate::core::kind::{AcquireReply, Kind, ReleaseReply};
+use crate::core::kind::{AcquireReply, Kind};
 use crate::core::lease::{Lease, LeaseInit};
 use crate::core::pubsub::{wake_one, Policy};
 use crate::core::script::Script;
@@ -556,14 +556,6 @@ impl Kind for LockKind {
                 AcquireReply::Busy(Some(Duration::from_millis(*ttl as u64 + 1)))
             }
             _ => AcquireReply::Busy(None),
-        }
-    }
-
-    fn release_reply(&self, reply: &[i64]) -> ReleaseReply {
-        match reply.first() {
-            Some(1) => ReleaseReply::Remaining,
-            Some(2) => ReleaseReply::Freed,
-            _ => ReleaseReply::NotHeld,
         }
     }
 

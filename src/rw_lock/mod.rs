@@ -119,7 +119,7 @@ use fred::types::{Key, Value};
 use crate::client::Client;
 use crate::core::acquire::{acquire, Target};
 use crate::core::call::Call;
-use crate::core::kind::{AcquireReply, Kind, ReleaseReply};
+use crate::core::kind::Kind;
 use crate::core::lease::{Lease, LeaseInit};
 use crate::core::prefix_name;
 use crate::core::pubsub::{wake_all_on_one, Policy};
@@ -664,27 +664,6 @@ impl Mode {
 
 // === impl ReadKind, WriteKind ===
 
-fn acquire_reply(reply: &[i64]) -> AcquireReply {
-    match reply {
-        [1, count, ..] => AcquireReply::Held {
-            count: (*count).clamp(1, u32::MAX as i64) as u32,
-            token: None,
-        },
-        [_, ttl, ..] if *ttl >= 0 => {
-            AcquireReply::Busy(Some(Duration::from_millis(*ttl as u64 + 1)))
-        }
-        _ => AcquireReply::Busy(None),
-    }
-}
-
-fn release_reply(reply: &[i64]) -> ReleaseReply {
-    match reply.first() {
-        Some(1) => ReleaseReply::Remaining,
-        Some(2) => ReleaseReply::Freed,
-        _ => ReleaseReply::NotHeld,
-    }
-}
-
 /// The key prefix shared by every holder's timeout keys on `lease`'s key.
 fn holders_prefix(lease: &Lease) -> Key {
     let key: Cow<'_, str> = String::from_utf8_lossy(lease.key_bytes());
@@ -711,14 +690,6 @@ impl Kind for ReadKind {
             &lease.request_record(),
             rid,
         )
-    }
-
-    fn acquire_reply(&self, reply: &[i64]) -> AcquireReply {
-        acquire_reply(reply)
-    }
-
-    fn release_reply(&self, reply: &[i64]) -> ReleaseReply {
-        release_reply(reply)
     }
 
     fn renewal(&self) -> &'static Renewal {
@@ -755,14 +726,6 @@ impl Kind for WriteKind {
             &lease.request_record(),
             rid,
         )
-    }
-
-    fn acquire_reply(&self, reply: &[i64]) -> AcquireReply {
-        acquire_reply(reply)
-    }
-
-    fn release_reply(&self, reply: &[i64]) -> ReleaseReply {
-        release_reply(reply)
     }
 
     fn renewal(&self) -> &'static Renewal {
