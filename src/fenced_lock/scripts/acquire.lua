@@ -3,11 +3,15 @@
 --
 -- KEYS[1]  the lock hash (the plain lock's: same field, same count)
 -- KEYS[2]  the token counter: "redisson_lock_token:{<name>}"
--- KEYS[3]  the request record of this owner on this lock (see core/scripts/record_prologue.lua)
+-- KEYS[#KEYS]  the request record of this owner on this lock (see
+--          core/scripts/record_prologue.lua)
 -- ARGV[1]  lease in milliseconds
 -- ARGV[2]  owner field: "<client-uuid>:<owner-id>"
--- ARGV[3]  record TTL in milliseconds
--- ARGV[4]  request id
+-- ARGV[3], ARGV[4]  as for lock/scripts/acquire.lua (the client's count,
+--          the announce command), sent by the plain lock's target and
+--          not read here: this script announces no take
+-- ARGV[#ARGV - 1]  record TTL in milliseconds
+-- ARGV[#ARGV]      request id
 --
 -- Reply (after the rid the request record puts in front): {1, count, token} when the
 -- caller now holds the lock (its hold count, now `count`, went up by one)
