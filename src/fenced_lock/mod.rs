@@ -15,7 +15,12 @@
 //!
 //! `scripts/acquire.lua` is the plain lock's acquire plus an `INCR` of the
 //! counter on every success, re-entries included, and replies with the
-//! token. Release, renewal and force-unlock are the plain lock's scripts,
+//! token. Before its request record, `scripts/acquire_check.lua` answers a
+//! try of a lock someone else holds at once (no record read or written);
+//! every other acquire keeps its record, since a copy of it must be
+//! answered with the token its first run took. A take of the free lock
+//! is announced on the companion channel as the plain lock's is
+//! (`core/takes.rs`). Release, renewal and force-unlock are the plain lock's scripts,
 //! untouched: the counter is never changed by them. `scripts/delete_token.lua`
 //! deletes the counter unless the lock is held.
 //!
@@ -171,7 +176,11 @@ struct Scripts {
 fn scripts() -> &'static Scripts {
     static SCRIPTS: OnceLock<Scripts> = OnceLock::new();
     SCRIPTS.get_or_init(|| Scripts {
-        acquire: Script::recorded("fenced_lock.acquire", include_str!("scripts/acquire.lua")),
+        acquire: Script::recorded_after(
+            "fenced_lock.acquire",
+            include_str!("scripts/acquire_check.lua"),
+            include_str!("scripts/acquire.lua"),
+        ),
         delete_token: Script::plain(
             "fenced_lock.delete_token",
             include_str!("scripts/delete_token.lua"),

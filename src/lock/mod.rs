@@ -477,8 +477,8 @@ impl Target for LockTarget<'_> {
     }
 
     fn announces_takes(&self) -> bool {
-        // The fenced lock's acquire script announces nothing.
-        std::ptr::eq(self.script, &scripts().acquire)
+        // Both the lock's and the fenced lock's acquire announce.
+        true
     }
 
     fn build_announcing(
