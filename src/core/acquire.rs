@@ -34,7 +34,8 @@ use tracing::{Instrument, Span};
 use super::call::Call;
 use super::hold::{self, Attempt, Hold, Request};
 use super::kind::Kind;
-use super::lease::{Lease, LeaseInit, LeaseRef, Term};
+use super::lease::{Lease, LeaseRef, Term};
+use super::names::LeaseNames;
 use super::pubsub::Policy;
 use super::stats::{AcquireEnd, Counters, KeyName};
 use super::takes::taken_channel;
@@ -70,8 +71,9 @@ pub(crate) trait Target: Send + Sync {
     /// What a message on the channel wakes.
     fn policy(&self) -> Policy;
 
-    /// Makes the lease record of `owner`, the first time it acquires.
-    fn init(&self, owner: u64) -> Result<LeaseInit>;
+    /// The names of `owner`'s lease record (key, field, request record,
+    /// channel), the first time it acquires.
+    fn init(&self, owner: u64) -> Result<LeaseNames>;
 
     /// One try's call, from the lease record, the lease in milliseconds
     /// and the request id.

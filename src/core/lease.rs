@@ -201,23 +201,6 @@ const PARKED: u8 = 2;
 /// over and over.
 pub(crate) const IDLE_RECORDS: usize = 256;
 
-/// Identity of a lease within a client.
-#[derive(Debug)]
-pub(crate) struct LeaseInit {
-    pub(crate) names: LeaseNames,
-}
-
-impl LeaseInit {
-    /// The lease of `field` on the key named `key`, released on `channel`:
-    /// its request record is derived (see `call.rs`); all four names share one
-    /// buffer (see `names.rs`).
-    pub(crate) fn new(key: &str, field: &str, channel: &[u8]) -> Result<LeaseInit> {
-        Ok(LeaseInit {
-            names: LeaseNames::new(key, field, channel)?,
-        })
-    }
-}
-
 /// The client's leases, by lock key.
 #[derive(Debug)]
 pub(crate) struct Leases {
@@ -360,7 +343,7 @@ impl Leases {
         key: &Key,
         owner: u64,
         kind: &'static dyn Kind,
-        init: &(dyn Fn() -> Result<LeaseInit> + Sync),
+        init: &(dyn Fn() -> Result<LeaseNames> + Sync),
     ) -> Result<LeaseRef> {
         let key = key.as_bytes();
         let hash = self.hash(key);
@@ -384,13 +367,13 @@ impl Leases {
                 lease.clone()
             }
             None => {
-                let init = init()?;
-                debug_assert_eq!(init.names.key_bytes(), key);
-                refuse_other_kinds(&entry, init.names.field_bytes(), key, owner, id)?;
+                let names = init()?;
+                debug_assert_eq!(names.key_bytes(), key);
+                refuse_other_kinds(&entry, names.field_bytes(), key, owner, id)?;
                 let lease = Arc::new(Lease {
                     kind,
                     conn: conn.clone(),
-                    names: init.names,
+                    names,
                     owner,
                     users: AtomicU32::new(0),
                     flags: AtomicU8::new(0),
@@ -1280,7 +1263,7 @@ mod tests {
     ) -> LeaseRef {
         table
             .get(conn, watchdog, &Key::from(key), 1, &Offline, &|| {
-                LeaseInit::new(key, "f", b"c")
+                LeaseNames::new(key, "f", b"c")
             })
             .expect("short names")
     }
@@ -1375,7 +1358,7 @@ mod tests {
         let of = |owner: u64, field: &'static str| {
             table
                 .get(&conn, &watchdog, &Key::from("k"), owner, &Offline, &|| {
-                    LeaseInit::new("k", field, b"c")
+                    LeaseNames::new("k", field, b"c")
                 })
                 .expect("short names")
         };

@@ -346,7 +346,7 @@ impl Engine {
         key: &fred::types::Key,
         owner: u64,
         kind: &'static dyn kind::Kind,
-        init: &(dyn Fn() -> Result<lease::LeaseInit> + Sync),
+        init: &(dyn Fn() -> Result<names::LeaseNames> + Sync),
     ) -> Result<lease::LeaseRef> {
         self.leases
             .get(&self.conn, &self.watchdog, key, owner, kind, init)

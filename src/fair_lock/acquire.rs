@@ -17,7 +17,8 @@ use crate::core::acquire::{acquire, Granted, Target};
 use crate::core::call::Call;
 use crate::core::hold::Hold;
 use crate::core::kind::Kind;
-use crate::core::lease::{Lease, LeaseInit};
+use crate::core::lease::Lease;
+use crate::core::names::LeaseNames;
 use crate::core::pubsub::{Policy, Wake};
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
@@ -160,8 +161,8 @@ impl Target for FairTarget<'_> {
         wake_or_grant
     }
 
-    fn init(&self, _owner: u64) -> Result<LeaseInit> {
-        LeaseInit::new(
+    fn init(&self, _owner: u64) -> Result<LeaseNames> {
+        LeaseNames::new(
             &self.lock.key_str,
             self.field,
             self.lock.names.channel.as_bytes(),

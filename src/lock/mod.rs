@@ -56,7 +56,8 @@ use crate::core::acquire::{acquire, Target};
 use crate::core::call::Call;
 use crate::core::key_then_channel;
 use crate::core::kind::{AcquireReply, Kind};
-use crate::core::lease::{Lease, LeaseInit};
+use crate::core::lease::Lease;
+use crate::core::names::LeaseNames;
 use crate::core::pubsub::{wake_one, Policy};
 use crate::core::script::Script;
 use crate::core::watchdog::{Packed, Renewal};
@@ -463,9 +464,9 @@ impl Target for LockTarget<'_> {
         Some(LINGER)
     }
 
-    fn init(&self, owner: u64) -> Result<LeaseInit> {
+    fn init(&self, owner: u64) -> Result<LeaseNames> {
         let field = self.lock.inner.client.field(owner, "");
-        LeaseInit::new(
+        LeaseNames::new(
             self.lock.key_str(),
             &field,
             self.lock.inner.channel_key.as_bytes(),

@@ -120,7 +120,8 @@ use crate::client::Client;
 use crate::core::acquire::{acquire, Target};
 use crate::core::call::Call;
 use crate::core::kind::Kind;
-use crate::core::lease::{Lease, LeaseInit};
+use crate::core::lease::Lease;
+use crate::core::names::LeaseNames;
 use crate::core::prefix_name;
 use crate::core::pubsub::{wake_all_on_one, Policy};
 use crate::core::script::Script;
@@ -457,8 +458,8 @@ impl Names {
         self.client.engine().redis()
     }
 
-    fn lease_init(&self, field: &str) -> Result<LeaseInit> {
-        LeaseInit::new(&self.key_str, field, self.channel_key.as_bytes())
+    fn lease_init(&self, field: &str) -> Result<LeaseNames> {
+        LeaseNames::new(&self.key_str, field, self.channel_key.as_bytes())
     }
 
     /// Takes `mode` for the current owner (see the module docs). `wait:
@@ -589,7 +590,7 @@ impl Target for RwTarget<'_> {
         wake_all_on_one
     }
 
-    fn init(&self, _owner: u64) -> Result<LeaseInit> {
+    fn init(&self, _owner: u64) -> Result<LeaseNames> {
         self.names.lease_init(self.field)
     }
 

@@ -85,7 +85,8 @@ use crate::client::Client;
 use crate::core::acquire::{acquire, Target};
 use crate::core::call::Call;
 use crate::core::kind::{AcquireReply, Kind, ReleaseReply};
-use crate::core::lease::{Lease, LeaseInit};
+use crate::core::lease::Lease;
+use crate::core::names::LeaseNames;
 use crate::core::pubsub::{wake_count, Policy};
 use crate::core::script::Script;
 use crate::core::watchdog::Renewal;
@@ -689,9 +690,9 @@ impl Target for PermitTarget<'_> {
         wake_count
     }
 
-    fn init(&self, _owner: u64) -> Result<LeaseInit> {
+    fn init(&self, _owner: u64) -> Result<LeaseNames> {
         let s = self.semaphore;
-        LeaseInit::new(&s.key_str, self.id, s.channel_key.as_bytes())
+        LeaseNames::new(&s.key_str, self.id, s.channel_key.as_bytes())
     }
 
     fn build(&self, lease: &Lease, lease_ms: i64, rid: u64) -> Call {
