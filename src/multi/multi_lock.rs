@@ -1,7 +1,6 @@
 //! [`MultiLock`]: every member or none (the algorithm is in the module
 //! docs, `multi/mod.rs`).
 
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -153,19 +152,9 @@ impl RawLock for Multi {
         &self.name
     }
 
-    fn acquire(
-        &self,
-        lease: Option<Duration>,
-        wait: Option<Duration>,
-    ) -> impl Future<Output = Result<Option<MultiGuard>>> + Send + '_ {
-        Multi::acquire(self, lease, wait)
-    }
-}
-
-impl Multi {
     /// The attempt loop (see the module docs). `wait: None` waits forever,
     /// zero tries each member once.
-    pub(crate) async fn acquire(
+    async fn acquire(
         &self,
         lease: Option<Duration>,
         wait: Option<Duration>,
@@ -197,7 +186,9 @@ impl Multi {
             tokio::time::sleep(pause).await;
         }
     }
+}
 
+impl Multi {
     /// One attempt: every member in order, or none. `Ok(None)`: a member
     /// was not taken in time (everything taken was given back).
     async fn attempt(

@@ -2,7 +2,6 @@
 //! holds it (the algorithm, and what it does not protect against, are in
 //! the module docs, `multi/mod.rs`).
 
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -237,19 +236,9 @@ impl RawLock for Redlock {
         &self.name
     }
 
-    fn acquire(
-        &self,
-        lease: Option<Duration>,
-        wait: Option<Duration>,
-    ) -> impl Future<Output = Result<Option<MultiGuard>>> + Send + '_ {
-        Redlock::acquire(self, lease, wait)
-    }
-}
-
-impl Redlock {
     /// The round loop (see the module docs). `wait: None` waits forever,
     /// zero runs one round.
-    pub(crate) async fn acquire(
+    async fn acquire(
         &self,
         lease: Option<Duration>,
         wait: Option<Duration>,
@@ -309,7 +298,9 @@ impl Redlock {
             tokio::time::sleep(rest.map_or(pause, |r| pause.min(r))).await;
         }
     }
+}
 
+impl Redlock {
     /// One round: every server at once (see the module docs).
     async fn round(&self, lease: Option<Duration>, timeout: Duration, drift: Duration) -> Round {
         let n = self.locks.len();
