@@ -201,30 +201,24 @@ async fn single<R: RawSingle, Q: RawSingle>(
     assert!(!lock.force_unlock().await.unwrap(), "nothing left to free");
 }
 
-/// A client whose watchdog finds a forced-out lease fast.
-async fn quick(server: &RedisServer) -> Client {
-    client_with(server, |b| b.watchdog_timeout(Duration::from_secs(1))).await
+/// The three clients of [`single`]: the holder's, whose watchdog finds a
+/// forced-out lease fast, the rival's and the forcer's.
+async fn three_clients(server: &RedisServer) -> (Client, Client, Client) {
+    let holder = client_with(server, |b| b.watchdog_timeout(Duration::from_secs(1))).await;
+    (holder, client(server).await, client(server).await)
 }
 
 #[tokio::test]
 async fn the_lock_keeps_the_contract() {
     let server = RedisServer::start();
-    let (a, b, c) = (
-        quick(&server).await,
-        client(&server).await,
-        client(&server).await,
-    );
+    let (a, b, c) = three_clients(&server).await;
     single(a.lock("plain"), b.lock("plain"), c.lock("plain")).await;
 }
 
 #[tokio::test]
 async fn the_fair_lock_keeps_the_contract() {
     let server = RedisServer::start();
-    let (a, b, c) = (
-        quick(&server).await,
-        client(&server).await,
-        client(&server).await,
-    );
+    let (a, b, c) = three_clients(&server).await;
     single(
         a.fair_lock("fair"),
         b.fair_lock("fair"),
@@ -236,11 +230,7 @@ async fn the_fair_lock_keeps_the_contract() {
 #[tokio::test]
 async fn the_fenced_lock_keeps_the_contract() {
     let server = RedisServer::start();
-    let (a, b, c) = (
-        quick(&server).await,
-        client(&server).await,
-        client(&server).await,
-    );
+    let (a, b, c) = three_clients(&server).await;
     single(
         a.fenced_lock("fenced"),
         b.fenced_lock("fenced"),
@@ -256,11 +246,7 @@ async fn the_fenced_lock_keeps_the_contract() {
 #[tokio::test]
 async fn the_read_lock_keeps_the_contract() {
     let server = RedisServer::start();
-    let (a, b, c) = (
-        quick(&server).await,
-        client(&server).await,
-        client(&server).await,
-    );
+    let (a, b, c) = three_clients(&server).await;
     // Readers share: the rival of a read lock is the write half.
     single(
         a.read_write_lock("rw").read(),
@@ -273,11 +259,7 @@ async fn the_read_lock_keeps_the_contract() {
 #[tokio::test]
 async fn the_write_lock_keeps_the_contract() {
     let server = RedisServer::start();
-    let (a, b, c) = (
-        quick(&server).await,
-        client(&server).await,
-        client(&server).await,
-    );
+    let (a, b, c) = three_clients(&server).await;
     single(
         a.read_write_lock("rw").write(),
         b.read_write_lock("rw").write(),
