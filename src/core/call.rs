@@ -29,7 +29,8 @@
 //! | script | rule | why a copy is harmless |
 //! | --- | --- | --- |
 //! | `lock.acquire`, `fenced_lock.acquire`, `fair_lock.acquire`, `rw.read_acquire`, `rw.write_acquire`, `semaphore.acquire` | recorded (the lease's record) | replay |
-//! | `lock.release`, `fair_lock.release`, `rw.read_release`, `rw.write_release`, `semaphore.release` | recorded (the lease's record) | replay |
+//! | `lock.release` | recorded (the lease's record), but a first run proved by the count the client expects (`release_check.lua`) writes none | a copy finds the count its first run left: replay from the state; where that run freed the lock, "gone", read as freed only if the request may have been sent twice and the hold was not known lost (`core/script.rs`) |
+//! | `fair_lock.release`, `rw.read_release`, `rw.write_release`, `semaphore.release` | recorded (the lease's record) | replay |
 //! | `lock.force_unlock`, `fair_lock.force_unlock`, `rw.force_unlock` | recorded (a record per call, [`Call::run_once`]) | replay: a copy never frees a lock taken after the first run |
 //! | `fair_lock.leave` | recorded (the lease's record; its rid taken under the turn, after the wait's tries) | replay; a copy that arrives after a later wait of the same owner tried never runs, so it cannot give back a grant that wait adopted |
 //! | `latch.count_down`, `latch.try_set_count`, `semaphore.try_set_permits`, `semaphore.add_permits` | recorded (a record per call) | replay |
@@ -55,6 +56,7 @@
 //! owner is done with it, the record is deleted (`forget.rs`). A record
 //! whose call's outcome stayed unknown keeps its TTL.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use fred::types::{Key, Value};
@@ -69,12 +71,26 @@ use crate::error::{outcome_unknown, server_busy};
 type FredResult<T> = Result<T, fred::error::Error>;
 
 /// One recorded script call.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub(crate) struct Call {
     script: &'static Script,
     keys: Vec<Key>,
     args: Vec<Value>,
     rid: u64,
+    /// Whether [`run`](Self::run) has sent it (a later run sends a copy).
+    sent: AtomicBool,
+}
+
+impl Clone for Call {
+    fn clone(&self) -> Call {
+        Call {
+            script: self.script,
+            keys: self.keys.clone(),
+            args: self.args.clone(),
+            rid: self.rid,
+            sent: AtomicBool::new(self.sent.load(Ordering::Relaxed)),
+        }
+    }
 }
 
 /// A script's reply without the rid: a few integers, kept inline (the
@@ -89,6 +105,9 @@ pub(crate) struct Reply {
     /// Replayed from the request record: it tells Redis as it was when
     /// the request first ran, not as it is now.
     replayed: bool,
+    /// The request may have reached Redis more than once (see
+    /// [`may_be_copy`](Self::may_be_copy)).
+    copied: bool,
 }
 
 impl Reply {
@@ -97,6 +116,18 @@ impl Reply {
     /// run, so nothing may be concluded from it about what happened since.
     pub(crate) fn is_replay(&self) -> bool {
         self.replayed
+    }
+
+    /// Whether this reply may answer a copy of the request rather than
+    /// its first run: the request was sent again (by [`Call::run`] after a
+    /// timeout, or by a settle job running the call again), or fred
+    /// replaced a command connection while it was under way (fred sends
+    /// what was in flight again on the new one). A script that finds its
+    /// work done and cannot tell by whom (the lock's release finding the
+    /// key gone, `lock/scripts/release_check.lua`) takes the copy's first
+    /// run to have done it only then.
+    pub(crate) fn may_be_copy(&self) -> bool {
+        self.copied
     }
 
     /// The string the reply ended with, if any. A request record's replay of a
@@ -121,6 +152,7 @@ impl FromIterator<i64> for Reply {
             ints: iter.into_iter().collect(),
             text: None,
             replayed: false,
+            copied: false,
         }
     }
 }
@@ -166,6 +198,7 @@ impl Call {
             keys: all_keys,
             args: all_args,
             rid,
+            sent: AtomicBool::new(false),
         }
     }
 
@@ -219,16 +252,24 @@ impl Call {
         let give_up = first_sent + conn.settings.record_ttl / 2;
         let mut pauses = Backoff::new(RESEND_FIRST, RESEND_MAX);
         loop {
+            let copy = self.sent.swap(true, Ordering::Relaxed);
+            // fred sends what was in flight again after a reconnect, which
+            // changes the connection's id: cached by fred, cheap to read.
+            let at_send = conn.connection_ids();
             let sent = self
                 .script
                 .run::<Value>(&conn.redis, &self.keys, &self.args)
                 .await;
             let error = match sent {
                 Ok(reply) => match self.read(reply) {
-                    Ok(outcome) => {
+                    Ok(mut outcome) => {
                         // fred may have sent it again on a new connection:
                         // the old one dies on the server first (`fence.rs`).
-                        conn.check_fence().await;
+                        let now = conn.connection_ids();
+                        conn.check_fence(&now).await;
+                        if let Settled::Ran(reply) = &mut outcome {
+                            reply.copied = copy || now != at_send;
+                        }
                         return Ok(outcome);
                     }
                     Err(e) => {
@@ -291,6 +332,7 @@ impl Call {
             ints: ints.collect::<FredResult<_>>()?,
             text,
             replayed,
+            copied: false,
         };
         match rid {
             Some(rid) if rid.unsigned_abs() == self.rid => {
@@ -318,6 +360,7 @@ mod tests {
             keys: Vec::new(),
             args: Vec::new(),
             rid,
+            sent: AtomicBool::new(false),
         }
     }
 

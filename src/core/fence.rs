@@ -93,8 +93,8 @@ impl Fence {
 
     /// Whether fred has replaced (or added) a command connection since the
     /// last sweep. One lock and a copy of a small map.
-    pub(crate) fn moved(&self, redis: &FredClient) -> bool {
-        let now = redis.connection_ids();
+    /// `now`: the client's connection ids (`connection_ids()`).
+    pub(crate) fn moved(&self, now: &HashMap<Server, i64>) -> bool {
         let seen = self.seen.lock();
         now.iter().any(|(server, id)| seen.get(server) != Some(id))
     }

@@ -807,7 +807,7 @@ fn record_release(span: &Span, outcome: std::result::Result<ReleaseReply, ()>) {
     let outcome = match outcome {
         Ok(ReleaseReply::Freed) => "freed",
         Ok(ReleaseReply::Remaining) => "remaining",
-        Ok(ReleaseReply::NotHeld) => "not_held",
+        Ok(ReleaseReply::NotHeld | ReleaseReply::Gone) => "not_held",
         Err(()) => "error",
     };
     span.record("outcome", outcome);

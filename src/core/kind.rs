@@ -40,11 +40,13 @@ pub(crate) trait Kind: std::fmt::Debug + Send + Sync + 'static {
     }
     /// Reads a release script's reply (without the request id). The
     /// default reads the lock family's shape: `{1}` holds remain, `{2}`
-    /// freed, `{0}` the field was gone.
-    fn release_reply(&self, reply: &[i64]) -> ReleaseReply {
+    /// freed, `{0}` the field was gone, `{3}` [gone where the release
+    /// would have freed it](ReleaseReply::Gone).
+    fn release_reply(&self, reply: &Reply) -> ReleaseReply {
         match reply.first() {
             Some(1) => ReleaseReply::Remaining,
             Some(2) => ReleaseReply::Freed,
+            Some(3) => ReleaseReply::Gone,
             _ => ReleaseReply::NotHeld,
         }
     }
@@ -99,4 +101,11 @@ pub(crate) enum ReleaseReply {
     Remaining,
     /// Given back; the lock is free (and waiters were told).
     Freed,
+    /// The field was gone where the release would have freed the lock:
+    /// a copy of this request freed it before, or the hold was lost
+    /// before the request ran, and Redis keeps nothing that tells which
+    /// (the release wrote no request record: its first run was proved by
+    /// the count). Only a [`Kind`] returns it; `Lease::apply_release`
+    /// settles it as [`Freed`](Self::Freed) or [`NotHeld`](Self::NotHeld).
+    Gone,
 }

@@ -960,7 +960,17 @@ impl Lease {
         ttl: Duration,
     ) -> ReleaseReply {
         self.stats.released();
-        let reply = self.kind.release_reply(raw);
+        let reply = match self.kind.release_reply(raw) {
+            // Freed by a copy of this request only if there may have been
+            // one, and the hold was not known lost: the signal's deadline
+            // is a lower bound of the key's expiry, so under it the key
+            // cannot have expired before the copy ran.
+            ReleaseReply::Gone if raw.may_be_copy() && !self.state.lock().signal.is_lost() => {
+                ReleaseReply::Freed
+            }
+            ReleaseReply::Gone => ReleaseReply::NotHeld,
+            reply => reply,
+        };
         self.released(reply, count, sent, ttl);
         self.kind.after_release(self, raw);
         reply
@@ -970,7 +980,7 @@ impl Lease {
     /// set to `ttl` at `sent` if holds remain.
     pub(crate) fn released(&self, reply: ReleaseReply, count: u32, sent: Instant, ttl: Duration) {
         match reply {
-            ReleaseReply::NotHeld => {
+            ReleaseReply::NotHeld | ReleaseReply::Gone => {
                 self.field_gone("a release found the field gone");
             }
             ReleaseReply::Remaining => {
@@ -1243,7 +1253,7 @@ mod tests {
         fn acquire_reply(&self, _: &[i64]) -> AcquireReply {
             unreachable!("nothing is sent in these tests")
         }
-        fn release_reply(&self, _: &[i64]) -> ReleaseReply {
+        fn release_reply(&self, _: &Reply) -> ReleaseReply {
             unreachable!("nothing is sent in these tests")
         }
         fn renewal(&self) -> &'static Renewal {

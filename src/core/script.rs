@@ -31,13 +31,25 @@
 //! false): the plain lock's acquire (no key, or the field at the client's
 //! count) neither reads nor writes it, since a copy of it that already ran
 //! left the field at one more, which the check answers from the state as
-//! a replay (`early_replay`); its release (the field at the client's
-//! count) does not read it, but writes it, since a copy finding the field
-//! gone must tell "released" from "lost before". A copy of an older
-//! request cannot arrive once its call has ended (`fence.rs`), and while a
-//! call of the client has an unknown outcome the client asks for the
-//! record to be read (`Conn::records_optional`). An uncontended lock +
-//! unlock then costs 9 Redis commands instead of 12.
+//! a replay (`early_replay`); nor does its release (the field at the
+//! client's count): a copy of it that already ran left the field at the
+//! count less what it gave back (a replay from the state), or, where it
+//! freed the lock, the field gone. That last case cannot tell "freed by a
+//! copy" from "lost before the request ran", so the script answers
+//! "gone" (`ReleaseReply::Gone`), and the engine settles it: freed if the
+//! request may have been sent more than once (`Reply::may_be_copy`: sent
+//! again, or fred replaced a connection while it was under way) and the
+//! hold was not known lost (its signal's deadline is a lower bound of the
+//! key's expiry), not held otherwise. The one case read wrong is a hold
+//! removed from outside (a `DEL`, an eviction, a restart without
+//! persistence) in the moment between a release's first run and its
+//! copy: `unlock()` then says released where the lock was taken from it,
+//! which no one can tell afterwards (the watchdog would have said lost at
+//! its next renewal). A copy of an older request cannot arrive once its
+//! call has ended (`fence.rs`), and while a call of the client has an
+//! unknown outcome the client asks for the record to be read and written
+//! (`Conn::records_optional`). An uncontended lock + unlock then costs 8
+//! Redis commands, the scripts' own work, instead of 12.
 //!
 //! Even a copy that did run the body twice would leave Redis as the client
 //! believes: the record is skipped only while Redis holds exactly what the

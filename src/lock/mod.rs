@@ -187,6 +187,7 @@ const RELEASE_BODY: &str = include_str!("scripts/release.lua");
 /// The release without its record (for the bare-script baseline).
 const RELEASE_BARE: &str = concat!(
     include_str!("scripts/release_check.lua"),
+    "if early then return early end\n",
     include_str!("scripts/release.lua")
 );
 

@@ -83,7 +83,7 @@ use tokio::time::Instant;
 
 use crate::client::Client;
 use crate::core::acquire::{acquire, Target};
-use crate::core::call::Call;
+use crate::core::call::{Call, Reply};
 use crate::core::kind::{AcquireReply, Kind, ReleaseReply};
 use crate::core::lease::Lease;
 use crate::core::names::LeaseNames;
@@ -762,7 +762,7 @@ impl Kind for PermitKind {
         }
     }
 
-    fn release_reply(&self, reply: &[i64]) -> ReleaseReply {
+    fn release_reply(&self, reply: &Reply) -> ReleaseReply {
         match reply.first() {
             Some(2) => ReleaseReply::Freed,
             _ => ReleaseReply::NotHeld,

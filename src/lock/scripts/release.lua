@@ -14,10 +14,13 @@
 --
 -- Reply (after the rid): {0} the field is missing (the caller does not
 -- hold the lock; nothing changed), {1, left} holds remain, {2} the lock
--- was freed: key deleted and "0" published, as Redisson's unlock does.
+-- was freed: key deleted and "0" published, as Redisson's unlock does;
+-- {3} (from release_check.lua) the field is gone where this release would
+-- have freed it: freed by a copy of it that already ran, or lost before.
 --
--- Retry policy: idempotent by request id (a re-send never gives back a
--- hold twice). Sent after release_check.lua, which reads the count.
+-- Retry policy: idempotent by the count the client expects (a copy finds
+-- the count its first run left, release_check.lua), and by request id
+-- when that count is unknown (a re-send never gives back a hold twice).
 local function body()
     -- `count` was read by release_check.lua: the last hold costs HGET,
     -- DEL, PUBLISH; an inner one HGET, HSET, PEXPIRE.
