@@ -122,7 +122,8 @@ impl Reply {
     /// its first run: the request was sent again (by [`Call::run`] after a
     /// timeout, or by a settle job running the call again), or fred
     /// replaced a command connection while it was under way (fred sends
-    /// what was in flight again on the new one). A script that finds its
+    /// what was in flight again on the new one) or before it with no call
+    /// checked since (the guess errs towards a copy). A script that finds its
     /// work done and cannot tell by whom (the lock's release finding the
     /// key gone, `lock/scripts/release_check.lua`) takes the copy's first
     /// run to have done it only then.
@@ -253,9 +254,7 @@ impl Call {
         let mut pauses = Backoff::new(RESEND_FIRST, RESEND_MAX);
         loop {
             let copy = self.sent.swap(true, Ordering::Relaxed);
-            // fred sends what was in flight again after a reconnect, which
-            // changes the connection's id: cached by fred, cheap to read.
-            let at_send = conn.connection_ids();
+            let sweeps = conn.fence.sweeps();
             let sent = self
                 .script
                 .run::<Value>(&conn.redis, &self.keys, &self.args)
@@ -265,10 +264,14 @@ impl Call {
                     Ok(mut outcome) => {
                         // fred may have sent it again on a new connection:
                         // the old one dies on the server first (`fence.rs`).
-                        let now = conn.connection_ids();
-                        conn.check_fence(&now).await;
+                        let moved = conn.check_fence().await;
                         if let Settled::Ran(reply) = &mut outcome {
-                            reply.copied = copy || now != at_send;
+                            // fred sends what was in flight again after a
+                            // reconnect: a connection replaced since the
+                            // last sweep (perhaps before this send: the
+                            // guess errs towards a copy), or swept by
+                            // another call's check since this send.
+                            reply.copied = copy || moved || conn.fence.sweeps() != sweeps;
                         }
                         return Ok(outcome);
                     }

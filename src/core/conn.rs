@@ -17,7 +17,6 @@
 //! reconnected. A `connect` dropped half-way closes what it opened. A
 //! closed connection fails commands at once.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -333,27 +332,22 @@ impl Conn {
         self.resets.suspect(&self.redis, why);
     }
 
-    /// The server-side id of the command connection to each server, as
-    /// fred caches it (one lock and a copy of a small map). fred sends
-    /// what was in flight again after a reconnect, which changes it.
-    pub(crate) fn connection_ids(&self) -> HashMap<Server, i64> {
-        fred::interfaces::ClientInterface::connection_ids(&self.redis)
-    }
-
     /// Kills on the server any command connection fred replaced since the
     /// last check (see `fence.rs`), before a reply that came after it is
     /// trusted. A failed kill is logged; the next call checks again.
     ///
     /// Cancel safe: a dropped sweep is done again by the next check.
     ///
-    /// `now`: the client's connection ids, read after the reply.
-    pub(crate) async fn check_fence(&self, now: &HashMap<Server, i64>) {
-        if self.fence.moved(now) {
-            if let Err(e) = self.fence.sweep(&self.redis).await {
-                tracing::warn!(error = %e, "could not kill a replaced command connection on the server; checking again at the next call");
-                self.unsettled();
-            }
+    /// Returns whether fred had replaced a connection.
+    pub(crate) async fn check_fence(&self) -> bool {
+        if !self.fence.moved(&self.redis) {
+            return false;
         }
+        if let Err(e) = self.fence.sweep(&self.redis).await {
+            tracing::warn!(error = %e, "could not kill a replaced command connection on the server; checking again at the next call");
+            self.unsettled();
+        }
+        true
     }
 
     /// Whether a new request may skip reading its record when what its

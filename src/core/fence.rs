@@ -53,7 +53,7 @@
 //!   call's check sweeps again.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use fred::clients::Client as FredClient;
 use fred::interfaces::{ClientInterface, ClientLike};
@@ -78,9 +78,18 @@ pub(crate) struct Fence {
     /// allowed): a sweep finds them by it. Otherwise it kills the
     /// connection it last saw, by id.
     named: bool,
+    /// Sweeps that found a replaced connection (see [`sweeps`](Self::sweeps)).
+    swept: AtomicU64,
 }
 
 impl Fence {
+    /// How many sweeps have found a connection fred replaced: a call that
+    /// sees this move while under way may have been sent again by fred,
+    /// though another call's check swept before its own did.
+    pub(crate) fn sweeps(&self) -> u64 {
+        self.swept.load(Ordering::Acquire)
+    }
+
     /// A fence that has seen `redis`'s current connections; `named`: they
     /// carry the client's name.
     pub(crate) fn new(redis: &FredClient, named: bool) -> Fence {
@@ -93,8 +102,8 @@ impl Fence {
 
     /// Whether fred has replaced (or added) a command connection since the
     /// last sweep. One lock and a copy of a small map.
-    /// `now`: the client's connection ids (`connection_ids()`).
-    pub(crate) fn moved(&self, now: &HashMap<Server, i64>) -> bool {
+    pub(crate) fn moved(&self, redis: &FredClient) -> bool {
+        let now = redis.connection_ids();
         let seen = self.seen.lock();
         now.iter().any(|(server, id)| seen.get(server) != Some(id))
     }
@@ -117,6 +126,9 @@ impl Fence {
                 .map(|(server, id)| (server.clone(), seen.get(server).copied(), *id))
                 .collect()
         };
+        if !moved.is_empty() {
+            self.swept.fetch_add(1, Ordering::AcqRel);
+        }
         for (server, old, current) in moved {
             self.sweep_server(redis, &server, old, current).await?;
             self.seen.lock().insert(server, current);

@@ -188,7 +188,7 @@ impl Inner {
             }
             // A connection replaced since a reply was trusted, and not yet
             // killed (its kill failed): a copy may still be on it.
-            if fence.moved(&fred::interfaces::ClientInterface::connection_ids(redis)) {
+            if fence.moved(redis) {
                 if let Err(e) = fence.sweep(redis).await {
                     tracing::debug!(error = %e, records = batch.len(), "records kept: a replaced connection could not be killed");
                     continue;
