@@ -81,19 +81,17 @@ impl Raw {
     async fn lock_unlock(&self, key: &str, field: &str) {
         static RID: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(1);
         let rid = || RID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let latch = format!("leasehold_latch:{{{key}}}:{field}");
         let reply: Vec<i64> = self
             .redis
             .evalsha(
                 self.acquire.as_str(),
-                vec![key, latch.as_str()],
+                vec![key],
                 vec![
                     Value::from(30000),
                     field.into(),
                     0.into(),
                     // No take announced (src/lock/scripts/acquire.lua).
                     "".into(),
-                    30000.into(),
                     rid().into(),
                 ],
             )
@@ -110,14 +108,13 @@ impl Raw {
             .redis
             .evalsha(
                 self.release.as_str(),
-                vec![key, channel.as_str(), latch.as_str()],
+                vec![key, channel.as_str()],
                 vec![
                     Value::from(30000),
                     field.into(),
                     1.into(),
                     "publish".into(),
                     1.into(),
-                    30000.into(),
                     rid().into(),
                 ],
             )

@@ -194,12 +194,13 @@ pub mod raw {
 /// send exactly the requests leasehold sends.
 #[doc(hidden)]
 pub mod __bench {
-    /// The lock's `acquire` and `release` scripts, as sent. Acquire: KEYS
-    /// `[lock, record]`, ARGV `[lease ms, field, 0, record ttl ms, rid]`
-    /// (0: the holds counted before); release: KEYS `[lock,
-    /// channel, record]`, ARGV `[ttl ms, field, 1, "publish", expected
-    /// count (1), record ttl ms, rid]`; the request record is
-    /// `leasehold_latch:{lock}:<field>` and the rid grows per record.
+    /// The lock's `acquire` and `release` scripts as an uncontended lock +
+    /// unlock sends them: the twins without the request record, whose
+    /// checks prove the first run by the count. Acquire: KEYS `[lock]`,
+    /// ARGV `[lease ms, field, 0, "", rid]` (0: the holds counted before;
+    /// "": no take announced); release: KEYS `[lock, channel]`, ARGV `[ttl
+    /// ms, field, 1, "publish", expected count (1), rid]`; the rid grows
+    /// per lock and owner.
     pub fn lock_scripts() -> (&'static str, &'static str) {
         crate::lock::script_sources()
     }

@@ -597,3 +597,63 @@ async fn a_record_goes_even_when_a_later_call_of_its_owner_wrote_none() {
     a.shutdown().await.unwrap();
     b.shutdown().await.unwrap();
 }
+
+/// The number of times the server has run `command` (`INFO
+/// commandstats`).
+fn command_calls(server: &RedisServer, command: &str) -> u64 {
+    let prefix = format!("cmdstat_{command}:calls=");
+    server
+        .cmd(&["INFO", "commandstats"])
+        .lines()
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().expect("calls is a number"))
+}
+
+/// The plain lock's scripts go without their request record while the
+/// client's count proves a request's first run (`core/script.rs`, "Sent
+/// without the record"). When Redis holds another count than the client's
+/// (here: the field raised behind the client's back), the twin without
+/// the record changes nothing and says so, and the client sends the
+/// recorded script with the same request id: one more `EVALSHA`, and the
+/// record is written. The re-entry then counts once, from what Redis
+/// held, and the unlocks give back exactly what Redis holds.
+#[tokio::test]
+async fn a_count_the_client_does_not_hold_goes_through_the_record() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let field = format!("{}:{}", c.id(), leasehold::Owner::current().id());
+    // The first round loads the recorded script (one `NOSCRIPT` more);
+    // the second is counted.
+    for round in 0..2 {
+        let name = format!("drifted:{round}");
+        let lock = c.lock(&name);
+        let outer = lock.lock().await.unwrap();
+        server.cmd(&["HSET", &name, &field, "5"]);
+        let (scripts, sets) = (
+            command_calls(&server, "evalsha"),
+            command_calls(&server, "set"),
+        );
+        let inner = within(HANG, "a re-entry", lock.try_lock())
+            .await
+            .unwrap()
+            .expect("the owner re-enters its own lock");
+        if round == 1 {
+            assert_eq!(
+                command_calls(&server, "evalsha") - scripts,
+                2,
+                "the twin, then the recorded script"
+            );
+            assert_eq!(
+                command_calls(&server, "set") - sets,
+                1,
+                "the record is written"
+            );
+        }
+        assert_eq!(server.cmd(&["HGET", &name, &field]), "6", "counted once");
+        inner.unlock().await.unwrap();
+        assert_eq!(server.cmd(&["HGET", &name, &field]), "5");
+        outer.unlock().await.unwrap();
+    }
+    c.shutdown().await.unwrap();
+}

@@ -11,18 +11,16 @@ use fred::types::{Builder, Expiration, SetOptions, Value};
 
 /// The keys and arguments leasehold sends with its two lock scripts (see
 /// `leasehold::__bench::lock_scripts` and `src/lock/scripts/*.lua`), for
-/// the raw-fred baselines on one client or several: with the latch (as
-/// leasehold sends them) or bare (the scripts' bodies alone, see
-/// `leasehold::__bench::lock_script_bodies`: no latch key, latch TTL or
-/// request id). If leasehold's arguments change, change them here: every
+/// the raw-fred baselines on one client or several: as leasehold sends
+/// them on an uncontended lock + unlock (the twins without the request
+/// record: a request id, no record key or TTL) or bare (the scripts'
+/// bodies alone, see `leasehold::__bench::lock_script_bodies`: no request
+/// id either). If leasehold's arguments change, change them here: every
 /// raw-fred row follows.
 mod raw_args {
     use std::sync::atomic::{AtomicU64, Ordering};
 
     use super::LEASE;
-
-    /// How long a latch remembers a request (leasehold's default).
-    const LATCH_TTL_MS: u64 = 30_000;
 
     /// Request ids, which must only grow per latch, as leasehold's do.
     fn rid() -> String {
@@ -30,25 +28,21 @@ mod raw_args {
         RID.fetch_add(1, Ordering::Relaxed).to_string()
     }
 
-    /// With `latched`, appends what the latch takes: its key (the last
-    /// key), its TTL and a new request id (the last two arguments).
-    fn latch(
-        latched: bool,
-        name: &str,
-        field: &str,
-        keys: &mut Vec<String>,
-        args: &mut Vec<String>,
-    ) {
+    /// With `latched`, appends what leasehold's uncontended calls carry
+    /// beside the bare scripts' arguments: a new request id (the last
+    /// argument). They go without the request record's key and TTL: the
+    /// scripts' checks prove the first run by the count (`core/script.rs`,
+    /// "Sent without the record").
+    fn latch(latched: bool, args: &mut Vec<String>) {
         if latched {
-            keys.push(format!("leasehold_latch:{{{name}}}:{field}"));
-            args.extend([LATCH_TTL_MS.to_string(), rid()]);
+            args.push(rid());
         }
     }
 
-    /// `acquire.lua` (after `acquire_check.lua`): KEYS = [lock, latch],
+    /// `acquire.lua` (after `acquire_check.lua`): KEYS = [lock],
     /// ARGV = [lease ms, owner field, 0 (the holds counted before: none),
-    /// "" (no take announced), latch TTL ms, request id] (bare: KEYS =
-    /// [lock], ARGV without the last two).
+    /// "" (no take announced), request id] (bare: without the request
+    /// id).
     pub fn acquire(name: &str, field: &str, latched: bool) -> (Vec<String>, Vec<String>) {
         let mut keys = Vec::with_capacity(2);
         keys.push(name.to_owned());
@@ -59,15 +53,14 @@ mod raw_args {
             "0".into(),
             String::new(),
         ]);
-        latch(latched, name, field, &mut keys, &mut args);
+        latch(latched, &mut args);
         (keys, args)
     }
 
     /// `release.lua` (after `release_check.lua`): KEYS = [lock, unlock
-    /// channel, latch], ARGV = [TTL ms while holds remain, owner field,
+    /// channel], ARGV = [TTL ms while holds remain, owner field,
     /// holds given back, publish command, the count expected (1: the one
-    /// hold), latch TTL ms, request id] (bare: without the latch key and
-    /// the last two arguments).
+    /// hold), request id] (bare: without the request id).
     pub fn release(name: &str, field: &str, latched: bool) -> (Vec<String>, Vec<String>) {
         let mut keys = Vec::with_capacity(3);
         keys.extend([
@@ -82,7 +75,7 @@ mod raw_args {
             "publish".into(),
             "1".into(),
         ]);
-        latch(latched, name, field, &mut keys, &mut args);
+        latch(latched, &mut args);
         (keys, args)
     }
 }

@@ -79,6 +79,11 @@ pub(crate) struct Call {
     rid: u64,
     /// Whether [`run`](Self::run) has sent it (a later run sends a copy).
     sent: AtomicBool,
+    /// Whether it is sent as the recorded script, not as its twin without
+    /// the record (`script.rs`, "Sent without the record"): from the
+    /// start if the script has no twin or the client reads records, and
+    /// for good once the twin has answered that its check proved nothing.
+    recorded: AtomicBool,
 }
 
 impl Clone for Call {
@@ -89,6 +94,7 @@ impl Clone for Call {
             args: self.args.clone(),
             rid: self.rid,
             sent: AtomicBool::new(self.sent.load(Ordering::Relaxed)),
+            recorded: AtomicBool::new(self.recorded.load(Ordering::Relaxed)),
         }
     }
 }
@@ -200,6 +206,9 @@ impl Call {
             args: all_args,
             rid,
             sent: AtomicBool::new(false),
+            // The primitive tells its check the count it expects only while
+            // records are optional (`Conn::records_optional`).
+            recorded: AtomicBool::new(script.proved().is_none() || !conn.records_optional()),
         }
     }
 
@@ -255,12 +264,35 @@ impl Call {
         loop {
             let copy = self.sent.swap(true, Ordering::Relaxed);
             let sweeps = conn.fence.sweeps();
-            let sent = self
-                .script
-                .run::<Value>(&conn.redis, &self.keys, &self.args)
-                .await;
+            let twin = match self.script.proved() {
+                Some(twin) if !self.recorded.load(Ordering::Relaxed) => Some(twin),
+                _ => None,
+            };
+            let sent = match twin {
+                // The keys and arguments less the record's key (the last
+                // key) and TTL (the last argument but one).
+                Some(twin) => {
+                    let (args, rid) = self.args.split_at(self.args.len() - 1);
+                    let args = &args[..args.len() - 1];
+                    let keys = &self.keys[..self.keys.len() - 1];
+                    twin.run_with::<Value>(&conn.redis, keys, args, rid).await
+                }
+                None => {
+                    self.script
+                        .run::<Value>(&conn.redis, &self.keys, &self.args)
+                        .await
+                }
+            };
             let error = match sent {
                 Ok(reply) => match self.read(reply) {
+                    Ok(Settled::Ran(reply)) if twin.is_some() && reply.first() == Some(&-2) => {
+                        // The twin's check proved nothing and changed
+                        // nothing: the recorded script, same request id,
+                        // once no copy of the twin can run any more.
+                        conn.check_fence().await;
+                        self.recorded.store(true, Ordering::Relaxed);
+                        continue;
+                    }
                     Ok(mut outcome) => {
                         // fred may have sent it again on a new connection:
                         // the old one dies on the server first (`fence.rs`).
@@ -364,6 +396,7 @@ mod tests {
             args: Vec::new(),
             rid,
             sent: AtomicBool::new(false),
+            recorded: AtomicBool::new(true),
         }
     }
 

@@ -57,6 +57,23 @@
 //! release), and the body then moves it to exactly what the client will
 //! count from the reply it gets (one hold; one fewer).
 //!
+//! # Sent without the record
+//!
+//! When the check proves most first runs (the plain lock's acquire and
+//! release, while nothing of the client has an unknown outcome), even
+//! carrying the record's key and TTL is waste: two more bulk strings per
+//! call for fred to encode and Redis to parse. Such a script
+//! ([`Script::proved_after`]) has a twin, the check and the body without
+//! the record (`scripts/proved_gate.lua`, `scripts/proved_epilogue.lua`),
+//! sent with the same keys and arguments less the record's key and TTL. If
+//! its check does not prove the first run, the twin changes nothing and
+//! answers so (`{rid, -2}`), and the client sends the recorded script with
+//! the same request id ([`Call::run`](super::call::Call::run)). A copy of
+//! the twin cannot run after that: the fence has killed any connection it
+//! could be on before its answer was read (`fence.rs`), and on the
+//! connection that answered, Redis ran every earlier copy first. An
+//! uncontended lock + unlock sends 4 bulk strings fewer.
+//!
 //! # Cluster redirections
 //!
 //! fred 10.1 follows an `ASK` redirection by writing `ASKING` to the
@@ -100,11 +117,15 @@ pub(crate) struct Script {
     /// per-slot renewals at once) load the script once.
     loads: DashMap<String, u64>,
     loading: tokio::sync::Mutex<()>,
+    /// The twin sent without the request record ([`Script::proved_after`]).
+    proved: Option<Box<Script>>,
 }
 
 const RECORD_PROLOGUE: &str = include_str!("scripts/record_prologue.lua");
 const RECORD_EARLY: &str = include_str!("scripts/record_early.lua");
 const RECORD_EPILOGUE: &str = include_str!("scripts/record_epilogue.lua");
+const PROVED_GATE: &str = include_str!("scripts/proved_gate.lua");
+const PROVED_EPILOGUE: &str = include_str!("scripts/proved_epilogue.lua");
 /// The watchdog's batch helpers, before every renewal script.
 const RENEW_BATCH: &str = include_str!("scripts/renew_batch.lua");
 /// The first line of a script sent to a cluster node for keys of several
@@ -165,6 +186,27 @@ impl Script {
         )
     }
 
+    /// [`recorded_after`](Self::recorded_after), with a twin sent without
+    /// the request record when the client expects the check to prove the
+    /// request's first run (see "Sent without the record" above).
+    pub(crate) fn proved_after(
+        name: &'static str,
+        check: &'static str,
+        body: &'static str,
+    ) -> Script {
+        let mut script = Script::recorded_after(name, check, body);
+        script.proved = Some(Box::new(Script::new(
+            name,
+            format!("{check}{RECORD_EARLY}{PROVED_GATE}{body}{PROVED_EPILOGUE}"),
+        )));
+        script
+    }
+
+    /// The twin sent without the request record, if the script has one.
+    pub(crate) fn proved(&self) -> Option<&Script> {
+        self.proved.as_deref()
+    }
+
     fn new(name: &'static str, source: String) -> Script {
         let sha1 = fred::util::sha1_hash(&source);
         Script {
@@ -173,6 +215,7 @@ impl Script {
             sha1: sha1.into(),
             loads: DashMap::new(),
             loading: tokio::sync::Mutex::const_new(()),
+            proved: None,
         }
     }
 
@@ -223,6 +266,17 @@ impl Script {
         keys: &[Key],
         args: &[Value],
     ) -> FredResult<R> {
+        self.run_with(client, keys, args, &[]).await
+    }
+
+    /// [`run`](Self::run) with the arguments `args` then `more`.
+    pub(crate) async fn run_with<R: FromValue>(
+        &self,
+        client: &FredClient,
+        keys: &[Key],
+        args: &[Value],
+        more: &[Value],
+    ) -> FredResult<R> {
         // Borrowed, and copied into each send: keys and arguments are
         // reference-counted, so a copy is one vector, not their bytes.
         // (`Value::Array` hands fred the vector as it is.)
@@ -237,7 +291,7 @@ impl Script {
             Box::pin(client.evalsha::<R, _, _, _>(
                 self.sha1.clone(),
                 keys.to_vec(),
-                Value::Array(args.to_vec()),
+                Value::Array(args.iter().chain(more).cloned().collect()),
             ))
         };
         match send().await {

@@ -194,8 +194,8 @@ const RELEASE_BARE: &str = concat!(
 fn scripts() -> &'static Scripts {
     static SCRIPTS: OnceLock<Scripts> = OnceLock::new();
     SCRIPTS.get_or_init(|| Scripts {
-        acquire: Script::recorded_after("lock.acquire", ACQUIRE_CHECK, ACQUIRE_BODY),
-        release: Script::recorded_after("lock.release", RELEASE_CHECK, RELEASE_BODY),
+        acquire: Script::proved_after("lock.acquire", ACQUIRE_CHECK, ACQUIRE_BODY),
+        release: Script::proved_after("lock.release", RELEASE_CHECK, RELEASE_BODY),
         force_unlock: Script::recorded(
             "lock.force_unlock",
             include_str!("scripts/force_unlock.lua"),
@@ -235,10 +235,12 @@ pub(crate) fn hash_renewal() -> &'static Renewal {
     })
 }
 
-/// The acquire and release scripts exactly as sent, for the bare-fred
-/// baselines of `benches/` and `compare/`.
+/// The acquire and release scripts exactly as an uncontended lock + unlock
+/// sends them (the twins without the request record, `core/script.rs`),
+/// for the bare-fred baselines of `benches/` and `compare/`.
 pub(crate) fn script_sources() -> (&'static str, &'static str) {
-    (scripts().acquire.source(), scripts().release.source())
+    let twin = |script: &'static Script| script.proved().map_or(script.source(), Script::source);
+    (twin(&scripts().acquire), twin(&scripts().release))
 }
 
 /// The bodies of the acquire and release scripts, without the request record, for
