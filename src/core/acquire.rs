@@ -49,8 +49,9 @@ use crate::error::{Error, Result};
 
 /// What a primitive acquires: the one description it hands the engine
 /// (see the module docs), built after its own arguments were checked.
-/// Plain data: the engine reads it, never calls it (but for
-/// [`Who::FirstPoller`], once).
+/// Plain data: the engine reads it, and calls only the functions in it
+/// ([`Who::FirstPoller`] once, at the first poll; `policy` per message
+/// delivered on `channel`).
 #[derive(Clone)]
 pub(crate) struct Spec<'a> {
     /// Whose acquire it is.
