@@ -319,14 +319,12 @@ impl Client {
     /// The owner field `<client-uuid>:<owner-id>` for `owner`, with
     /// `suffix` appended.
     pub(crate) fn field(&self, owner: u64, suffix: &str) -> String {
-        use std::fmt::Write as _;
-        let prefix = &self.inner.field_prefix;
-        // One allocation: the prefix, at most 20 digits, the suffix.
-        let mut field = String::with_capacity(prefix.len() + 20 + suffix.len());
-        field.push_str(prefix);
-        let _ = write!(field, "{owner}");
-        field.push_str(suffix);
-        field
+        crate::core::owner_field(&self.inner.field_prefix, owner, suffix)
+    }
+
+    /// What every owner field of this client starts with: `<client-uuid>:`.
+    pub(crate) fn field_prefix(&self) -> &str {
+        &self.inner.field_prefix
     }
 
     /// `name` with the client's key prefix.

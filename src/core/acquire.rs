@@ -1,17 +1,21 @@
 //! The acquire every lock kind uses: the current owner's lease, the one
 //! wait loop, one recorded script call per try.
 //!
-//! A primitive describes what it acquires and how one try is sent (a
-//! [`Target`]: the key and kind of its leases, the channel its releases
-//! are announced on and what a message there wakes, its acquire script's
-//! call); the engine does the rest — lease records, turns, unknown
-//! outcomes, cancellation, waiting (see `hold.rs` and `wait.rs`). The
-//! target is kept by value in the wait loop's future, the only layer of an
-//! acquire: a parked waiter carries its arguments once.
+//! A primitive describes what it acquires as plain data (a [`Spec`]: the
+//! owner, the key and kind of its leases, the channel its releases are
+//! announced on and what a message there wakes, how the lease record's
+//! names are made, whether its tries announce takes, how long the channel
+//! lingers), having checked its own arguments first. What stays a
+//! call-back is how one try is sent ([`Tries::call`]) and, through the
+//! kind, how its reply is read (`Kind::acquire_reply`); the engine does
+//! the rest — lease records, turns, unknown outcomes, cancellation,
+//! waiting (see `hold.rs` and `wait.rs`). The spec and the tries are kept
+//! by value in the wait loop's future, the only layer of an acquire: a
+//! parked waiter carries its arguments once.
 //!
 //! A primitive whose releases may hand the lock straight to a waiter also
 //! says how to read a message handed to the waiter with its wake-up
-//! ([`Target::handoff`]): a message that grants this wait the hold is
+//! ([`Tries::handoff`]): a message that grants this wait the hold is
 //! *adopted* instead of sending a try (`hold::adopt`), with the lease's
 //! signal counted from a time the primitive proves was before the grant
 //! ([`Granted::since`]), never from when the message arrived.
@@ -40,76 +44,91 @@ use super::pubsub::Policy;
 use super::stats::{AcquireEnd, Counters, KeyName};
 use super::takes::taken_channel;
 use super::wait::{self, Step};
-use super::{lease_millis, Engine};
-use crate::error::Result;
+use super::{lease_millis, owner_field, Engine};
+use crate::error::{Error, Result};
 
-/// What a primitive acquires, and how one try of it is sent: the one
-/// thing a primitive tells the engine (see the module docs). The acquire
-/// keeps it by value in its future: a primitive's target is a few
-/// references, so a parked waiter carries them once.
-pub(crate) trait Target: Send + Sync {
-    /// The owner the acquire is for, read once at its first poll (the
-    /// owner of the task that polls it).
-    fn owner(&self) -> u64;
-
-    /// Checks the primitive's own arguments (a name, a lease), once at
-    /// the first poll.
-    fn check(&self) -> Result<()> {
-        Ok(())
-    }
-
+/// What a primitive acquires: the one description it hands the engine
+/// (see the module docs), built after its own arguments were checked.
+/// Plain data: the engine reads it, and calls only the functions in it
+/// ([`Who::FirstPoller`] once, at the first poll; `policy` per message
+/// delivered on `channel`).
+#[derive(Clone)]
+pub(crate) struct Spec<'a> {
+    /// Whose acquire it is.
+    pub(crate) owner: Who,
     /// The key the lease is of.
-    fn key(&self) -> &Key;
-
+    pub(crate) key: &'a Key,
     /// The kind of the leases it takes: how they are released and renewed,
-    /// and, by its identity, which record of the key is theirs.
-    fn kind(&self) -> &'static dyn Kind;
+    /// how an acquire's reply is read, and, by its identity, which record
+    /// of the key is theirs.
+    pub(crate) kind: &'static dyn Kind,
+    /// Where the wait listens for releases.
+    pub(crate) channel: &'a str,
+    /// What a message on `channel` wakes.
+    pub(crate) policy: Policy,
+    /// What the names of the owner's lease record are made of, the first
+    /// time it acquires (see [`NamesOf`]).
+    pub(crate) names: NamesOf<'a>,
+    /// Whether a try announces a take of the free lock on the companion
+    /// of `channel` (`takes.rs`) when the wait loop asks it to (see
+    /// [`Tries::call`]).
+    pub(crate) announces_takes: bool,
+    /// How long `channel` stays subscribed after an acquire that waited
+    /// on it (see `wait::Attempts::linger`); `None`: not at all.
+    pub(crate) linger: Option<Duration>,
+}
 
-    /// Where releases are announced.
-    fn channel(&self) -> &str;
+/// The owner an acquire is for.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Who {
+    /// This owner id.
+    Id(u64),
+    /// The owner of the task that first polls the acquire, read once then
+    /// with this function (an acquire's future may be made in one task,
+    /// or outside an owner's scope, and polled in another).
+    FirstPoller(fn() -> u64),
+}
 
-    /// What a message on the channel wakes.
-    fn policy(&self) -> Policy;
+/// What the names of an owner's lease record (key, field, request record,
+/// channel, see `names.rs`) are made of: the key is the spec's. Kept as
+/// data and made only when the owner has no record yet (its first acquire
+/// of the key, or its record left the idle ring): making them allocates
+/// (their buffer, and for [`Field::OfOwner`] the field), which an acquire
+/// that finds its record does not pay.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct NamesOf<'a> {
+    /// The holder's field.
+    pub(crate) field: Field<'a>,
+    /// The channel the lease's releases are published on (not always
+    /// where a wait listens: a waiter may listen on a channel of its own).
+    pub(crate) channel: &'a [u8],
+}
 
-    /// The names of `owner`'s lease record (key, field, request record,
-    /// channel), the first time it acquires.
-    fn init(&self, owner: u64) -> Result<LeaseNames>;
+/// A lease's field (see [`NamesOf`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Field<'a> {
+    /// This field.
+    Is(&'a str),
+    /// The client's field of the owner: this prefix, then the owner id
+    /// (`Client::field` with no suffix), for a primitive that learns its
+    /// owner only at the first poll ([`Who::FirstPoller`]).
+    OfOwner(&'a str),
+}
 
+/// How a primitive's tries are sent: what of an acquire the engine calls
+/// back. Kept by value in the acquire's future with its [`Spec`]: a few
+/// references.
+pub(crate) trait Tries: Send + Sync {
     /// One try's call, from the lease record, the lease in milliseconds
-    /// and the request id.
-    fn build(&self, lease: &Lease, lease_ms: i64, rid: u64) -> Call;
-
-    /// Whether this primitive's tries announce a take of a free lock on
-    /// the companion of its channel (`takes.rs`) when asked to
-    /// ([`build_announcing`](Self::build_announcing)).
-    fn announces_takes(&self) -> bool {
-        false
-    }
-
-    /// [`build`](Self::build), for a try that, if it takes the free lock,
-    /// announces it on the channel `announce` (`takes.rs`). Only called
-    /// with `Some` for a target that [announces takes](Self::announces_takes).
-    fn build_announcing(
-        &self,
-        lease: &Lease,
-        lease_ms: i64,
-        rid: u64,
-        _announce: Option<&str>,
-    ) -> Call {
-        self.build(lease, lease_ms, rid)
-    }
-
-    /// How long the channel stays subscribed after an acquire that waited
-    /// on it (see `wait::Attempts::linger`); `None` (the default): not at
-    /// all.
-    fn linger(&self) -> Option<Duration> {
-        None
-    }
+    /// and the request id. With `announce`, a try that takes the free
+    /// lock announces it on that channel (`takes.rs`); only given to a
+    /// spec that [announces takes](Spec::announces_takes).
+    fn call(&self, lease: &Lease, lease_ms: i64, rid: u64, announce: Option<&str>) -> Call;
 
     /// Reads a message handed to a waiter with its wake-up: `Some` if it
     /// grants this very wait the hold (it is then adopted, see
     /// [`Granted`]); `None` (the default) makes the waiter try as for any
-    /// wake-up.
+    /// wake-up. Never called without such a message.
     fn handoff(&self, _message: &[u8]) -> Option<Granted> {
         None
     }
@@ -137,12 +156,12 @@ struct Observed {
     ended: bool,
 }
 
-/// Acquires `target` with a fixed `lease` (`None`: the watchdog keeps
-/// it), waiting up to `wait` (`None`: forever; zero: one try); `Ok(None)`
-/// when the wait ran out. A message the target reads as a grant (see
-/// [`Target::handoff`]) is adopted instead of trying again, unless the
-/// client has a replicas requirement (the grant's replication cannot be
-/// waited for here).
+/// Acquires what `spec` describes, each try sent as `tries` says, with a
+/// fixed `lease` (`None`: the watchdog keeps it), waiting up to `wait`
+/// (`None`: forever; zero: one try); `Ok(None)` when the wait ran out. A
+/// message the tries read as a grant (see [`Tries::handoff`]) is adopted
+/// instead of trying again, unless the client has a replicas requirement
+/// (the grant's replication cannot be waited for here).
 ///
 /// # Cancel safety
 ///
@@ -151,9 +170,10 @@ struct Observed {
 /// channel's queue and passes on a wake-up it held. A wait dropped after
 /// a grant to it ran but before it was adopted holds nothing locally: the
 /// primitive gives the grant back.
-pub(crate) fn acquire<'a, T: Target + 'a>(
+pub(crate) fn acquire<'a, T: Tries + 'a>(
     engine: &'a Arc<Engine>,
-    target: T,
+    spec: Spec<'a>,
+    tries: T,
     lease: Option<Duration>,
     wait: Option<Duration>,
 ) -> impl Future<Output = Result<Option<Hold>>> + Send + 'a {
@@ -164,9 +184,9 @@ pub(crate) fn acquire<'a, T: Target + 'a>(
         wait,
         Acquiring {
             engine,
-            target,
+            spec,
+            tries,
             lease,
-            owner: 0,
             observed: None,
             companion: None,
         },
@@ -176,45 +196,73 @@ pub(crate) fn acquire<'a, T: Target + 'a>(
 /// An acquire's attempts (see [`wait::Attempts`]).
 struct Acquiring<'a, T> {
     engine: &'a Arc<Engine>,
-    target: T,
+    /// Its owner is a [`Who::Id`] from the start on.
+    spec: Spec<'a>,
+    tries: T,
     lease: Option<Duration>,
-    /// Read at the start.
-    owner: u64,
     /// Made at the start.
     observed: Option<Observed>,
-    /// The channel takes are announced on, if the target announces them
+    /// The channel takes are announced on, if the spec announces them
     /// (made at the start).
     companion: Option<Box<str>>,
 }
 
-impl<T: Target> Acquiring<'_, T> {
-    /// The lease a hold is taken for: the target's, or the watchdog's.
+// === impl Spec ===
+
+impl Spec<'_> {
+    /// The owner, once read (see [`Who`]); 0 before the acquire starts.
+    fn owner_id(&self) -> u64 {
+        match self.owner {
+            Who::Id(id) => id,
+            Who::FirstPoller(_) => 0,
+        }
+    }
+
+    /// The names of `owner`'s lease record (see [`NamesOf`]).
+    pub(crate) fn lease_names(&self, owner: u64) -> Result<LeaseNames> {
+        let key = std::str::from_utf8(self.key.as_bytes())
+            .map_err(|_| Error::invalid("lock name is not UTF-8"))?;
+        let channel = self.names.channel;
+        match self.names.field {
+            Field::Is(field) => LeaseNames::new(key, field, channel),
+            Field::OfOwner(prefix) => {
+                LeaseNames::new(key, &owner_field(prefix, owner, ""), channel)
+            }
+        }
+    }
+}
+
+// === impl Acquiring ===
+
+impl<T: Tries> Acquiring<'_, T> {
+    /// The lease a hold is taken for: the spec's, or the watchdog's.
     fn lease_ms(&self) -> Result<i64> {
         lease_millis(self.lease.unwrap_or(self.engine.watchdog.timeout()))
     }
 }
 
-impl<T: Target> wait::Attempts for Acquiring<'_, T> {
+impl<T: Tries> wait::Attempts for Acquiring<'_, T> {
     type Output = Hold;
 
     fn start(&mut self) -> Result<()> {
         self.engine.check()?;
-        self.target.check()?;
         self.lease_ms()?;
-        self.owner = self.target.owner();
-        self.observed = Some(Observed::start(self.target.key(), self.owner));
-        if self.target.announces_takes() {
-            self.companion = taken_channel(self.target.channel()).map(Box::from);
+        if let Who::FirstPoller(current) = self.spec.owner {
+            self.spec.owner = Who::Id(current());
+        }
+        self.observed = Some(Observed::start(self.spec.key, self.spec.owner_id()));
+        if self.spec.announces_takes {
+            self.companion = taken_channel(self.spec.channel).map(Box::from);
         }
         Ok(())
     }
 
     fn channel(&self) -> &str {
-        self.target.channel()
+        self.spec.channel
     }
 
     fn policy(&self) -> Policy {
-        self.target.policy()
+        self.spec.policy
     }
 
     fn companion(&self) -> Option<&str> {
@@ -232,20 +280,21 @@ impl<T: Target> wait::Attempts for Acquiring<'_, T> {
         let this = &*self;
         let engine = this.engine;
         let granted = match handed {
-            Some(message) if engine.replicas.is_none() => this.target.handoff(&message),
+            Some(message) if engine.replicas.is_none() => this.tries.handoff(&message),
             _ => None,
         };
         // The lease record is taken per try, not for the whole wait: a
         // parked waiter keeps none (a record it made is dropped again when
         // the try finds the lock busy), so N waiters on one key cost N
         // parked futures, not N records in the key's table.
+        let owner = this.spec.owner_id();
         let lease = engine.leases.get(
             &engine.conn,
             &engine.watchdog,
-            this.target.key(),
-            this.owner,
-            this.target.kind(),
-            &|| this.target.init(this.owner),
+            this.spec.key,
+            owner,
+            this.spec.kind,
+            &|| this.spec.lease_names(owner),
         );
         // Where to announce a take, if the wait loop asks for it.
         let announce = this.companion.as_deref().filter(|_| announce);
@@ -256,7 +305,7 @@ impl<T: Target> wait::Attempts for Acquiring<'_, T> {
                 None => {
                     let lease_ms = this.lease_ms()?;
                     let fixed = this.lease.is_some();
-                    attempt(engine, &lease, fixed, lease_ms, &this.target, announce).await
+                    attempt(engine, &lease, fixed, lease_ms, &this.tries, announce).await
                 }
             }
         };
@@ -271,11 +320,11 @@ impl<T: Target> wait::Attempts for Acquiring<'_, T> {
     }
 
     fn waits_for(&self) -> Option<(&Key, u64)> {
-        Some((self.target.key(), self.owner))
+        Some((self.spec.key, self.spec.owner_id()))
     }
 
     fn linger(&self) -> Option<Duration> {
-        self.target.linger()
+        self.spec.linger
     }
 
     fn concluded(&mut self, outcome: &Result<Option<Hold>>) {
@@ -294,20 +343,17 @@ impl<T: Target> wait::Attempts for Acquiring<'_, T> {
 
 /// One try (announcing a take on `announce`, if given). Cancel safe (see
 /// `hold::acquire`).
-async fn attempt<T: Target>(
+async fn attempt<T: Tries>(
     engine: &Arc<Engine>,
     lease: &LeaseRef,
     fixed: bool,
     lease_ms: i64,
-    target: &T,
+    tries: &T,
     announce: Option<&str>,
 ) -> Result<Step<Hold>> {
     let ttl = Duration::from_millis(lease_ms as u64);
     let attempt = hold::acquire(engine, lease, |rid| Request {
-        call: match announce {
-            Some(_) => target.build_announcing(lease, lease_ms, rid, announce),
-            None => target.build(lease, lease_ms, rid),
-        },
+        call: tries.call(lease, lease_ms, rid, announce),
         term: if fixed {
             Term::Fixed(Instant::now() + ttl)
         } else {

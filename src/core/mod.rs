@@ -222,6 +222,18 @@ pub(crate) fn record_parts<'a>(key: &'a str, field: &'a str) -> [&'a str; 6] {
     ["leasehold_latch", open, key, close, ":", field]
 }
 
+/// An owner's hash field: `prefix` (the client's `<client-uuid>:`), the
+/// owner id, then `suffix` (Redisson's `<uuid>:<thread-id>`).
+pub(crate) fn owner_field(prefix: &str, owner: u64, suffix: &str) -> String {
+    use std::fmt::Write as _;
+    // One allocation: the prefix, at most 20 digits, the suffix.
+    let mut field = String::with_capacity(prefix.len() + 20 + suffix.len());
+    field.push_str(prefix);
+    let _ = write!(field, "{owner}");
+    field.push_str(suffix);
+    field
+}
+
 /// `parts` joined, in one allocation of exactly their length (names are
 /// built on every acquire: no `format!` growth, and a `Bytes` made from
 /// the result needs no second header allocation).

@@ -6,20 +6,18 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use fred::types::{Key, Value};
+use fred::types::Value;
 use parking_lot::Mutex;
 use tokio::time::Instant;
 
 use super::kind::{scripts, waiter_channel, FairKind, LINGER};
 use super::queue::{self, now_ms, Leave, Queued, THREAD_WAIT};
 use super::Fair;
-use crate::core::acquire::{acquire, Granted, Target};
+use crate::core::acquire::{acquire, Field, Granted, NamesOf, Spec, Tries, Who};
 use crate::core::call::Call;
 use crate::core::hold::Hold;
-use crate::core::kind::Kind;
 use crate::core::lease::Lease;
-use crate::core::names::LeaseNames;
-use crate::core::pubsub::{Policy, Wake};
+use crate::core::pubsub::Wake;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::owner::Owner;
@@ -65,16 +63,14 @@ impl Fair {
         let waits = wait != Some(Duration::ZERO);
         let own_channel: Arc<str> = waiter_channel(&self.channel, &field).into();
         let calls = Calls::default();
-        let target = FairTarget {
+        let tries = FairTries {
             lock: self,
-            owner: owner.id(),
-            field: &field,
-            own_channel: &own_channel,
             calls: &calls,
             waits,
         };
         if !waits {
-            let hold = acquire(engine, target, lease, wait).await?;
+            let spec = self.spec(owner.id(), &field, &own_channel);
+            let hold = acquire(engine, spec, tries, lease, wait).await?;
             return Ok(hold.map(|h| self.guard(h, owner)));
         }
         // The waiter's channel stays subscribed from now until a moment
@@ -84,7 +80,8 @@ impl Fair {
         // Dropped from here on, the waiter leaves the queue (and gives
         // back a grant it did not adopt).
         let lease_ref = engine.lease_of(&self.names.key, owner.id(), &FairKind, &|| {
-            target.init(owner.id())
+            self.spec(owner.id(), &field, &own_channel)
+                .lease_names(owner.id())
         })?;
         let field_str = lease_ref.field();
         let mut queued = Queued::new(
@@ -97,7 +94,8 @@ impl Fair {
             },
         );
         let outcome = {
-            let acquiring = acquire(engine, target, lease, wait);
+            let spec = self.spec(owner.id(), &field, &own_channel);
+            let acquiring = acquire(engine, spec, tries, lease, wait);
             let refreshing = queue::refresh(
                 engine.conn(),
                 &self.names,
@@ -123,54 +121,43 @@ impl Fair {
         Ok(outcome?.map(|h| self.guard(h, owner).keeping(pin.lingering(LINGER))))
     }
 
+    /// What a wait of `owner` (holding `field`, listening on its own
+    /// channel) acquires (see `core::acquire::Spec`).
+    fn spec<'a>(&'a self, owner: u64, field: &'a str, own_channel: &'a str) -> Spec<'a> {
+        Spec {
+            owner: Who::Id(owner),
+            key: &self.names.key,
+            kind: &FairKind,
+            channel: own_channel,
+            policy: wake_or_grant,
+            names: NamesOf {
+                field: Field::Is(field),
+                channel: self.names.channel.as_bytes(),
+            },
+            announces_takes: false,
+            // The waiter's channel is pinned instead (see `acquire`).
+            linger: None,
+        }
+    }
+
     fn guard(&self, hold: Hold, owner: Owner) -> LockGuard {
         LockGuard::new(hold, self.client.key_prefix().len(), owner)
     }
 }
 
-/// What one wait of a fair lock takes (see `core::acquire::Target`).
+/// How one wait of a fair lock sends its tries (see
+/// `core::acquire::Tries`).
 #[derive(Clone, Copy)]
-struct FairTarget<'a> {
+struct FairTries<'a> {
     lock: &'a Fair,
-    owner: u64,
-    field: &'a str,
-    own_channel: &'a str,
     calls: &'a Calls,
     /// Queue if busy (not a single try).
     waits: bool,
 }
 
-impl Target for FairTarget<'_> {
-    fn owner(&self) -> u64 {
-        self.owner
-    }
-
-    fn key(&self) -> &Key {
-        &self.lock.names.key
-    }
-
-    fn kind(&self) -> &'static dyn Kind {
-        &FairKind
-    }
-
-    fn channel(&self) -> &str {
-        self.own_channel
-    }
-
-    fn policy(&self) -> Policy {
-        wake_or_grant
-    }
-
-    fn init(&self, _owner: u64) -> Result<LeaseNames> {
-        LeaseNames::new(
-            &self.lock.key_str,
-            self.field,
-            self.lock.names.channel.as_bytes(),
-        )
-    }
-
-    fn build(&self, lease: &Lease, lease_ms: i64, rid: u64) -> Call {
-        // Under the lease's turn: built before it is sent.
+impl Tries for FairTries<'_> {
+    fn call(&self, lease: &Lease, lease_ms: i64, rid: u64, _announce: Option<&str>) -> Call {
+        // Never asked to announce (no takes). Under the lease's turn: built before it is sent.
         let calls = self.calls;
         *calls.last_try.lock() = Some((rid, Instant::now()));
         let mut tries = calls.tries.lock();

@@ -49,16 +49,16 @@ use std::time::Duration;
 use fred::bytes_utils::Str;
 use fred::interfaces::{HashesInterface, KeysInterface};
 use fred::types::{Key, Value};
+use futures_util::future::Either;
 use futures_util::FutureExt;
 
 use crate::client::Client;
-use crate::core::acquire::{acquire, Target};
+use crate::core::acquire::{acquire, Field, NamesOf, Spec, Tries, Who};
 use crate::core::call::Call;
 use crate::core::key_then_channel;
 use crate::core::kind::{AcquireReply, Kind};
 use crate::core::lease::Lease;
-use crate::core::names::LeaseNames;
-use crate::core::pubsub::{wake_one, Policy};
+use crate::core::pubsub::wake_one;
 use crate::core::script::Script;
 use crate::core::watchdog::{Packed, Renewal};
 use crate::error::{Error, Result};
@@ -325,20 +325,44 @@ impl Plain {
         lease: Option<Duration>,
         wait: Option<Duration>,
     ) -> impl Future<Output = Result<Option<LockGuard>>> + Send + 'a {
+        let engine = self.inner.client.engine();
+        if let Err(e) = self.check_name() {
+            // As the acquire would at its first poll: the engine's own
+            // error (shut down, no runtime) comes first.
+            return Either::Left(async move {
+                engine.check()?;
+                Err(e)
+            });
+        }
         // No `async` layer of its own: the engine's future is the whole
         // acquire, and the guard is made from what its hold knows.
         let name_at = self.inner.client.key_prefix().len();
-        let target = LockTarget {
-            lock: self,
-            script,
-            extra_keys,
+        let spec = Spec {
+            // Read at the first poll: `owner.scope(lock.lock())` locks as
+            // `owner`, and a future made in one task may be polled in
+            // another.
+            owner: Who::FirstPoller(|| Owner::current().id()),
+            key: &self.inner.key,
+            kind: &LockKind,
+            channel: RawSingle::channel(self),
+            policy: wake_one,
+            names: NamesOf {
+                field: Field::OfOwner(self.inner.client.field_prefix()),
+                channel: self.inner.channel_key.as_bytes(),
+            },
+            // Both the lock's and the fenced lock's acquire announce.
+            announces_takes: true,
+            // An owner that waited is likely to come back soon (a hot
+            // lock).
+            linger: Some(LINGER),
         };
-        acquire(self.inner.client.engine(), target, lease, wait).map(move |hold| {
+        let tries = LockTries { script, extra_keys };
+        Either::Right(acquire(engine, spec, tries, lease, wait).map(move |hold| {
             Ok(hold?.map(|hold| {
                 let owner = Owner::from_id(hold.owner());
                 LockGuard::new(hold, name_at, owner)
             }))
-        })
+        }))
     }
 }
 
@@ -429,69 +453,15 @@ pub(crate) async fn remaining_lease_of(
     Ok((ttl >= 0).then(|| Duration::from_millis(ttl as u64)))
 }
 
-/// What a lock's acquire takes (see `core::acquire::Target`).
-struct LockTarget<'a> {
-    lock: &'a Plain,
+/// How a lock's tries are sent (see `core::acquire::Tries`): its acquire
+/// script and the keys after KEYS[1].
+struct LockTries<'a> {
     script: &'static Script,
     extra_keys: &'a [Key],
 }
 
-impl Target for LockTarget<'_> {
-    fn owner(&self) -> u64 {
-        Owner::current().id()
-    }
-
-    fn check(&self) -> Result<()> {
-        // The acquire has checked the engine just before.
-        self.lock.check_name()
-    }
-
-    fn key(&self) -> &Key {
-        &self.lock.inner.key
-    }
-
-    fn kind(&self) -> &'static dyn Kind {
-        &LockKind
-    }
-
-    fn channel(&self) -> &str {
-        RawSingle::channel(self.lock)
-    }
-
-    fn policy(&self) -> Policy {
-        wake_one
-    }
-
-    fn linger(&self) -> Option<Duration> {
-        // An owner that waited is likely to come back soon (a hot lock).
-        Some(LINGER)
-    }
-
-    fn init(&self, owner: u64) -> Result<LeaseNames> {
-        let field = self.lock.inner.client.field(owner, "");
-        LeaseNames::new(
-            self.lock.key_str(),
-            &field,
-            self.lock.inner.channel_key.as_bytes(),
-        )
-    }
-
-    fn build(&self, lease: &Lease, lease_ms: i64, rid: u64) -> Call {
-        self.build_announcing(lease, lease_ms, rid, None)
-    }
-
-    fn announces_takes(&self) -> bool {
-        // Both the lock's and the fenced lock's acquire announce.
-        true
-    }
-
-    fn build_announcing(
-        &self,
-        lease: &Lease,
-        lease_ms: i64,
-        rid: u64,
-        announce: Option<&str>,
-    ) -> Call {
+impl Tries for LockTries<'_> {
+    fn call(&self, lease: &Lease, lease_ms: i64, rid: u64, announce: Option<&str>) -> Call {
         let publish = match announce {
             Some(_) => lease.conn.publish_command(),
             None => "",

@@ -117,13 +117,13 @@ use std::time::Duration;
 use fred::types::{Key, Value};
 
 use crate::client::Client;
-use crate::core::acquire::{acquire, Target};
+use crate::core::acquire::{acquire, Field, NamesOf, Spec, Tries, Who};
 use crate::core::call::Call;
 use crate::core::kind::Kind;
 use crate::core::lease::Lease;
 use crate::core::names::LeaseNames;
 use crate::core::prefix_name;
-use crate::core::pubsub::{wake_all_on_one, Policy};
+use crate::core::pubsub::wake_all_on_one;
 use crate::core::script::Script;
 use crate::core::watchdog::{ttl_ms, Renewal};
 use crate::error::{Error, Result};
@@ -481,13 +481,20 @@ impl Names {
             )));
         }
         let field = self.client.field(owner.id(), mode.suffix());
-        let target = RwTarget {
-            names: self,
-            mode,
-            owner,
-            field: &field,
+        let spec = Spec {
+            owner: Who::Id(owner.id()),
+            key: &self.key,
+            kind: mode.kind(),
+            channel: &self.channel,
+            policy: wake_all_on_one,
+            names: NamesOf {
+                field: Field::Is(&field),
+                channel: self.channel_key.as_bytes(),
+            },
+            announces_takes: false,
+            linger: None,
         };
-        let hold = acquire(self.client.engine(), target, lease, wait).await?;
+        let hold = acquire(self.client.engine(), spec, mode, lease, wait).await?;
         Ok(hold.map(|hold| LockGuard::new(hold, self.client.key_prefix().len(), owner)))
     }
 
@@ -561,44 +568,6 @@ impl Names {
     }
 }
 
-/// What one acquire of a half takes (see `core::acquire::Target`).
-struct RwTarget<'a> {
-    names: &'a Names,
-    mode: Mode,
-    owner: Owner,
-    field: &'a str,
-}
-
-impl Target for RwTarget<'_> {
-    fn owner(&self) -> u64 {
-        self.owner.id()
-    }
-
-    fn key(&self) -> &Key {
-        &self.names.key
-    }
-
-    fn kind(&self) -> &'static dyn Kind {
-        self.mode.kind()
-    }
-
-    fn channel(&self) -> &str {
-        &self.names.channel
-    }
-
-    fn policy(&self) -> Policy {
-        wake_all_on_one
-    }
-
-    fn init(&self, _owner: u64) -> Result<LeaseNames> {
-        self.names.lease_init(self.field)
-    }
-
-    fn build(&self, lease: &Lease, lease_ms: i64, rid: u64) -> Call {
-        self.mode.acquire_call(lease, lease_ms, rid)
-    }
-}
-
 // === impl Mode ===
 
 impl Mode {
@@ -632,9 +601,13 @@ impl Mode {
             Mode::Write => &WriteKind,
         }
     }
+}
 
+/// One half's tries (see `core::acquire::Tries`): the mode is all they
+/// need, the rest is the lease's.
+impl Tries for Mode {
     /// One acquire try of `lease` (this mode's lease of one owner).
-    fn acquire_call(self, lease: &Lease, lease_ms: i64, rid: u64) -> Call {
+    fn call(&self, lease: &Lease, lease_ms: i64, rid: u64, _announce: Option<&str>) -> Call {
         match self {
             Mode::Read => Call::new(
                 &lease.conn,

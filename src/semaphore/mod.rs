@@ -82,12 +82,11 @@ use fred::types::{Key, Value};
 use tokio::time::Instant;
 
 use crate::client::Client;
-use crate::core::acquire::{acquire, Target};
+use crate::core::acquire::{acquire, Field, NamesOf, Spec, Tries, Who};
 use crate::core::call::{Call, Reply};
 use crate::core::kind::{AcquireReply, Kind, ReleaseReply};
 use crate::core::lease::Lease;
-use crate::core::names::LeaseNames;
-use crate::core::pubsub::{wake_count, Policy};
+use crate::core::pubsub::wake_count;
 use crate::core::script::Script;
 use crate::core::watchdog::Renewal;
 use crate::core::{prefix_name, suffix_name};
@@ -648,54 +647,41 @@ impl Semaphore {
     ) -> Result<Option<Permit>> {
         self.check()?;
         let id: Arc<str> = new_id().into();
-        let target = PermitTarget {
-            semaphore: self,
-            id: &id,
-            member: id_bytes(&id),
-            owner: NEXT_OWNER.fetch_add(1, Ordering::Relaxed),
+        let spec = Spec {
+            // A fresh owner per acquire: a permit is one hold.
+            owner: Who::Id(NEXT_OWNER.fetch_add(1, Ordering::Relaxed)),
+            key: &self.key,
+            kind: &PermitKind,
+            channel: &self.channel,
+            policy: wake_count,
+            names: NamesOf {
+                // The permit's id.
+                field: Field::Is(&id),
+                channel: self.channel_key.as_bytes(),
+            },
+            announces_takes: false,
+            linger: None,
         };
-        let hold = acquire(self.client.engine(), target, lease, wait).await?;
+        let tries = PermitTries {
+            timeout_key: &self.timeout_key,
+            member: id_bytes(&id),
+        };
+        let hold = acquire(self.client.engine(), spec, tries, lease, wait).await?;
         Ok(hold.map(|hold| Permit::new(hold, id, self.name.clone(), self.key_str.clone())))
     }
 }
 
-/// What one acquire of a permit takes (see `core::acquire::Target`).
-struct PermitTarget<'a> {
-    semaphore: &'a Semaphore,
-    /// The permit's id, and as the member of the semaphore's zset.
-    id: &'a str,
+/// How one acquire of a permit sends its tries (see
+/// `core::acquire::Tries`).
+struct PermitTries<'a> {
+    /// The semaphore's zset of permit expiries.
+    timeout_key: &'a Key,
+    /// The permit's id, as the member of that zset.
     member: Value,
-    /// A fresh owner per acquire: a permit is one hold.
-    owner: u64,
 }
 
-impl Target for PermitTarget<'_> {
-    fn owner(&self) -> u64 {
-        self.owner
-    }
-
-    fn key(&self) -> &Key {
-        &self.semaphore.key
-    }
-
-    fn kind(&self) -> &'static dyn Kind {
-        &PermitKind
-    }
-
-    fn channel(&self) -> &str {
-        &self.semaphore.channel
-    }
-
-    fn policy(&self) -> Policy {
-        wake_count
-    }
-
-    fn init(&self, _owner: u64) -> Result<LeaseNames> {
-        let s = self.semaphore;
-        LeaseNames::new(&s.key_str, self.id, s.channel_key.as_bytes())
-    }
-
-    fn build(&self, lease: &Lease, lease_ms: i64, rid: u64) -> Call {
+impl Tries for PermitTries<'_> {
+    fn call(&self, lease: &Lease, lease_ms: i64, rid: u64, _announce: Option<&str>) -> Call {
         let now = now_ms();
         // Rounded up: the permit never expires before `sent + lease`, the
         // engine's idea of its end (`now` is floored).
@@ -703,11 +689,7 @@ impl Target for PermitTarget<'_> {
         Call::new(
             &lease.conn,
             &scripts().acquire,
-            [
-                lease.key(),
-                self.semaphore.timeout_key.clone(),
-                lease.channel(),
-            ],
+            [lease.key(), self.timeout_key.clone(), lease.channel()],
             [
                 expiry.into(),
                 now.into(),
