@@ -246,6 +246,17 @@ impl Call {
         self.rid
     }
 
+    /// Whether the call may have written its request record: it was sent
+    /// as the recorded script at least once. A call only ever sent as the
+    /// twin without the record (`script.rs`, "Sent without the record")
+    /// wrote none, so there is nothing to delete once it has ended; and it
+    /// ran while no call of the client had an unknown outcome within a
+    /// record TTL, so any older record of its owner went with its own
+    /// call, or has expired.
+    pub(crate) fn may_have_recorded(&self) -> bool {
+        self.recorded.load(Ordering::Relaxed)
+    }
+
     /// Runs the call to a definite outcome: sends it, and after a
     /// connection error or timeout sends the same request again (with
     /// back-off) until a reply arrives or half the request record TTL has passed.

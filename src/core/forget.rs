@@ -1,7 +1,9 @@
 //! Request records are deleted once their calls have ended, so Redis is
 //! left as it was found.
 //!
-//! Every recorded call writes a request record (`call.rs`). It is needed
+//! A recorded call writes a request record (`call.rs`; a call sent only as
+//! a twin without the record, `script.rs`, writes none and hands nothing
+//! over). It is needed
 //! while its call is in progress: a re-sent copy finds it and replays the
 //! first run's reply. Once the call's reply is in, and the connection that
 //! answered is the only one of the client on that server that could still

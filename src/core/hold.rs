@@ -173,9 +173,11 @@ pub(crate) async fn acquire(
     let (reply, fresh) = match outcome {
         Ok(Settled::Ran(reply)) => {
             // Done with the call: its record may go (`forget.rs`).
-            engine
-                .conn
-                .forget_record(lease.request_record(), flight.call().rid());
+            if flight.call().may_have_recorded() {
+                engine
+                    .conn
+                    .forget_record(lease.request_record(), flight.call().rid());
+            }
             (lease.kind.acquire_reply(&reply), !reply.is_replay())
         }
         Ok(Settled::Stale) => {
@@ -497,7 +499,9 @@ impl Hold {
         let outcome = flight.call().run(&engine.conn, sent).await;
         match outcome {
             Ok(Settled::Ran(reply)) => {
-                engine.conn.forget_record(parts.lease.request_record(), rid);
+                if flight.call().may_have_recorded() {
+                    engine.conn.forget_record(parts.lease.request_record(), rid);
+                }
                 // The turn is kept until the reply is recorded: the next
                 // acquire or release of the owner must see it.
                 let _turn = flight.finish();
@@ -585,7 +589,7 @@ async fn send_give_back(
     lease.begin_call();
     match call.run(conn, sent).await {
         Ok(Settled::Ran(reply)) => {
-            if forget {
+            if forget && call.may_have_recorded() {
                 conn.forget_record(lease.request_record(), rid);
             }
             let ttl = Duration::from_millis(ttl_ms as u64);
