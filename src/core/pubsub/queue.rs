@@ -1,0 +1,354 @@
+//! The wake-up queue of one channel entry: which local waiter a message
+//! wakes, and what happens to a wake-up nobody is waiting for. Pure state
+//! and wakers: no Redis, no runtime, no clock (the channel's clock and
+//! announced takes stay in `mod.rs` and call in here), so its model tests
+//! run under loom (`loom_tests`, built with `--cfg leasehold_loom`; see
+//! `sync.rs`).
+//!
+//! # The algorithm
+//!
+//! A [`WakeQueue`] lives inside its channel's state, under the channel's
+//! lock: every `&mut self` method runs with that lock held. Its members are
+//! the channel's live subscriptions, one [`Waiter`] each.
+//!
+//! * **FIFO.** A waiter joins at the back ([`WakeQueue::join`]). A wake-up
+//!   goes to the oldest queued waiter: it leaves the queue, its `woken`
+//!   flag is set and its task is woken.
+//! * **A woken waiter holds its wake-up** until its attempt concluded
+//!   ([`Waiter::consumed`]). A wait that begins while it holds one returns
+//!   at once ([`WakeQueue::begin_wait`]).
+//! * **A loser goes back to the front.** A waiter that begins a wait while
+//!   not queued (it was woken, and lost the race) is queued first: it
+//!   keeps the place it had.
+//! * **No lost wake-up between two waits.** A wake-up that finds no queued
+//!   waiter is kept as a *permit*, which the next wait of any member takes
+//!   at once. Permits are capped at one per member (none while there is
+//!   none: a waiter that joins later tries after joining, so a message
+//!   before that is no news to it).
+//! * **Cancel safety.** A waiter that leaves ([`WakeQueue::leave`]: its
+//!   subscription is dropped) while queued is marked gone, and skipped by
+//!   the next wake-up (gone waiters are compacted away once they are most
+//!   of the queue, so joining and leaving are O(1)). One that leaves
+//!   holding a wake-up passes it to the next waiter, or keeps it as a
+//!   permit. A message handed with it is not passed on.
+//! * **Handed messages** ([`Wake::OneWith`]): the woken waiter gets the
+//!   message too ([`Waiter::take_handed`]); kept as a permit, a wake-up
+//!   carries none. A second copy of the last handed message wakes nobody
+//!   (the same message handed over in this process and then carried by
+//!   Redis, see `mod.rs`).
+//! * **Re-checks and takes.** The channel's clock ends every queued
+//!   waiter's wait without a wake-up ([`WakeQueue::recheck_all`]); a take
+//!   announced on the channel's companion voids the permits
+//!   ([`WakeQueue::void_permits`]): they came from messages before it.
+//!
+//! # Memory ordering
+//!
+//! A waiter's `queued`, `gone` and `rechecked` flags and its handed
+//! message are written under the channel lock only (`consumed` and
+//! `take_handed` take the message under its own small lock). `woken` is
+//! set under the channel lock (Release) before the waiter's task is woken;
+//! the parked task registers its waker *before* it reads the flags
+//! (Acquire), so a wake-up set after that read wakes the registration.
+//! `woken` is cleared by the waiter's own task (`consumed`, outside the
+//! lock) or by `leave` (under it).
+
+use std::collections::VecDeque;
+use std::task::{Context, Poll};
+
+use super::sync::atomic::{AtomicBool, Ordering};
+use super::sync::{Arc, AtomicWaker, Mutex};
+
+/// How many waiters a message wakes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Wake {
+    One,
+    All,
+    /// Up to this many (none for 0). Wake-ups beyond the queued waiters
+    /// are kept as permits for waiters between two waits, as for `One`.
+    N(usize),
+    /// One, handing it the message (see the module docs of `pubsub`).
+    /// With no waiter queued it is kept as a plain permit, without the
+    /// message. Such a message must be unique (e.g. carry a request id): a
+    /// channel drops a second copy of the last one it delivered, which is
+    /// how a message handed over in this process and then carried by Redis
+    /// wakes once.
+    OneWith,
+}
+
+/// The wake-up queue of one channel entry (see the module docs). It is
+/// changed only under the channel's lock, which the caller of every
+/// `&mut self` method holds.
+#[derive(Debug, Default)]
+pub(super) struct WakeQueue {
+    /// The channel's live subscriptions, queued or not (`join` counts one
+    /// in, `leave` out).
+    members: usize,
+    /// Waiters blocked in a wait, oldest first, and gone ones not yet
+    /// taken out (`Slot::gone`): joining, waiting again and leaving are
+    /// O(1) however many wait, and wakers skip the gone ones.
+    queue: VecDeque<Waiter>,
+    /// Gone waiters still in `queue`; it is compacted when they are most
+    /// of it.
+    stale: usize,
+    /// Wake-ups that found no queued waiter, kept for the next waits (at
+    /// most one per member).
+    permits: usize,
+    /// The last `OneWith` message delivered, until its second copy comes.
+    handed_last: Option<Box<[u8]>>,
+}
+
+/// One subscription's place in its channel's [`WakeQueue`], shared by the
+/// subscription and the queue (a counted reference: a clone is cheap).
+#[derive(Clone, Debug)]
+pub(super) struct Waiter(Arc<Slot>);
+
+#[derive(Debug, Default)]
+struct Slot {
+    /// Holds a wake-up it has not consumed; set by wakers (under the
+    /// channel lock) and by `begin_wait` taking a permit, cleared by
+    /// `consumed` and `leave`.
+    woken: AtomicBool,
+    /// In its channel's queue (changed under the channel lock).
+    queued: AtomicBool,
+    /// Its subscription left while it was queued (under the lock).
+    gone: AtomicBool,
+    /// The channel's clock passed a re-check time while it was queued:
+    /// its wait ends without a wake-up (set under the channel lock).
+    rechecked: AtomicBool,
+    /// The message handed over with the wake-up ([`Wake::OneWith`]).
+    handed: Mutex<Option<Box<[u8]>>>,
+    /// The task parked in a wait, woken after `woken` or `rechecked` is
+    /// set. Not a `Notify`: its `Notified` future would add 64 bytes to
+    /// every parked waiter's future, and its stored permit would outlive
+    /// the wake-up (the flag is the wake-up).
+    waker: AtomicWaker,
+}
+
+/// Gone waiters before the queue is worth compacting.
+const COMPACT_AT: usize = 32;
+
+// === impl WakeQueue ===
+
+impl WakeQueue {
+    /// The live subscriptions of the channel.
+    pub(super) fn members(&self) -> usize {
+        self.members
+    }
+
+    /// Whether the queue has no entry (gone ones not yet taken out count).
+    pub(super) fn is_empty(&self) -> bool {
+        self.queue.is_empty()
+    }
+
+    /// Queue entries, gone ones not yet taken out included.
+    #[cfg(all(test, not(leasehold_loom)))]
+    pub(super) fn len(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// Kept wake-ups.
+    #[cfg(all(test, not(leasehold_loom)))]
+    pub(super) fn permits(&self) -> usize {
+        self.permits
+    }
+
+    /// `waiter` joins the channel: it is counted and queued at the back.
+    pub(super) fn join(&mut self, waiter: &Waiter) {
+        self.members += 1;
+        waiter.0.queued.store(true, Ordering::Relaxed);
+        self.queue.push_back(waiter.clone());
+    }
+
+    /// `waiter`'s subscription is dropped: it leaves the queue (marked
+    /// gone, taken out by the next waker or compaction), and a wake-up it
+    /// holds and did not consume passes to the next waiter (a message
+    /// handed with it does not).
+    pub(super) fn leave(&mut self, waiter: &Waiter) {
+        let slot = &waiter.0;
+        if slot.queued.swap(false, Ordering::Relaxed) {
+            slot.gone.store(true, Ordering::Relaxed);
+            self.stale += 1;
+            if self.stale >= COMPACT_AT && self.stale * 2 >= self.queue.len() {
+                self.queue.retain(|w| !w.0.gone.load(Ordering::Relaxed));
+                self.stale = 0;
+                // A crowd that left gives its memory back (the channel
+                // may stay open a while: a pin, a lingering hold).
+                if self.queue.capacity() > 4 * self.queue.len().max(16) {
+                    self.queue.shrink_to_fit();
+                }
+            }
+        }
+        self.members -= 1;
+        self.permits = self.permits.min(self.members);
+        if slot.woken.swap(false, Ordering::AcqRel) {
+            self.wake_one();
+        }
+    }
+
+    /// The start of `waiter`'s wait: whether it holds a wake-up now (one
+    /// it held, or a permit it takes). If not, it is queued (at the front
+    /// if it was not: woken before, it lost the race and keeps its place)
+    /// and its wait parks ([`Waiter::poll_parked`]).
+    pub(super) fn begin_wait(&mut self, waiter: &Waiter) -> bool {
+        let slot = &waiter.0;
+        if slot.woken.load(Ordering::Acquire) {
+            return true;
+        }
+        if self.permits > 0 {
+            self.permits -= 1;
+            slot.woken.store(true, Ordering::Release);
+            return true;
+        }
+        if !slot.queued.load(Ordering::Relaxed) {
+            slot.queued.store(true, Ordering::Relaxed);
+            self.queue.push_front(waiter.clone());
+        }
+        // A re-check passed before this wait is not this wait's: the
+        // attempt just made was the re-check.
+        slot.rechecked.store(false, Ordering::Relaxed);
+        false
+    }
+
+    /// A message whose policy said `wake` came: wakes that many queued
+    /// waiters, keeping permits for what finds none.
+    pub(super) fn wake(&mut self, wake: Wake, message: &[u8]) {
+        match wake {
+            Wake::One => self.wake_one(),
+            // The second copy of a message handed over in this process.
+            Wake::OneWith if self.handed_last.as_deref() == Some(message) => {
+                self.handed_last = None;
+            }
+            Wake::OneWith => {
+                self.handed_last = Some(message.into());
+                self.wake_one_with(Some(message));
+            }
+            Wake::All => {
+                while !self.queue.is_empty() {
+                    self.wake_one();
+                }
+                // Waiters between two waits re-check too.
+                self.permits = self.members;
+            }
+            Wake::N(n) => {
+                // More than the queue plus one permit per member would
+                // change nothing (permits are capped at that).
+                for _ in 0..n.min(self.queue.len() + self.members) {
+                    self.wake_one();
+                }
+            }
+        }
+    }
+
+    /// Wakes the oldest queued waiter, or keeps a permit if none is queued.
+    pub(super) fn wake_one(&mut self) {
+        self.wake_one_with(None);
+    }
+
+    /// As `wake_one`, handing the woken waiter `message` (a permit keeps
+    /// none). Gone waiters on the way are taken out.
+    fn wake_one_with(&mut self, message: Option<&[u8]>) {
+        loop {
+            match self.queue.pop_front() {
+                Some(waiter) if waiter.0.gone.load(Ordering::Relaxed) => self.stale -= 1,
+                Some(waiter) => {
+                    let slot = &waiter.0;
+                    slot.queued.store(false, Ordering::Relaxed);
+                    *slot.handed.lock() = message.map(Box::from);
+                    slot.woken.store(true, Ordering::Release);
+                    slot.waker.wake();
+                    return;
+                }
+                None => {
+                    self.permits = (self.permits + 1).min(self.members);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// The channel's clock: every queued waiter's wait ends, without a
+    /// wake-up (they stay queued).
+    pub(super) fn recheck_all(&mut self) {
+        for waiter in &self.queue {
+            let slot = &waiter.0;
+            if !slot.gone.load(Ordering::Relaxed) {
+                slot.rechecked.store(true, Ordering::Release);
+                slot.waker.wake();
+            }
+        }
+    }
+
+    /// A take was announced: the kept wake-ups came from messages before
+    /// it, and are void.
+    pub(super) fn void_permits(&mut self) {
+        self.permits = 0;
+    }
+}
+
+// === impl Waiter ===
+
+impl Waiter {
+    /// A waiter of no channel yet (see [`WakeQueue::join`]).
+    pub(super) fn new() -> Waiter {
+        Waiter(Arc::new(Slot::default()))
+    }
+
+    /// A parked wait's poll (after [`WakeQueue::begin_wait`] returned
+    /// `false`): ready with `true` once woken, with `false` once the
+    /// channel's clock re-checked it.
+    pub(super) fn poll_parked(&self, cx: &mut Context<'_>) -> Poll<bool> {
+        let slot = &self.0;
+        // Registered before the flags are read: a waker that sets one
+        // after the read wakes this registration.
+        slot.waker.register(cx.waker());
+        if slot.woken.load(Ordering::Acquire) {
+            Poll::Ready(true)
+        } else if slot.rechecked.load(Ordering::Acquire) {
+            Poll::Ready(false)
+        } else {
+            Poll::Pending
+        }
+    }
+
+    /// Whether it holds a wake-up now.
+    pub(super) fn holds_wake_up(&self) -> bool {
+        self.0.woken.load(Ordering::Acquire)
+    }
+
+    /// The attempt a wake-up led to has concluded: the wake-up (and a
+    /// message handed with it) is used up.
+    pub(super) fn consumed(&self) {
+        self.0.handed.lock().take();
+        self.0.woken.store(false, Ordering::Release);
+    }
+
+    /// Takes the message handed over with the wake-up it holds, if any.
+    pub(super) fn take_handed(&self) -> Option<Box<[u8]>> {
+        self.0.handed.lock().take()
+    }
+}
+
+#[cfg(all(test, not(leasehold_loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wake_n_wakes_at_most_n_queued_waiters() {
+        let mut queue = WakeQueue::default();
+        let waiters: Vec<Waiter> = (0..5).map(|_| Waiter::new()).collect();
+        for w in &waiters {
+            queue.join(w);
+        }
+        queue.wake(Wake::N(2), b"2");
+        let woken = |w: &[Waiter]| w.iter().filter(|w| w.holds_wake_up()).count();
+        assert_eq!(woken(&waiters), 2);
+        assert!(waiters[0].holds_wake_up() && waiters[1].holds_wake_up());
+        queue.wake(Wake::N(0), b"0");
+        assert_eq!(woken(&waiters), 2);
+        assert_eq!(queue.permits, 0);
+        // A huge count wakes the rest and keeps at most one permit per member.
+        queue.wake(Wake::N(usize::MAX), b"x");
+        assert_eq!(woken(&waiters), 5);
+        assert_eq!(queue.permits, 5);
+    }
+}
