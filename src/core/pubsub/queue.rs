@@ -352,3 +352,311 @@ mod tests {
         assert_eq!(queue.permits, 5);
     }
 }
+
+/// Model tests of the queue (see the module docs): run with
+/// `RUSTFLAGS="--cfg leasehold_loom" cargo test --lib --release loom`
+/// (about 1.5 s for all of them). Each model has a channel's queue under
+/// its lock, as `mod.rs` keeps it, and two or three threads: waiters
+/// waiting as `Subscription::wait` does (its `Park`: `begin_wait` under
+/// the lock, then parked until woken), leaving as a dropped
+/// `Subscription` does, and messages delivered as `Shared::deliver` does.
+/// There is no re-check clock here: a wait lasts until it is woken, so a
+/// lost wake-up leaves a thread parked for ever, which loom reports as a
+/// deadlock.
+#[cfg(all(test, leasehold_loom))]
+mod loom_tests {
+    use std::future::poll_fn;
+
+    use loom::thread;
+
+    use super::*;
+
+    /// Explores every interleaving with up to three preemptions (each
+    /// model runs in well under a second in a release build).
+    fn model(f: impl Fn() + Sync + Send + 'static) {
+        let mut builder = loom::model::Builder::new();
+        builder.preemption_bound = Some(3);
+        builder.check(f);
+    }
+
+    type Channel = Arc<Mutex<WakeQueue>>;
+
+    /// A channel with `n` members, all queued oldest first (as after
+    /// subscribing).
+    fn channel_with(n: usize) -> (Channel, Vec<Waiter>) {
+        let mut queue = WakeQueue::default();
+        let waiters: Vec<Waiter> = (0..n).map(|_| Waiter::new()).collect();
+        for w in &waiters {
+            queue.join(w);
+        }
+        (Arc::new(Mutex::new(queue)), waiters)
+    }
+
+    /// A wait with no bound: whether it was woken (always, here).
+    fn wait(channel: &Channel, waiter: &Waiter) -> bool {
+        if channel.lock().begin_wait(waiter) {
+            return true;
+        }
+        loom::future::block_on(poll_fn(|cx| waiter.poll_parked(cx)))
+    }
+
+    /// A message of the plain unlock policy (`wake_one`).
+    fn unlock(channel: &Channel) {
+        channel.lock().wake(Wake::One, b"0");
+    }
+
+    /// `waiter`'s subscription is dropped (`Drop for Subscription`).
+    fn drop_subscription(channel: &Channel, waiter: Waiter) {
+        channel.lock().leave(&waiter);
+    }
+
+    /// A waiter that was woken, made its attempt and lost (it is between
+    /// two waits, not queued), and a message published meanwhile: its next
+    /// wait returns woken, whichever comes first. Nothing is left behind.
+    #[test]
+    fn loom_a_message_between_two_waits_wakes_the_next_wait() {
+        model(|| {
+            let (channel, mut waiters) = channel_with(1);
+            let w = waiters.pop().unwrap();
+            unlock(&channel);
+            assert!(channel.lock().begin_wait(&w));
+            w.consumed();
+            assert!(channel.lock().is_empty());
+
+            let publisher = {
+                let channel = channel.clone();
+                thread::spawn(move || unlock(&channel))
+            };
+            assert!(wait(&channel, &w), "the message was lost");
+            publisher.join().unwrap();
+
+            assert!(w.holds_wake_up());
+            let queue = channel.lock();
+            assert_eq!(queue.permits, 0, "the wake-up was kept twice");
+            assert!(queue.is_empty());
+            assert_eq!(queue.members, 1);
+        });
+    }
+
+    /// Two queued waiters, one message: the oldest wakes, the other stays
+    /// parked (it holds nothing, its wait has not returned) until a second
+    /// message wakes it.
+    #[test]
+    fn loom_one_message_wakes_one_of_two_waiters() {
+        model(|| {
+            let (channel, waiters) = channel_with(2);
+            let returned2 = Arc::new(AtomicBool::new(false));
+            let threads: Vec<_> = waiters
+                .iter()
+                .enumerate()
+                .map(|(i, w)| {
+                    let (channel, w) = (channel.clone(), w.clone());
+                    let returned2 = returned2.clone();
+                    thread::spawn(move || {
+                        assert!(wait(&channel, &w));
+                        if i == 1 {
+                            returned2.store(true, Ordering::SeqCst);
+                        }
+                    })
+                })
+                .collect();
+
+            unlock(&channel);
+            assert!(
+                waiters[0].holds_wake_up(),
+                "the oldest waiter was not woken"
+            );
+            assert!(!waiters[1].holds_wake_up(), "one message woke two waiters");
+            assert!(
+                !returned2.load(Ordering::SeqCst),
+                "the second waiter's wait returned without a wake-up"
+            );
+
+            unlock(&channel);
+            for t in threads {
+                t.join().unwrap();
+            }
+            assert!(waiters.iter().all(Waiter::holds_wake_up));
+            let queue = channel.lock();
+            assert_eq!(queue.permits, 0);
+            assert!(queue.is_empty());
+        });
+    }
+
+    /// A woken waiter dropped before its attempt concluded (a cancelled
+    /// lock future) passes the wake-up to the next queued waiter.
+    #[test]
+    fn loom_a_woken_waiter_dropped_before_consumed_passes_the_wake_up_on() {
+        model(|| {
+            let (channel, mut waiters) = channel_with(2);
+            let w2 = waiters.pop().unwrap();
+            let w1 = waiters.pop().unwrap();
+            let cancelled = {
+                let channel = channel.clone();
+                thread::spawn(move || {
+                    assert!(wait(&channel, &w1));
+                    drop_subscription(&channel, w1);
+                })
+            };
+            let next = {
+                let (channel, w2) = (channel.clone(), w2.clone());
+                thread::spawn(move || wait(&channel, &w2))
+            };
+
+            unlock(&channel);
+            cancelled.join().unwrap();
+            assert!(
+                next.join().unwrap(),
+                "the dropped waiter swallowed the wake-up"
+            );
+
+            let queue = channel.lock();
+            assert_eq!(queue.members, 1);
+            assert_eq!(queue.permits, 0, "the wake-up was passed on twice");
+            assert!(queue.is_empty());
+        });
+    }
+
+    /// A waiter dropped while queued (before or after the message came):
+    /// the message still wakes the other waiter, and the dropped one
+    /// leaves nothing in the queue and no permit.
+    #[test]
+    fn loom_a_waiter_dropped_while_queued_leaves_nothing_behind() {
+        model(|| {
+            let (channel, mut waiters) = channel_with(2);
+            let w2 = waiters.pop().unwrap();
+            let w1 = waiters.pop().unwrap();
+            let dropped = {
+                let channel = channel.clone();
+                thread::spawn(move || drop_subscription(&channel, w1))
+            };
+            let next = {
+                let (channel, w2) = (channel.clone(), w2.clone());
+                thread::spawn(move || wait(&channel, &w2))
+            };
+
+            unlock(&channel);
+            dropped.join().unwrap();
+            assert!(next.join().unwrap(), "the message was lost");
+
+            let queue = channel.lock();
+            assert_eq!(queue.members, 1);
+            assert_eq!(queue.permits, 0);
+            assert_eq!(
+                (queue.queue.len(), queue.stale),
+                (0, 0),
+                "left in the queue"
+            );
+        });
+    }
+
+    /// A waiter dropped while queued takes no permit: the permit kept for
+    /// a waiter between two waits is still there for its next wait.
+    #[test]
+    fn loom_a_waiter_dropped_while_queued_takes_no_permit() {
+        model(|| {
+            // w0 was woken and lost; a message found nobody queued; then
+            // w1 joined.
+            let (channel, mut waiters) = channel_with(1);
+            let w0 = waiters.pop().unwrap();
+            unlock(&channel);
+            assert!(channel.lock().begin_wait(&w0));
+            w0.consumed();
+            unlock(&channel);
+            let w1 = Waiter::new();
+            channel.lock().join(&w1);
+
+            let dropped = {
+                let channel = channel.clone();
+                thread::spawn(move || drop_subscription(&channel, w1))
+            };
+            assert!(wait(&channel, &w0), "the permit was lost");
+            dropped.join().unwrap();
+
+            let mut queue = channel.lock();
+            assert_eq!((queue.members, queue.permits), (1, 0));
+            // The gone waiter is only a stale entry: the next message
+            // skips it and is kept as a permit.
+            w0.consumed();
+            queue.wake(Wake::One, b"0");
+            assert_eq!((queue.queue.len(), queue.stale, queue.permits), (0, 0, 1));
+        });
+    }
+
+    /// A message that wakes all wakes every queued waiter, and keeps a
+    /// permit for each member (waiters between two waits re-check too).
+    #[test]
+    fn loom_wake_all_wakes_every_waiter() {
+        model(|| {
+            let (channel, waiters) = channel_with(2);
+            let threads: Vec<_> = waiters
+                .iter()
+                .map(|w| {
+                    let (channel, w) = (channel.clone(), w.clone());
+                    thread::spawn(move || wait(&channel, &w))
+                })
+                .collect();
+
+            channel.lock().wake(Wake::All, b"1");
+            for t in threads {
+                assert!(t.join().unwrap(), "a waiter was left parked");
+            }
+            let queue = channel.lock();
+            assert!(queue.is_empty());
+            assert_eq!(queue.permits, 2);
+        });
+    }
+
+    /// A message handed to one waiter and its second copy (the hand-over
+    /// in this process and Redis's copy, in either order) wake one waiter
+    /// once, handing it the message; the other waiter is not woken.
+    #[test]
+    fn loom_a_handed_message_and_its_copy_wake_once() {
+        model(|| {
+            let (channel, waiters) = channel_with(2);
+            let copies: Vec<_> = (0..2)
+                .map(|_| {
+                    let channel = channel.clone();
+                    thread::spawn(move || channel.lock().wake(Wake::OneWith, b"grant:7"))
+                })
+                .collect();
+
+            assert!(wait(&channel, &waiters[0]));
+            assert_eq!(waiters[0].take_handed().as_deref(), Some(&b"grant:7"[..]));
+            for t in copies {
+                t.join().unwrap();
+            }
+            assert!(!waiters[1].holds_wake_up(), "the second copy woke a waiter");
+            let queue = channel.lock();
+            assert_eq!(queue.permits, 0, "the second copy was kept");
+            assert_eq!(queue.queue.len(), 1);
+        });
+    }
+
+    /// A message that arrives while an attempt is under way (the wait loop
+    /// reads `holds_wake_up` before it, and consumes only a wake-up it
+    /// held) is not used up by that attempt: the next wait returns at once.
+    #[test]
+    fn loom_a_wake_up_during_an_attempt_is_kept_for_the_next_wait() {
+        model(|| {
+            // A bounded wait ran out: the waiter is queued.
+            let (channel, waiters) = channel_with(1);
+            let w = &waiters[0];
+            assert!(!channel.lock().begin_wait(w));
+
+            let publisher = {
+                let channel = channel.clone();
+                thread::spawn(move || unlock(&channel))
+            };
+            let held = w.holds_wake_up();
+            // ... the attempt ...
+            if held {
+                w.consumed();
+            }
+            publisher.join().unwrap();
+
+            // Used by an attempt that began after it, or kept.
+            assert_eq!(channel.lock().begin_wait(w), !held);
+        });
+    }
+}
