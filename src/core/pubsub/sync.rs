@@ -1,6 +1,6 @@
 //! The wake-up queue's synchronisation (`queue.rs`, and only it): loom's
 //! types under `cfg(leasehold_loom)`, for its model tests
-//! (`RUSTFLAGS="--cfg leasehold_loom" cargo test --lib --release loom`),
+//! (`RUSTFLAGS="--cfg leasehold_loom" cargo test --lib loom`),
 //! the usual ones otherwise. Both sides have one API, parking_lot's and
 //! futures-util's: `Mutex::lock` returns the guard, and
 //! `AtomicWaker::register` takes the waker by reference.
