@@ -9,7 +9,7 @@
 //!   cannot follow an `ASK` redirection, and its router task ends for good
 //!   when it tries (the client then times out on every command).
 //! * The **subscriber connection** carries every channel the client waits
-//!   on (see `pubsub.rs`).
+//!   on (see `pubsub/mod.rs`).
 //!
 //! Both reconnect forever with exponential back-off (fred's default is to
 //! never reconnect, after which every command hangs), every command has a

@@ -409,7 +409,7 @@ impl Engine {
 
     /// Lists this client's registry process-wide by `id`, so a release by
     /// another client of this process can hand its waiters what it granted
-    /// them (`pubsub.rs`, "Messages handed over in this process").
+    /// them (`pubsub/mod.rs`, "Messages handed over in this process").
     pub(crate) fn serve_here(&self, id: uuid::Uuid) {
         self.pubsub.serve_here(id);
     }

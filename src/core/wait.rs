@@ -22,7 +22,7 @@
 //!
 //! A woken waiter holds its wake-up through its attempt and gives it up
 //! only when the attempt has concluded; a waiter dropped in between passes
-//! it on (see `pubsub.rs`). A wake-up that arrives during an attempt is
+//! it on (see `pubsub/queue.rs`). A wake-up that arrives during an attempt is
 //! kept for the next wait (the attempt may have run before the release).
 //!
 //! A wait for an owner's lock ([`Attempts::waits_for`]) that is busy at
