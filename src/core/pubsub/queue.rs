@@ -22,7 +22,8 @@
 //!   keeps the place it had.
 //! * **No lost wake-up between two waits.** A wake-up that finds no queued
 //!   waiter is kept as a *permit*, which the next wait of any member takes
-//!   at once. Permits are capped at one per member (none while there is
+//!   at once (a member that takes one while still queued from joining is
+//!   skipped by the next wake-up: it holds one already). Permits are capped at one per member (none while there is
 //!   none: a waiter that joins later tries after joining, so a message
 //!   before that is no news to it).
 //! * **Cancel safety.** A waiter that leaves ([`WakeQueue::leave`]: its
@@ -245,11 +246,16 @@ impl WakeQueue {
     }
 
     /// As `wake_one`, handing the woken waiter `message` (a permit keeps
-    /// none). Gone waiters on the way are taken out.
+    /// none). Gone waiters on the way are taken out, and so are waiters
+    /// that already hold a wake-up (one that took a permit at its first
+    /// wait, still queued from joining): one `consumed` would end both.
     fn wake_one_with(&mut self, message: Option<&[u8]>) {
         loop {
             match self.queue.pop_front() {
                 Some(waiter) if waiter.0.gone.load(Ordering::Relaxed) => self.stale -= 1,
+                Some(waiter) if waiter.0.woken.load(Ordering::Acquire) => {
+                    waiter.0.queued.store(false, Ordering::Relaxed);
+                }
                 Some(waiter) => {
                     let slot = &waiter.0;
                     slot.queued.store(false, Ordering::Relaxed);
@@ -350,6 +356,37 @@ mod tests {
         queue.wake(Wake::N(usize::MAX), b"x");
         assert_eq!(woken(&waiters), 5);
         assert_eq!(queue.permits, 5);
+    }
+
+    /// A waiter that joins while a permit is kept takes it at its first
+    /// wait, still queued. The next message must not go to it (it already
+    /// holds a wake-up, and one `consumed` ends both): it goes to the next
+    /// waiter, or is kept for the waiter between two waits. Found by the
+    /// loom models: the second message was lost, and the other waiter
+    /// slept until its re-check (up to 30 s, or the lock's TTL).
+    #[test]
+    fn a_message_skips_a_queued_waiter_that_holds_a_wake_up() {
+        let mut queue = WakeQueue::default();
+        let (a, b) = (Waiter::new(), Waiter::new());
+        queue.join(&a);
+        assert!(!queue.begin_wait(&a));
+        // A is woken, tries and loses: between two waits.
+        queue.wake(Wake::One, b"0");
+        assert!(a.holds_wake_up());
+        a.consumed();
+        // A message while nobody is queued is kept.
+        queue.wake(Wake::One, b"0");
+        assert_eq!(queue.permits(), 1);
+        // B joins and takes it at its first wait.
+        queue.join(&b);
+        assert!(queue.begin_wait(&b));
+        // Another message: not for B, which holds one.
+        queue.wake(Wake::One, b"0");
+        b.consumed();
+        assert!(
+            queue.begin_wait(&a),
+            "the second message was lost: A's next wait parks"
+        );
     }
 }
 
