@@ -33,7 +33,8 @@
 //!
 //! Scripts beside this file: `read_acquire.lua`, `read_release.lua`,
 //! `write_acquire.lua`, `write_release.lua` (recorded: idempotent by request
-//! id), `force_unlock.lua`, `is_locked.lua`, and the watchdog's
+//! id; both releases start with the helpers `timeouts.lua` and
+//! `take_holds.lua`), `force_unlock.lua`, `is_locked.lua`, and the watchdog's
 //! `renew_read.lua` / `renew_read_node.lua`. Write holds are renewed like a
 //! plain lock's (`lock/scripts/renew.lua` on the write field); read holds
 //! with the hash *and* the owner's timeout keys, as Redisson's
@@ -265,6 +266,7 @@ fn scripts() -> &'static Scripts {
             "rw.read_release",
             concat!(
                 include_str!("scripts/timeouts.lua"),
+                include_str!("scripts/take_holds.lua"),
                 include_str!("scripts/read_release.lua")
             ),
         ),
@@ -276,6 +278,7 @@ fn scripts() -> &'static Scripts {
             "rw.write_release",
             concat!(
                 include_str!("scripts/timeouts.lua"),
+                include_str!("scripts/take_holds.lua"),
                 include_str!("scripts/write_release.lua")
             ),
         ),
