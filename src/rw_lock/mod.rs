@@ -647,26 +647,40 @@ fn holders_prefix(lease: &Lease) -> Key {
     Key::from(key_prefix(&key))
 }
 
+/// A release of `count` holds of `lease` by `script` (`read_release.lua`
+/// or `write_release.lua`: their `keys` differ, their arguments do not).
+fn release_call(
+    script: &'static Script,
+    keys: impl IntoIterator<Item = Key>,
+    lease: &Lease,
+    count: u32,
+    ttl_ms: i64,
+    rid: u64,
+) -> Call {
+    Call::new(
+        &lease.conn,
+        script,
+        keys,
+        [
+            ttl_ms.into(),
+            Value::String(lease.field()),
+            i64::from(count).into(),
+            lease.conn.publish_command().into(),
+        ],
+        &lease.request_record(),
+        rid,
+    )
+}
+
 impl Kind for ReadKind {
     fn release_call(&self, lease: &Lease, count: u32, ttl_ms: i64, rid: u64) -> Call {
-        Call::new(
-            &lease.conn,
-            &scripts().read_release,
-            [
-                lease.key(),
-                lease.channel(),
-                Key::from(timeout_prefix(&lease.key(), &lease.field())),
-                holders_prefix(lease),
-            ],
-            [
-                ttl_ms.into(),
-                Value::String(lease.field()),
-                i64::from(count).into(),
-                lease.conn.publish_command().into(),
-            ],
-            &lease.request_record(),
-            rid,
-        )
+        let keys = [
+            lease.key(),
+            lease.channel(),
+            Key::from(timeout_prefix(&lease.key(), &lease.field())),
+            holders_prefix(lease),
+        ];
+        release_call(&scripts().read_release, keys, lease, count, ttl_ms, rid)
     }
 
     fn renewal(&self) -> &'static Renewal {
@@ -690,19 +704,8 @@ impl Kind for ReadKind {
 
 impl Kind for WriteKind {
     fn release_call(&self, lease: &Lease, count: u32, ttl_ms: i64, rid: u64) -> Call {
-        Call::new(
-            &lease.conn,
-            &scripts().write_release,
-            [lease.key(), lease.channel(), holders_prefix(lease)],
-            [
-                ttl_ms.into(),
-                Value::String(lease.field()),
-                i64::from(count).into(),
-                lease.conn.publish_command().into(),
-            ],
-            &lease.request_record(),
-            rid,
-        )
+        let keys = [lease.key(), lease.channel(), holders_prefix(lease)];
+        release_call(&scripts().write_release, keys, lease, count, ttl_ms, rid)
     }
 
     fn renewal(&self) -> &'static Renewal {
