@@ -92,50 +92,36 @@ static NEXT_CONN: AtomicU64 = AtomicU64::new(1);
 /// The command timeout of a closed connection (see `Conn::close`).
 const CLOSED_COMMAND_TIMEOUT: Duration = Duration::from_millis(1);
 
-/// What keeps a command connection's copies bounded and its records
-/// deleted: its fence (`named`: its connections carry the client's name),
-/// its resets, and the record batches that use both.
-fn upkeep(
-    redis: &FredClient,
-    clustered: bool,
-    script_flags: bool,
-    named: bool,
-) -> (Arc<Fence>, Arc<Resets>, Forget) {
-    let fence = Arc::new(Fence::new(redis, named));
-    let resets = Arc::<Resets>::default();
-    let route = Route {
-        clustered,
-        per_node: script_flags,
-    };
-    let forget = Forget::new(redis, route, fence.clone(), resets.clone());
-    (fence, resets, forget)
-}
-
 // === impl Conn ===
 
 impl Conn {
-    /// A connection that never connects, for unit tests of the engine's
-    /// bookkeeping (nothing is sent on it).
-    #[cfg(test)]
-    pub(crate) fn offline() -> Conn {
-        let config = Config::default();
-        let redis = Builder::from_config(config.clone())
-            .build()
-            .unwrap_or_else(|e| panic!("an unconnected fred client: {e}"));
-        let (fence, resets, forget) = upkeep(&redis, false, true, false);
+    /// A connection around the fred client `redis`, with a new id and
+    /// what keeps its copies bounded and its records deleted: its fence
+    /// (`named`: its connections carry the client's name), its resets, and
+    /// the record batches that use both. Nothing unanswered or unsettled
+    /// yet.
+    fn new(
+        redis: FredClient,
+        clustered: bool,
+        sharded: bool,
+        script_flags: bool,
+        settings: Settings,
+        named: bool,
+    ) -> Conn {
+        let fence = Arc::new(Fence::new(&redis, named));
+        let resets = Arc::<Resets>::default();
+        let route = Route {
+            clustered,
+            per_node: script_flags,
+        };
+        let forget = Forget::new(&redis, route, fence.clone(), resets.clone());
         Conn {
             id: NEXT_CONN.fetch_add(1, Ordering::Relaxed),
             redis,
-            clustered: false,
-            sharded: false,
-            script_flags: true,
-            settings: Settings {
-                config,
-                command_timeout: Duration::from_secs(1),
-                message_capacity: 16,
-                record_ttl: Duration::from_secs(60),
-                rids: Arc::new(AtomicU64::new(1)),
-            },
+            clustered,
+            sharded,
+            script_flags,
+            settings,
             closed: AtomicBool::new(false),
             last_refresh: AtomicU64::new(0),
             unanswered_since: AtomicU64::new(0),
@@ -144,6 +130,24 @@ impl Conn {
             resets,
             unsettled_until: AtomicU64::new(0),
         }
+    }
+
+    /// A connection that never connects, for unit tests of the engine's
+    /// bookkeeping (nothing is sent on it).
+    #[cfg(test)]
+    pub(crate) fn offline() -> Conn {
+        let config = Config::default();
+        let redis = Builder::from_config(config.clone())
+            .build()
+            .unwrap_or_else(|e| panic!("an unconnected fred client: {e}"));
+        let settings = Settings {
+            config,
+            command_timeout: Duration::from_secs(1),
+            message_capacity: 16,
+            record_ttl: Duration::from_secs(60),
+            rids: Arc::new(AtomicU64::new(1)),
+        };
+        Conn::new(redis, false, false, true, settings, false)
     }
 
     /// Connects the command and subscriber connections (scripts are loaded
@@ -237,25 +241,10 @@ impl Conn {
             Some(forced) => forced,
             None => clustered && v7,
         };
-        let (fence, resets, forget) = upkeep(&redis, clustered, v7, named);
         opened.0.clear();
         opened.1 = None;
         Ok((
-            Conn {
-                id: NEXT_CONN.fetch_add(1, Ordering::Relaxed),
-                redis,
-                clustered,
-                sharded,
-                script_flags: v7,
-                settings,
-                closed: AtomicBool::new(false),
-                last_refresh: AtomicU64::new(0),
-                unanswered_since: AtomicU64::new(0),
-                fence,
-                forget,
-                resets,
-                unsettled_until: AtomicU64::new(0),
-            },
+            Conn::new(redis, clustered, sharded, v7, settings, named),
             subscriber,
             task,
         ))
@@ -287,22 +276,14 @@ impl Conn {
                 ));
             }
         }
-        let (fence, resets, forget) = upkeep(&redis, self.clustered, self.script_flags, false);
-        Ok(Conn {
-            id: NEXT_CONN.fetch_add(1, Ordering::Relaxed),
-            clustered: self.clustered,
-            sharded: self.sharded,
-            script_flags: self.script_flags,
-            settings: self.settings.clone(),
-            closed: AtomicBool::new(false),
-            last_refresh: AtomicU64::new(0),
-            unanswered_since: AtomicU64::new(0),
-            fence,
-            forget,
-            resets,
-            unsettled_until: AtomicU64::new(0),
+        Ok(Conn::new(
             redis,
-        })
+            self.clustered,
+            self.sharded,
+            self.script_flags,
+            self.settings.clone(),
+            false,
+        ))
     }
 
     /// Closes the connection for good: calls stop re-sending. fred keeps

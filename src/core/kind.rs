@@ -32,10 +32,7 @@ pub(crate) trait Kind: std::fmt::Debug + Send + Sync + 'static {
                 count: (*count).clamp(1, u32::MAX as i64) as u32,
                 token: None,
             },
-            [_, ttl, ..] if *ttl >= 0 => {
-                AcquireReply::Busy(Some(Duration::from_millis(*ttl as u64 + 1)))
-            }
-            _ => AcquireReply::Busy(None),
+            _ => AcquireReply::busy(reply),
         }
     }
     /// Reads a release script's reply (without the request id). The
@@ -108,4 +105,19 @@ pub(crate) enum ReleaseReply {
     /// the count). Only a [`Kind`] returns it; `Lease::apply_release`
     /// settles it as [`Freed`](Self::Freed) or [`NotHeld`](Self::NotHeld).
     Gone,
+}
+
+// === impl AcquireReply ===
+
+impl AcquireReply {
+    /// A refusal in the lock family's shape, `{_, pttl, …}`: retry after
+    /// the key's TTL, and 1 ms more (-1, or no TTL: none known).
+    pub(crate) fn busy(reply: &[i64]) -> AcquireReply {
+        match reply {
+            [_, ttl, ..] if *ttl >= 0 => {
+                AcquireReply::Busy(Some(Duration::from_millis(*ttl as u64 + 1)))
+            }
+            _ => AcquireReply::Busy(None),
+        }
+    }
 }

@@ -1287,14 +1287,21 @@ mod tests {
         (table, lease)
     }
 
+    /// An offline lease (see `offline_lease`) with one watchdog hold (30 s
+    /// TTL) taken at the instant returned, and that hold's signal.
+    fn held_lease() -> (Arc<Leases>, LeaseRef, Instant, Arc<Signal>) {
+        let (table, lease) = offline_lease();
+        let start = Instant::now();
+        let (signal, _) = lease.acquired(1, Term::Watchdog, start, Duration::from_secs(30));
+        (table, lease, start, signal)
+    }
+
     /// Issue 29, item 1: a renewal's "gone" verdict counts however many
     /// calls of the owner (its own tries, each bumping `gen`) went by while
     /// it was on its way.
     #[tokio::test]
     async fn a_gone_verdict_counts_after_the_owners_own_tries() {
-        let (_table, lease) = offline_lease();
-        let start = Instant::now();
-        let (signal, _) = lease.acquired(1, Term::Watchdog, start, Duration::from_secs(30));
+        let (_table, lease, _, signal) = held_lease();
         let renewal = lease.lease().snapshot();
         // The owner tries again and again meanwhile (refused: no hold).
         for _ in 0..3 {
@@ -1309,9 +1316,7 @@ mod tests {
     /// it was sent in, and only those.
     #[tokio::test]
     async fn a_refused_own_try_ends_the_holds_it_was_sent_under() {
-        let (_table, lease) = offline_lease();
-        let start = Instant::now();
-        let (signal, _) = lease.acquired(1, Term::Watchdog, start, Duration::from_secs(30));
+        let (_table, lease, start, signal) = held_lease();
         let began = lease.begin_call();
         lease.busy_seen(began);
         assert!(signal.is_lost());
@@ -1328,9 +1333,7 @@ mod tests {
     /// raise the new incarnation's deadline.
     #[tokio::test]
     async fn a_renewal_of_an_ended_incarnation_raises_nothing() {
-        let (_table, lease) = offline_lease();
-        let start = Instant::now();
-        lease.acquired(1, Term::Watchdog, start, Duration::from_secs(30));
+        let (_table, lease, start, _) = held_lease();
         let renewal = lease.lease().snapshot();
         lease.field_gone("test: found gone");
         let deadline = start + Duration::from_secs(1);
@@ -1344,9 +1347,7 @@ mod tests {
     /// comes after the verdict) is lost from the start.
     #[tokio::test]
     async fn a_re_entry_overtaken_by_a_gone_verdict_is_lost() {
-        let (_table, lease) = offline_lease();
-        let start = Instant::now();
-        let (first, _) = lease.acquired(1, Term::Watchdog, start, Duration::from_secs(30));
+        let (_table, lease, start, first) = held_lease();
         let renewal = lease.lease().snapshot();
         let began = lease.begin_call();
         renewal.gone();
@@ -1431,16 +1432,9 @@ mod tests {
         assert_eq!(get("a").key_bytes(), b"a");
     }
 
-    /// Gets the record of `key` (owner 1) in `table`, takes a fixed hold
-    /// and gives it back: the record settled after holding, its user still
-    /// live.
-    fn held_and_settled(
-        table: &Arc<Leases>,
-        conn: &Arc<Conn>,
-        watchdog: &Watchdog,
-        key: &'static str,
-    ) -> LeaseRef {
-        let lease = offline_ref(table, conn, watchdog, key);
+    /// Takes a fixed hold of `lease` and gives it back: the record settled
+    /// after holding, its user still live.
+    fn held_and_settled(lease: LeaseRef) -> LeaseRef {
         let start = Instant::now();
         let term = Term::Fixed(start + Duration::from_secs(30));
         lease.acquired(1, term, start, Duration::from_secs(30));
@@ -1463,15 +1457,16 @@ mod tests {
         });
         let conn = Arc::new(Conn::offline());
         let watchdog = Watchdog::new(Duration::from_secs(30)).unwrap();
+        let get = |key: &'static str| offline_ref(&table, &conn, &watchdog, key);
 
-        let first = held_and_settled(&table, &conn, &watchdog, "k0");
+        let first = held_and_settled(get("k0"));
         let record = Arc::downgrade(first.lease());
         drop(first);
         assert_eq!(
             (table.records(), table.parked(), table.records_in_use()),
             (1, 1, 0)
         );
-        let again = held_and_settled(&table, &conn, &watchdog, "k0");
+        let again = held_and_settled(get("k0"));
         assert!(
             std::ptr::eq(Arc::as_ptr(again.lease()), record.as_ptr()),
             "found again"
@@ -1480,7 +1475,7 @@ mod tests {
 
         // k0 in use while k1 and k2 push it out of the ring: it stays.
         for key in ["k1", "k2"] {
-            drop(held_and_settled(&table, &conn, &watchdog, key));
+            drop(held_and_settled(get(key)));
         }
         assert_eq!((table.records(), table.parked()), (3, 2));
         // Its last user goes: parked anew, the oldest (k1) goes.
@@ -1489,7 +1484,7 @@ mod tests {
         assert!(record.upgrade().is_some(), "k0 parked anew");
 
         // A record that never held goes at once.
-        let waiter = offline_ref(&table, &conn, &watchdog, "w");
+        let waiter = get("w");
         assert_eq!(table.records(), 3);
         drop(waiter);
         assert_eq!(

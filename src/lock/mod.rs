@@ -526,10 +526,7 @@ impl Kind for LockKind {
                 count: (*count).clamp(1, u32::MAX as i64) as u32,
                 token: token.first().map(|t| (*t).max(0) as u64),
             },
-            [_, ttl, ..] if *ttl >= 0 => {
-                AcquireReply::Busy(Some(Duration::from_millis(*ttl as u64 + 1)))
-            }
-            _ => AcquireReply::Busy(None),
+            _ => AcquireReply::busy(reply),
         }
     }
 

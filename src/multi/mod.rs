@@ -183,8 +183,8 @@ pub use redlock::{RedLock, Redlock};
 #[derive(Clone, Debug)]
 pub struct Member(AnyLock);
 
-/// Every kind a [`Member`] can be. Adding a kind: a variant here, a `From`
-/// impl below, and an arm in `with_lock!`.
+/// Every kind a [`Member`] can be. Adding a kind: a variant here, a line
+/// in `member_from!` below, and an arm in `with_lock!`.
 #[derive(Clone, Debug)]
 enum AnyLock {
     Lock(Plain),
@@ -208,41 +208,34 @@ macro_rules! with_lock {
     };
 }
 
-impl From<Lock> for Member {
-    fn from(lock: Lock) -> Member {
-        Member(AnyLock::Lock(lock.raw().clone()))
-    }
+/// `From<handle> for Member` for each kind: the member is the handle's
+/// raw lock.
+macro_rules! member_from {
+    ($($(#[$doc:meta])* $handle:ty => $kind:ident;)*) => {
+        $(
+            $(#[$doc])*
+            impl From<$handle> for Member {
+                fn from(lock: $handle) -> Member {
+                    Member(AnyLock::$kind(lock.raw().clone()))
+                }
+            }
+        )*
+    };
 }
 
-/// A fenced member takes a token with each acquire, as on its own: read
-/// it from its guard in [`MultiGuard::guards`] ([`LockGuard::token`]).
-impl From<FencedLock> for Member {
-    fn from(lock: FencedLock) -> Member {
-        Member(AnyLock::Fenced(lock.raw().clone()))
-    }
-}
-
-/// A fair member waits in its lock's queue like any other waiter (and
-/// leaves it when the MultiLock's attempt gives up on it).
-impl From<FairLock> for Member {
-    fn from(lock: FairLock) -> Member {
-        Member(AnyLock::Fair(lock.raw().clone()))
-    }
-}
-
-/// A read member shares the lock with other readers: a MultiLock of read
-/// halves keeps writers out of every member at once.
-impl From<ReadLock> for Member {
-    fn from(lock: ReadLock) -> Member {
-        Member(AnyLock::Read(lock.raw().clone()))
-    }
-}
-
-/// A write member excludes readers and writers of its lock.
-impl From<WriteLock> for Member {
-    fn from(lock: WriteLock) -> Member {
-        Member(AnyLock::Write(lock.raw().clone()))
-    }
+member_from! {
+    Lock => Lock;
+    /// A fenced member takes a token with each acquire, as on its own: read
+    /// it from its guard in [`MultiGuard::guards`] ([`LockGuard::token`]).
+    FencedLock => Fenced;
+    /// A fair member waits in its lock's queue like any other waiter (and
+    /// leaves it when the MultiLock's attempt gives up on it).
+    FairLock => Fair;
+    /// A read member shares the lock with other readers: a MultiLock of read
+    /// halves keeps writers out of every member at once.
+    ReadLock => Read;
+    /// A write member excludes readers and writers of its lock.
+    WriteLock => Write;
 }
 
 /// A random duration in `[low, high]`, for retry pauses that keep

@@ -33,7 +33,8 @@
 //!
 //! Scripts beside this file: `read_acquire.lua`, `read_release.lua`,
 //! `write_acquire.lua`, `write_release.lua` (recorded: idempotent by request
-//! id), `force_unlock.lua`, `is_locked.lua`, and the watchdog's
+//! id; both releases start with the helpers `timeouts.lua` and
+//! `take_holds.lua`), `force_unlock.lua`, `is_locked.lua`, and the watchdog's
 //! `renew_read.lua` / `renew_read_node.lua`. Write holds are renewed like a
 //! plain lock's (`lock/scripts/renew.lua` on the write field); read holds
 //! with the hash *and* the owner's timeout keys, as Redisson's
@@ -265,6 +266,7 @@ fn scripts() -> &'static Scripts {
             "rw.read_release",
             concat!(
                 include_str!("scripts/timeouts.lua"),
+                include_str!("scripts/take_holds.lua"),
                 include_str!("scripts/read_release.lua")
             ),
         ),
@@ -276,6 +278,7 @@ fn scripts() -> &'static Scripts {
             "rw.write_release",
             concat!(
                 include_str!("scripts/timeouts.lua"),
+                include_str!("scripts/take_holds.lua"),
                 include_str!("scripts/write_release.lua")
             ),
         ),
@@ -644,26 +647,40 @@ fn holders_prefix(lease: &Lease) -> Key {
     Key::from(key_prefix(&key))
 }
 
+/// A release of `count` holds of `lease` by `script` (`read_release.lua`
+/// or `write_release.lua`: their `keys` differ, their arguments do not).
+fn release_call(
+    script: &'static Script,
+    keys: impl IntoIterator<Item = Key>,
+    lease: &Lease,
+    count: u32,
+    ttl_ms: i64,
+    rid: u64,
+) -> Call {
+    Call::new(
+        &lease.conn,
+        script,
+        keys,
+        [
+            ttl_ms.into(),
+            Value::String(lease.field()),
+            i64::from(count).into(),
+            lease.conn.publish_command().into(),
+        ],
+        &lease.request_record(),
+        rid,
+    )
+}
+
 impl Kind for ReadKind {
     fn release_call(&self, lease: &Lease, count: u32, ttl_ms: i64, rid: u64) -> Call {
-        Call::new(
-            &lease.conn,
-            &scripts().read_release,
-            [
-                lease.key(),
-                lease.channel(),
-                Key::from(timeout_prefix(&lease.key(), &lease.field())),
-                holders_prefix(lease),
-            ],
-            [
-                ttl_ms.into(),
-                Value::String(lease.field()),
-                i64::from(count).into(),
-                lease.conn.publish_command().into(),
-            ],
-            &lease.request_record(),
-            rid,
-        )
+        let keys = [
+            lease.key(),
+            lease.channel(),
+            Key::from(timeout_prefix(&lease.key(), &lease.field())),
+            holders_prefix(lease),
+        ];
+        release_call(&scripts().read_release, keys, lease, count, ttl_ms, rid)
     }
 
     fn renewal(&self) -> &'static Renewal {
@@ -687,19 +704,8 @@ impl Kind for ReadKind {
 
 impl Kind for WriteKind {
     fn release_call(&self, lease: &Lease, count: u32, ttl_ms: i64, rid: u64) -> Call {
-        Call::new(
-            &lease.conn,
-            &scripts().write_release,
-            [lease.key(), lease.channel(), holders_prefix(lease)],
-            [
-                ttl_ms.into(),
-                Value::String(lease.field()),
-                i64::from(count).into(),
-                lease.conn.publish_command().into(),
-            ],
-            &lease.request_record(),
-            rid,
-        )
+        let keys = [lease.key(), lease.channel(), holders_prefix(lease)];
+        release_call(&scripts().write_release, keys, lease, count, ttl_ms, rid)
     }
 
     fn renewal(&self) -> &'static Renewal {

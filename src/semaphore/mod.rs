@@ -737,10 +737,8 @@ impl Kind for PermitKind {
                 count: 1,
                 token: None,
             },
-            [_, ms, ..] if *ms >= 0 => {
-                AcquireReply::Busy(Some(Duration::from_millis(*ms as u64 + 1)))
-            }
-            _ => AcquireReply::Busy(None),
+            // `{0, ms}`: retry after the nearest permit expiry.
+            _ => AcquireReply::busy(reply),
         }
     }
 

@@ -150,6 +150,32 @@ local function purge(lock, queue, timeouts, grants, now)
     return head, tidy(lock, queue, grants, head)
 end
 
+-- Where a shift moves a waiter's timeout `score` (see `shift`): one Java
+-- wait earlier, but not earlier than now + `wait`, nor later than it was.
+local function shifted(score, now, wait)
+    return math.max(score - JAVA_WAIT, math.min(score, now + wait))
+end
+
+-- Adds `score` and `member` to `batch`, the arguments of a ZADD to
+-- `timeouts` being gathered, and sends it once it holds 256 pairs (a few
+-- hundred pairs a call). Returns the batch to go on with; `zadd_rest`
+-- sends what is left.
+local function zadd_batch(timeouts, batch, score, member)
+    batch[#batch + 1] = score
+    batch[#batch + 1] = member
+    if #batch >= 512 then
+        redis.call('zadd', timeouts, unpack(batch))
+        return {}
+    end
+    return batch
+end
+
+local function zadd_rest(timeouts, batch)
+    if #batch > 0 then
+        redis.call('zadd', timeouts, unpack(batch))
+    end
+end
+
 -- A waiter ahead of `fields` left the queue (by taking the lock, or by
 -- giving up): their timeouts move one Java wait earlier, as Redisson's
 -- acquire and acquireFailed do, but never to less than one leasehold
@@ -158,24 +184,17 @@ end
 -- to move (field -> true).
 local function shift(timeouts, now, wait, only)
     local rest = redis.call('zrange', timeouts, 0, -1, 'withscores')
-    -- One ZADD for the lot (a few hundred pairs a call): one command per
-    -- handoff or leave, not one per queued waiter.
+    -- One ZADD for the lot (see `zadd_batch`): one command per handoff or
+    -- leave, not one per queued waiter.
     local moves = {}
     for i = 1, #rest, 2 do
         local score = tonumber(rest[i + 1])
-        local moved = math.max(score - JAVA_WAIT, math.min(score, now + wait))
+        local moved = shifted(score, now, wait)
         if moved ~= score and (not only or only[rest[i]]) then
-            moves[#moves + 1] = moved
-            moves[#moves + 1] = rest[i]
-            if #moves >= 512 then
-                redis.call('zadd', timeouts, unpack(moves))
-                moves = {}
-            end
+            moves = zadd_batch(timeouts, moves, moved, rest[i])
         end
     end
-    if #moves > 0 then
-        redis.call('zadd', timeouts, unpack(moves))
-    end
+    zadd_rest(timeouts, moves)
 end
 
 -- Waiter `head` took the lock (or was granted it): its timeout goes, and
@@ -191,24 +210,16 @@ local function shift_out(timeouts, now, wait, head)
     for i = 1, #all, 2 do
         if all[i] ~= head then
             local score = tonumber(all[i + 1])
-            local moved = math.max(score - JAVA_WAIT, math.min(score, now + wait))
-            if moved ~= score then
-                back[#back + 1] = moved
-            else
+            local moved = shifted(score, now, wait)
+            if moved == score then
                 -- As it was read (no float formatting on the way back).
-                back[#back + 1] = all[i + 1]
+                moved = all[i + 1]
             end
-            back[#back + 1] = all[i]
+            back = zadd_batch(timeouts, back, moved, all[i])
             left = left + 1
-            if #back >= 512 then
-                redis.call('zadd', timeouts, unpack(back))
-                back = {}
-            end
         end
     end
-    if #back > 0 then
-        redis.call('zadd', timeouts, unpack(back))
-    end
+    zadd_rest(timeouts, back)
     return left
 end
 

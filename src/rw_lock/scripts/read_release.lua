@@ -1,5 +1,5 @@
 -- read_release: give back read holds, Redisson RReadWriteLock layout.
--- Runs after timeouts.lua.
+-- Runs after timeouts.lua and take_holds.lua.
 --
 -- KEYS[1]  the lock hash
 -- KEYS[2]  the channel: "redisson_rwlock:{name}"
@@ -28,16 +28,10 @@
 --
 -- Retry policy: idempotent by request id.
 local function body()
-    local mode = redis.call('hget', KEYS[1], 'mode')
-    if mode == false then
-        redis.call(ARGV[4], KEYS[2], '0')
+    local mode, held, left = take_holds('0', nil)
+    if mode == nil then
         return {0}
     end
-    local held = tonumber(redis.call('hget', KEYS[1], ARGV[2]))
-    if held == nil then
-        return {0}
-    end
-    local left = redis.call('hincrby', KEYS[1], ARGV[2], -math.min(tonumber(ARGV[3]), held))
     if left <= 0 then
         left = 0
         redis.call('hdel', KEYS[1], ARGV[2])

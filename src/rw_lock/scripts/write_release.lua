@@ -1,5 +1,5 @@
 -- write_release: give back write holds, Redisson RReadWriteLock layout.
--- Runs after timeouts.lua.
+-- Runs after timeouts.lua and take_holds.lua.
 --
 -- KEYS[1]  the lock hash
 -- KEYS[2]  the channel: "redisson_rwlock:{name}"
@@ -27,19 +27,10 @@
 --
 -- Retry policy: idempotent by request id.
 local function body()
-    local mode = redis.call('hget', KEYS[1], 'mode')
-    if mode == false then
-        redis.call(ARGV[4], KEYS[2], '1')
+    local mode, _, left = take_holds('1', 'write')
+    if mode == nil then
         return {0}
     end
-    if mode ~= 'write' then
-        return {0}
-    end
-    local held = tonumber(redis.call('hget', KEYS[1], ARGV[2]))
-    if held == nil then
-        return {0}
-    end
-    local left = redis.call('hincrby', KEYS[1], ARGV[2], -math.min(tonumber(ARGV[3]), held))
     if left > 0 then
         local ttl = math.max(tonumber(ARGV[1]), longest_read_timeout(KEYS[1], KEYS[3]))
         redis.call('pexpire', KEYS[1], ttl)
