@@ -281,11 +281,11 @@ impl Script {
         // reference-counted, so a copy is one vector, not their bytes.
         // (`Value::Array` hands fred the vector as it is.)
         //
-        // fred's future is boxed where it is made: it is about 5 KiB, and
+        // fred's future is boxed where it is made: it is several KiB, and
         // every layer above that moves its own future (an `.await` of a
-        // returned future, a `Box::pin` of a try) would copy it whole
-        // (about 2,500 instructions per lock + unlock; one allocation
-        // costs a tenth of that).
+        // returned future, a `Box::pin` of a try) would copy it whole,
+        // which costs far more than the one allocation (BENCHMARKS.md,
+        // "Code figures moved out of comments").
         let seen = self.loads_of(client);
         let send = || {
             Box::pin(client.evalsha::<R, _, _, _>(

@@ -117,7 +117,8 @@ impl Fair {
         }
         // The waiter's channel stays with the guard, and a moment after
         // it (no task is spawned on the way to the caller: a spawn here
-        // cost the handoff about 20 µs on 2 cores).
+        // slowed the handoff measurably, BENCHMARKS.md, "Code figures
+        // moved out of comments").
         Ok(outcome?.map(|h| self.guard(h, owner).keeping(pin.lingering(LINGER))))
     }
 
