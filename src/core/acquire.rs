@@ -13,12 +13,12 @@
 //! by value in the wait loop's future, the only layer of an acquire: a
 //! parked waiter carries its arguments once.
 //!
-//! A primitive whose releases may hand the lock straight to a waiter also
-//! says how to read a message handed to the waiter with its wake-up
-//! ([`Tries::handoff`]): a message that grants this wait the hold is
-//! *adopted* instead of sending a try (`hold::adopt`), with the lease's
-//! signal counted from a time the primitive proves was before the grant
-//! ([`Granted::since`]), never from when the message arrived.
+//! A primitive whose releases may hand the lock straight to a waiter
+//! opts into the handoff (`handoff.rs`) by acquiring with
+//! [`acquire_or_adopt`] and its [`Handoff`]: a message handed to the
+//! waiter that grants this wait the hold is then *adopted*
+//! (`handoff::adopt`) instead of sending a try. [`acquire`] is that with
+//! [`NoHandoff`], which costs a waiter nothing.
 //!
 //! Each acquire runs in an `acquire` span (`lock`, `owner`, then
 //! `outcome`, `attempts`, `wait_ms` when it concludes) and is counted once
@@ -36,6 +36,7 @@ use tracing::field::Empty;
 use tracing::{Instrument, Span};
 
 use super::call::Call;
+use super::handoff::{self, Handoff, NoHandoff};
 use super::hold::{self, Attempt, Hold, Request};
 use super::kind::Kind;
 use super::lease::{Lease, LeaseRef, Term};
@@ -124,24 +125,6 @@ pub(crate) trait Tries: Send + Sync {
     /// lock announces it on that channel (`takes.rs`); only given to a
     /// spec that [announces takes](Spec::announces_takes).
     fn call(&self, lease: &Lease, lease_ms: i64, rid: u64, announce: Option<&str>) -> Call;
-
-    /// Reads a message handed to a waiter with its wake-up: `Some` if it
-    /// grants this very wait the hold (it is then adopted, see
-    /// [`Granted`]); `None` (the default) makes the waiter try as for any
-    /// wake-up. Never called without such a message.
-    fn handoff(&self, _message: &[u8]) -> Option<Granted> {
-        None
-    }
-}
-
-/// A hold a message handed to a waiter: the primitive's script made the
-/// waiter's field the holder (count 1) and set the key's TTL to at least
-/// `ttl`, at some time after `since` (a send time of one of the waiter's
-/// own calls whose reply showed it still waiting).
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Granted {
-    pub(crate) since: Instant,
-    pub(crate) ttl: Duration,
 }
 
 /// One acquire's span and counts; dropped before `end`, it records the
@@ -158,22 +141,40 @@ struct Observed {
 
 /// Acquires what `spec` describes, each try sent as `tries` says, with a
 /// fixed `lease` (`None`: the watchdog keeps it), waiting up to `wait`
-/// (`None`: forever; zero: one try); `Ok(None)` when the wait ran out. A
-/// message the tries read as a grant (see [`Tries::handoff`]) is adopted
-/// instead of trying again, unless the client has a replicas requirement
-/// (the grant's replication cannot be waited for here).
+/// (`None`: forever; zero: one try); `Ok(None)` when the wait ran out.
+/// For a primitive without the handoff: [`acquire_or_adopt`] with
+/// [`NoHandoff`].
 ///
 /// # Cancel safety
 ///
 /// Cancel safe: a dropped acquire holds nothing (an acquire under way is
 /// settled in the background and a hold it took given back), leaves the
-/// channel's queue and passes on a wake-up it held. A wait dropped after
-/// a grant to it ran but before it was adopted holds nothing locally: the
-/// primitive gives the grant back.
+/// channel's queue and passes on a wake-up it held.
 pub(crate) fn acquire<'a, T: Tries + 'a>(
     engine: &'a Arc<Engine>,
     spec: Spec<'a>,
     tries: T,
+    lease: Option<Duration>,
+    wait: Option<Duration>,
+) -> impl Future<Output = Result<Option<Hold>>> + Send + 'a {
+    acquire_or_adopt(engine, spec, tries, NoHandoff, lease, wait)
+}
+
+/// As [`acquire`], for a primitive with the handoff (`handoff.rs`): a
+/// message handed to the waiter that `handoff` reads as a grant is adopted
+/// instead of trying again, unless the client has a replicas requirement
+/// (the grant's replication cannot be waited for here).
+///
+/// # Cancel safety
+///
+/// As for [`acquire`]. A wait dropped after a grant to it ran but before
+/// it was adopted holds nothing locally: the primitive gives the grant
+/// back.
+pub(crate) fn acquire_or_adopt<'a, T: Tries + 'a, H: Handoff + 'a>(
+    engine: &'a Arc<Engine>,
+    spec: Spec<'a>,
+    tries: T,
+    handoff: H,
     lease: Option<Duration>,
     wait: Option<Duration>,
 ) -> impl Future<Output = Result<Option<Hold>>> + Send + 'a {
@@ -186,6 +187,7 @@ pub(crate) fn acquire<'a, T: Tries + 'a>(
             engine,
             spec,
             tries,
+            handoff,
             lease,
             observed: None,
             companion: None,
@@ -194,11 +196,13 @@ pub(crate) fn acquire<'a, T: Tries + 'a>(
 }
 
 /// An acquire's attempts (see [`wait::Attempts`]).
-struct Acquiring<'a, T> {
+struct Acquiring<'a, T, H> {
     engine: &'a Arc<Engine>,
     /// Its owner is a [`Who::Id`] from the start on.
     spec: Spec<'a>,
     tries: T,
+    /// Zero-sized ([`NoHandoff`]) for a primitive without the handoff.
+    handoff: H,
     lease: Option<Duration>,
     /// Made at the start.
     observed: Option<Observed>,
@@ -234,14 +238,14 @@ impl Spec<'_> {
 
 // === impl Acquiring ===
 
-impl<T: Tries> Acquiring<'_, T> {
+impl<T: Tries, H> Acquiring<'_, T, H> {
     /// The lease a hold is taken for: the spec's, or the watchdog's.
     fn lease_ms(&self) -> Result<i64> {
         lease_millis(self.lease.unwrap_or(self.engine.watchdog.timeout()))
     }
 }
 
-impl<T: Tries> wait::Attempts for Acquiring<'_, T> {
+impl<T: Tries, H: Handoff> wait::Attempts for Acquiring<'_, T, H> {
     type Output = Hold;
 
     fn start(&mut self) -> Result<()> {
@@ -280,7 +284,7 @@ impl<T: Tries> wait::Attempts for Acquiring<'_, T> {
         let this = &*self;
         let engine = this.engine;
         let granted = match handed {
-            Some(message) if engine.replicas.is_none() => this.tries.handoff(&message),
+            Some(message) if engine.replicas.is_none() => this.handoff.granted(&message),
             _ => None,
         };
         // The lease record is taken per try, not for the whole wait: a
@@ -301,7 +305,9 @@ impl<T: Tries> wait::Attempts for Acquiring<'_, T> {
         let attempt = async move {
             let lease = lease?;
             match granted {
-                Some(granted) => adopt(engine, &lease, this.lease, granted).await,
+                Some(granted) => handoff::adopt(engine, &lease, this.lease, granted)
+                    .await
+                    .map(Step::Done),
                 None => {
                     let lease_ms = this.lease_ms()?;
                     let fixed = this.lease.is_some();
@@ -369,22 +375,6 @@ async fn attempt<T: Tries>(
             Step::Busy(retry)
         }
     })
-}
-
-/// Adopts a handed hold (see [`Granted`]). Cancel safe (see `hold::adopt`).
-async fn adopt(
-    engine: &Arc<Engine>,
-    lease: &LeaseRef,
-    fixed: Option<Duration>,
-    granted: Granted,
-) -> Result<Step<Hold>> {
-    let term = match fixed {
-        Some(lease) => Term::Fixed(Instant::now() + lease),
-        None => Term::Watchdog,
-    };
-    hold::adopt(engine, lease, term, granted.since, granted.ttl)
-        .await
-        .map(Step::Done)
 }
 
 // === impl Observed ===

@@ -6,11 +6,11 @@
 //!   the caller's future is dropped while the script is under way, or the
 //!   outcome stays unknown, the call is handed (with its turn) to a
 //!   background job that resolves it and gives back a hold nobody will use.
-//! * **Adopt** ([`adopt`]): a hold another client's script granted this
-//!   owner (a release that hands the lock to the head waiter) is counted
-//!   without a call, as an acquire sent at a time the caller proves was
-//!   before the grant; if its term needs the key longer than the grant's
-//!   TTL, one renewal of this lease raises it in the background.
+//! * **Adopt** ([`count_granted`]): a hold another client's script granted
+//!   this owner (a release that hands the lock to the head waiter) is
+//!   counted without a call, as an acquire sent at a time the caller
+//!   proves was before the grant. Only the handoff (`handoff.rs`, which
+//!   documents it) calls it.
 //! * **Release** ([`Hold::release`] and [`Hold`]'s drop): the hold stops
 //!   needing the key at once (so the watchdog stops renewing it if it was
 //!   the last watchdog hold); the release script is then sent under the
@@ -36,7 +36,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::{Instrument, Span};
 
-use super::background::{spawn_here, BoxFuture, Job};
+use super::background::{BoxFuture, Job};
 use super::call::{Call, Settled};
 use super::conn::Conn;
 use super::kind::{AcquireReply, ReleaseReply};
@@ -233,16 +233,13 @@ pub(crate) async fn acquire(
 /// Counts a hold granted to this lease's field by another client's script
 /// (count 1, the key's TTL set to at least `ttl` after `since`), as if an
 /// acquire sent at `since` had returned it: the signal's `until` is
-/// `since + ttl`. If `term` needs the key longer than `ttl` (a watchdog
-/// hold, a longer fixed lease), one renewal of this lease is sent in the
-/// background to raise the TTL to that need; its confirmation extends the
-/// signal from its send time, a reply finding the field gone ends the
-/// incarnation, and a failure leaves the signal to run out at `since +
-/// ttl` (unless the watchdog renews it first).
+/// `since + ttl`. The handoff's adoption (`handoff::adopt`, the only
+/// caller, which also raises the TTL if `term` needs more); here because
+/// it builds the hold with this file's private constructor.
 ///
 /// Cancel safe: dropped while waiting for the turn, nothing is counted
 /// (the caller's primitive gives the grant back).
-pub(crate) async fn adopt(
+pub(crate) async fn count_granted(
     engine: &Arc<Engine>,
     lease: &LeaseRef,
     term: Term,
@@ -255,37 +252,14 @@ pub(crate) async fn adopt(
     let hold = Hold::counted(engine, lease, 1, term, (since, ttl), taken, None);
     let hold = hold.unless_shut_down().await?;
     drop(turn);
-    let need = Duration::from_millis(lease.requirement_ms(term) as u64);
-    if need > ttl {
-        raise(lease.clone_ref(), need, ttl / 3);
-    }
     Ok(hold)
-}
-
-/// One renewal of `lease` with `ttl`, in the background (see [`adopt`]),
-/// sent `after` from now, and only if the holds it was started for are
-/// still live then: a hold given back within `after` (the common case
-/// of a hot lock: held for microseconds) costs Redis nothing more. The
-/// grant's own TTL covers the hold until the raise lands (`after` is a
-/// third of it).
-fn raise(lease: LeaseRef, ttl: Duration, after: Duration) {
-    let incarnation = lease.incarnation();
-    spawn_here(async move {
-        tokio::time::sleep(after).await;
-        if lease.live_holds() == 0 || !lease.is_current(incarnation) {
-            return;
-        }
-        let ttl_ms = (ttl.as_millis().clamp(1, i64::MAX as u128)) as i64;
-        if let Err(e) = renew_one(&lease, ttl_ms).await {
-            tracing::debug!(key = %lease.key_str(), error = %e, "could not raise an adopted hold's TTL; its signal runs out with the grant");
-        }
-    });
 }
 
 /// Renews `lease` alone to `ttl_ms` with its kind's renewal script (as the
 /// watchdog's batch would, for one entry) and applies the verdict to the
-/// record: `Ok(true)` renewed, `Ok(false)` its field was found gone.
-async fn renew_one(lease: &LeaseRef, ttl_ms: i64) -> Result<bool> {
+/// record: `Ok(true)` renewed, `Ok(false)` its field was found gone. For
+/// [`Hold::extend`] and the raise of an adopted hold (`handoff.rs`).
+pub(crate) async fn renew_one(lease: &LeaseRef, ttl_ms: i64) -> Result<bool> {
     let conn = &lease.conn;
     let renewal = lease.kind.renewal();
     let nonce = conn.rid() as i64;

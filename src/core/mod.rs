@@ -66,6 +66,7 @@ pub(crate) mod call;
 pub(crate) mod conn;
 pub(crate) mod fence;
 pub(crate) mod forget;
+pub(crate) mod handoff;
 pub(crate) mod hold;
 pub(crate) mod kind;
 pub(crate) mod lease;
@@ -120,6 +121,9 @@ pub(crate) struct Engine {
     shut_down: AtomicBool,
     /// How many reasons keep the connections open (`open.rs`).
     users: AtomicUsize,
+    /// This client's registry listed for hand-overs in this process
+    /// (`handoff.rs`), set once by `serve_here`; unlisted with the engine.
+    listing: std::sync::OnceLock<handoff::Listing>,
 }
 
 /// `WAIT` after each acquire.
@@ -300,6 +304,7 @@ impl Engine {
             runtime_alive,
             shut_down: AtomicBool::new(false),
             users: AtomicUsize::new(0),
+            listing: std::sync::OnceLock::new(),
             conn,
         });
         runtime.spawn(check_on_reconnect(Arc::downgrade(&engine), reconnects));
@@ -409,9 +414,10 @@ impl Engine {
 
     /// Lists this client's registry process-wide by `id`, so a release by
     /// another client of this process can hand its waiters what it granted
-    /// them (`pubsub/mod.rs`, "Messages handed over in this process").
+    /// them (`handoff.rs`), until the engine is dropped. Once per engine.
     pub(crate) fn serve_here(&self, id: uuid::Uuid) {
-        self.pubsub.serve_here(id);
+        self.listing
+            .get_or_init(|| handoff::serve_here(id, &self.pubsub));
     }
 
     /// For `__bench`: lease records in use, records parked, and what the

@@ -13,8 +13,9 @@ use tokio::time::Instant;
 use super::kind::{scripts, waiter_channel, FairKind, LINGER};
 use super::queue::{self, now_ms, Leave, Queued, THREAD_WAIT};
 use super::Fair;
-use crate::core::acquire::{acquire, Field, Granted, NamesOf, Spec, Tries, Who};
+use crate::core::acquire::{acquire, acquire_or_adopt, Field, NamesOf, Spec, Tries, Who};
 use crate::core::call::Call;
+use crate::core::handoff::{Granted, Handoff};
 use crate::core::hold::Hold;
 use crate::core::lease::Lease;
 use crate::core::pubsub::Wake;
@@ -95,7 +96,7 @@ impl Fair {
         );
         let outcome = {
             let spec = self.spec(owner.id(), &field, &own_channel);
-            let acquiring = acquire(engine, spec, tries, lease, wait);
+            let acquiring = acquire_or_adopt(engine, spec, tries, &calls, lease, wait);
             let refreshing = queue::refresh(
                 engine.conn(),
                 &self.names,
@@ -193,15 +194,13 @@ impl Tries for FairTries<'_> {
             rid,
         )
     }
-
-    fn handoff(&self, message: &[u8]) -> Option<Granted> {
-        self.calls.granted(message)
-    }
 }
 
 // === impl Calls ===
 
-impl Calls {
+/// The fair lock's handoff (`core/handoff.rs`): a wait's grant messages
+/// are read against its own calls.
+impl Handoff for Calls {
     /// Reads a grant message `grant:<nonce>:<ttl ms>`: it grants this wait
     /// the lock if its nonce is the request id of the latest try this
     /// wait built (that try ran, found the lock busy and recorded the

@@ -8,9 +8,9 @@ use fred::types::{Key, Value};
 
 use super::queue::{kick_if_unheard, now_ms, GRANT, THREAD_WAIT};
 use crate::core::call::{Call, Reply};
+use crate::core::handoff;
 use crate::core::kind::Kind;
 use crate::core::lease::Lease;
-use crate::core::pubsub;
 use crate::core::script::Script;
 use crate::core::watchdog::Renewal;
 use crate::core::{concat, prefix_name};
@@ -134,7 +134,7 @@ fn hand_grant_here(names: &Names, reply: &Reply) {
         return;
     };
     let channel = waiter_channel(&String::from_utf8_lossy(names.channel.as_bytes()), field);
-    pubsub::hand_here(client, &channel, format!("grant:{nonce}:{ms}").as_bytes());
+    handoff::hand_here(client, &channel, format!("grant:{nonce}:{ms}").as_bytes());
 }
 
 /// The waiter's own channel: the lock's channel `stem`

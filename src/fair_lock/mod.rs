@@ -61,7 +61,7 @@
 //! `unlock()` returns: Redis writes the release's reply before the
 //! published message, so on a busy machine the message would reach even
 //! a waiter in this process some tens of microseconds after the releaser
-//! went on. Redis's copy then wakes nobody (`core/pubsub/mod.rs`, "Messages
+//! went on. Redis's copy then wakes nobody (`core/handoff.rs`, "Messages
 //! handed over in this process"). A waiter in another process is told by
 //! Redis's message alone.
 //!

@@ -24,17 +24,14 @@
 //! as a permit nor passed on: a waiter that cannot use it re-checks as
 //! for any wake-up.
 //!
-//! # Messages handed over in this process
+//! # Messages delivered twice
 //!
-//! A client that has just published a message addressed to one waiter of
-//! a client in this same process (its script's reply says whom) can hand
-//! it over at once with [`hand_here`], without waiting for Redis to carry
-//! it: each client's registry is listed process-wide by client id
-//! ([`PubSub::serve_here`]). The waiter then gets the same message twice
-//! (the hand-over, and Redis's copy, in either order). Messages addressed
-//! to one waiter are unique (they carry a request id), so a channel drops
-//! a `OneWith` message equal to the last one it delivered: the second
-//! copy wakes nobody and leaves no permit.
+//! A message may reach a channel twice: once delivered by this process
+//! itself ([`WeakPubSub::deliver`], as the handoff does, `handoff.rs`) and
+//! once carried by Redis, in either order. Messages handed to one waiter
+//! (`OneWith`) are unique (they carry a request id), so a channel drops a
+//! `OneWith` message equal to the last one it delivered: the second copy
+//! wakes nobody and leaves no permit (`WakeQueue::handed_last`).
 //!
 //! # How waiting works
 //!
@@ -138,6 +135,11 @@ pub(crate) struct Pin {
     channel: Arc<Channel>,
 }
 
+/// A registry that may be gone: delivers a message as if it had come from
+/// Redis while its registry lives, and keeps nothing of it alive.
+#[derive(Clone, Debug)]
+pub(crate) struct WeakPubSub(std::sync::Weak<Shared>);
+
 #[derive(Debug)]
 struct Shared {
     subscriber: SubscriberClient,
@@ -153,29 +155,6 @@ struct Shared {
     companions: DashMap<Arc<str>, Arc<Channel>>,
     /// Ordered subscription commands for the `run_ops` task.
     ops: mpsc::UnboundedSender<Op>,
-    /// The client id this registry is listed under in [`here`], if any.
-    listed: std::sync::OnceLock<uuid::Uuid>,
-}
-
-/// Every client's registry in this process, by client id (see the module
-/// docs, "Messages handed over in this process").
-fn here() -> &'static DashMap<uuid::Uuid, std::sync::Weak<Shared>> {
-    static HERE: std::sync::OnceLock<DashMap<uuid::Uuid, std::sync::Weak<Shared>>> =
-        std::sync::OnceLock::new();
-    HERE.get_or_init(DashMap::new)
-}
-
-/// Delivers `message` on `channel` to the client of this process whose id
-/// is `client`, as if it had arrived from Redis (its channel's policy
-/// applies). For a message a script just published to one waiter: Redis's
-/// own copy is then dropped as a duplicate (see the module docs). Does
-/// nothing if no such client lives here, or it is not subscribed to
-/// `channel`.
-pub(crate) fn hand_here(client: uuid::Uuid, channel: &str, message: &[u8]) {
-    let shared = here().get(&client).and_then(|entry| entry.upgrade());
-    if let Some(shared) = shared {
-        shared.deliver(channel, message);
-    }
 }
 
 /// What a message on a channel means: how many local waiters it wakes.
@@ -297,7 +276,6 @@ impl PubSub {
             channels: DashMap::new(),
             companions: DashMap::new(),
             ops,
-            listed: std::sync::OnceLock::new(),
         });
         let messages = shared.subscriber.message_rx();
         let reconnects = shared.subscriber.reconnect_rx();
@@ -446,12 +424,10 @@ impl PubSub {
         })
     }
 
-    /// Lists this registry as client `id`'s, so that [`hand_here`] reaches
-    /// it; it leaves the list when it is dropped. Once per registry.
-    pub(crate) fn serve_here(&self, id: uuid::Uuid) {
-        if self.shared.listed.set(id).is_ok() {
-            here().insert(id, Arc::downgrade(&self.shared));
-        }
+    /// A reference to this registry that does not keep it alive (see
+    /// [`WeakPubSub`]).
+    pub(crate) fn downgrade(&self) -> WeakPubSub {
+        WeakPubSub(Arc::downgrade(&self.shared))
     }
 
     /// Wakes every waiter of every channel (reconnect, lag, shutdown).
@@ -470,12 +446,22 @@ impl PubSub {
     }
 }
 
-impl Drop for Shared {
-    fn drop(&mut self) {
-        if let Some(id) = self.listed.get() {
-            let me: *const Shared = self;
-            here().remove_if(id, |_, listed| std::ptr::eq(listed.as_ptr(), me));
+// === impl WeakPubSub ===
+
+impl WeakPubSub {
+    /// Delivers `message` on `channel` as if it had arrived from Redis (its
+    /// channel's policy applies; see the module docs, "Messages delivered
+    /// twice"). Does nothing if the registry is gone or not subscribed to
+    /// `channel`.
+    pub(crate) fn deliver(&self, channel: &str, message: &[u8]) {
+        if let Some(shared) = self.0.upgrade() {
+            shared.deliver(channel, message);
         }
+    }
+
+    /// Whether both are references to one registry.
+    pub(crate) fn is(&self, other: &WeakPubSub) -> bool {
+        self.0.ptr_eq(&other.0)
     }
 }
 
@@ -1135,8 +1121,24 @@ async fn next_change(
 // Under `cfg(leasehold_loom)` the queue's synchronisation works only inside a loom
 // model (see `sync.rs`).
 #[cfg(all(test, not(leasehold_loom)))]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// A registry with one channel, `c`, and `n` subscriptions of it, on
+    /// a subscriber client that never connects (for other modules' tests).
+    pub(crate) fn registry_with(n: usize, policy: Policy) -> (PubSub, Vec<Subscription>) {
+        let (shared, subs) = channel_with_policy(n, policy);
+        (PubSub { shared }, subs)
+    }
+
+    /// `grant:…` wakes one waiter handing it the message, anything else one.
+    pub(crate) fn wake_or_hand(message: &[u8]) -> Wake {
+        if message.starts_with(b"grant:") {
+            Wake::OneWith
+        } else {
+            Wake::One
+        }
+    }
 
     /// A channel entry with `n` subscriptions, on a subscriber client that
     /// never connects (only the local queue is exercised).
@@ -1165,7 +1167,6 @@ mod tests {
             channels: DashMap::new(),
             companions: DashMap::new(),
             ops,
-            listed: std::sync::OnceLock::new(),
         });
         let name: Arc<str> = "c".into();
         let companion = companion.map(Arc::<str>::from);
@@ -1189,31 +1190,21 @@ mod tests {
         (shared, subs)
     }
 
-    /// A message handed over in this process reaches the listed client's
-    /// waiter; the same message from Redis afterwards wakes nobody and
-    /// leaves no permit; the next, different message wakes again. The
-    /// listing goes with the registry.
+    /// A message delivered by this process and then by Redis (the same
+    /// `OneWith` message twice) wakes the waiter once and leaves no permit;
+    /// the next, different message wakes again. A registry that is gone
+    /// or a channel not subscribed takes nothing.
     #[tokio::test]
-    async fn a_message_handed_here_wakes_once_and_the_listing_goes_with_its_registry() {
-        fn handed(message: &[u8]) -> Wake {
-            if message.starts_with(b"grant:") {
-                Wake::OneWith
-            } else {
-                Wake::One
-            }
-        }
-        let (shared, mut subs) = channel_with_policy(1, handed);
+    async fn a_message_delivered_twice_wakes_once() {
+        let (registry, mut subs) = registry_with(1, wake_or_hand);
         let w = subs.pop().unwrap();
-        let id = uuid::Uuid::new_v4();
-        let registry = PubSub {
-            shared: shared.clone(),
-        };
-        registry.serve_here(id);
+        let shared = registry.shared.clone();
+        let here = registry.downgrade();
         assert!(!w.wait(Duration::ZERO).await);
-        hand_here(id, "c", b"grant:7:5000");
+        here.deliver("c", b"grant:7:5000");
         assert!(
             w.wait(Duration::from_secs(5)).await,
-            "the hand-over woke nobody"
+            "the delivery woke nobody"
         );
         assert_eq!(w.take_handed().as_deref(), Some(&b"grant:7:5000"[..]));
         w.consumed();
@@ -1223,19 +1214,15 @@ mod tests {
             !w.wait(Duration::ZERO).await,
             "the second copy woke the waiter"
         );
-        // Another client id, or a channel not subscribed: nothing.
-        hand_here(uuid::Uuid::new_v4(), "c", b"grant:8:5000");
-        hand_here(id, "other", b"grant:8:5000");
+        here.deliver("other", b"grant:8:5000");
         assert!(!w.wait(Duration::ZERO).await);
-        // A new grant wakes again, from either path.
+        // A new message wakes again, from either path.
         shared.deliver("c", b"grant:9:5000");
         assert!(w.wait(Duration::from_secs(5)).await);
         w.consumed();
         drop((w, registry, shared));
-        assert!(
-            here().get(&id).is_none(),
-            "the listing outlived its registry"
-        );
+        // Gone: nothing to deliver to.
+        here.deliver("c", b"grant:10:5000");
     }
 
     /// A waiter woken while it was not waiting (between two waits) takes
