@@ -1146,6 +1146,20 @@ pub(crate) mod tests {
         channel_with_policy(n, wake_one)
     }
 
+    /// Two waiters of channel `c` that both waited (a zero bound returns
+    /// at once; the first is the oldest), and one unlock message: the
+    /// first returns from its wait holding the wake-up.
+    async fn two_woken_first() -> (Arc<Shared>, Subscription, Subscription) {
+        let (shared, mut subs) = channel_with(2);
+        let second = subs.pop().unwrap();
+        let first = subs.pop().unwrap();
+        assert!(!first.wait(Duration::ZERO).await);
+        assert!(!second.wait(Duration::ZERO).await);
+        shared.deliver("c", b"0");
+        assert!(first.wait(Duration::from_secs(5)).await);
+        (shared, first, second)
+    }
+
     fn channel_with_policy(n: usize, policy: Policy) -> (Arc<Shared>, Vec<Subscription>) {
         channel_with_companion_of(n, policy, None)
     }
@@ -1247,15 +1261,7 @@ pub(crate) mod tests {
     /// waiter instead of swallowing it.
     #[tokio::test]
     async fn a_waiter_cancelled_during_its_attempt_passes_the_wake_up_on() {
-        let (shared, mut subs) = channel_with(2);
-        let w2 = subs.pop().unwrap();
-        let w1 = subs.pop().unwrap();
-        // Both wait (a zero bound returns at once); w1 is the oldest.
-        assert!(!w1.wait(Duration::ZERO).await);
-        assert!(!w2.wait(Duration::ZERO).await);
-        shared.deliver("c", b"0");
-        // w1 is woken and returns from its wait, holding the wake-up.
-        assert!(w1.wait(Duration::from_secs(5)).await);
+        let (_shared, w1, w2) = two_woken_first().await;
         drop(w1);
         let woken = tokio::time::timeout(Duration::from_secs(5), w2.wait(Duration::from_secs(60)))
             .await
@@ -1267,13 +1273,7 @@ pub(crate) mod tests {
     /// wake-up: dropping it then wakes nobody.
     #[tokio::test]
     async fn a_concluded_attempt_uses_the_wake_up() {
-        let (shared, mut subs) = channel_with(2);
-        let w2 = subs.pop().unwrap();
-        let w1 = subs.pop().unwrap();
-        assert!(!w1.wait(Duration::ZERO).await);
-        assert!(!w2.wait(Duration::ZERO).await);
-        shared.deliver("c", b"0");
-        assert!(w1.wait(Duration::from_secs(5)).await);
+        let (_shared, w1, w2) = two_woken_first().await;
         w1.consumed();
         drop(w1);
         assert!(!w2.wait(Duration::from_millis(50)).await);
