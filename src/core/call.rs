@@ -179,6 +179,12 @@ const RESEND_FIRST: Duration = Duration::from_millis(10);
 /// Longest pause between re-sends.
 const RESEND_MAX: Duration = Duration::from_millis(500);
 
+/// The status a twin without the record answers when its check did not
+/// prove the request's first run (`scripts/proved_gate.lua`): nothing
+/// changed, send the recorded script. Never a body's status (those are
+/// >= 0).
+const UNPROVED: i64 = -2;
+
 impl Call {
     /// A call of `script` with its own `keys` and `args`; the request record,
     /// record TTL and `rid` are appended as the script expects. Each list is
@@ -229,12 +235,10 @@ impl Call {
     ) -> crate::Result<Reply> {
         let rid = conn.rid();
         let record = super::record_key(key, &format!("{client}:call:{rid}"));
-        match Call::new(conn, script, keys, args, &record, rid)
-            .run(conn, Instant::now())
-            .await?
-        {
+        let call = Call::new(conn, script, keys, args, &record, rid);
+        match call.run(conn, Instant::now()).await? {
             Settled::Ran(reply) => {
-                conn.forget_record(record, rid);
+                call.forget_record(conn);
                 Ok(reply)
             }
             Settled::Stale => Err(crate::Error::protocol("a one-off call was reported stale")),
@@ -246,15 +250,20 @@ impl Call {
         self.rid
     }
 
-    /// Whether the call may have written its request record: it was sent
-    /// as the recorded script at least once. A call only ever sent as the
-    /// twin without the record (`script.rs`, "Sent without the record")
-    /// wrote none, so there is nothing to delete once it has ended; and it
-    /// ran while no call of the client had an unknown outcome within a
-    /// record TTL, so any older record of its owner went with its own
-    /// call, or has expired.
-    pub(crate) fn may_have_recorded(&self) -> bool {
-        self.recorded.load(Ordering::Relaxed)
+    /// The call has ended for good (its reply is in, and no job will run
+    /// it again): its request record (its last key), if it may have
+    /// written one, is handed to the record batches (`forget.rs`). It may
+    /// have if it was sent as the recorded script at least once. A call
+    /// only ever sent as the twin without the record (`script.rs`, "Sent
+    /// without the record") wrote none; and it ran while no call of the
+    /// client had an unknown outcome within a record TTL, so any older
+    /// record of its owner went with its own call, or has expired.
+    pub(crate) fn forget_record(&self, conn: &Conn) {
+        if let Some(record) = self.keys.last() {
+            if self.recorded.load(Ordering::Relaxed) {
+                conn.forget_record(record.clone(), self.rid);
+            }
+        }
     }
 
     /// Runs the call to a definite outcome: sends it, and after a
@@ -296,7 +305,9 @@ impl Call {
             };
             let error = match sent {
                 Ok(reply) => match self.read(reply) {
-                    Ok(Settled::Ran(reply)) if twin.is_some() && reply.first() == Some(&-2) => {
+                    Ok(Settled::Ran(reply))
+                        if twin.is_some() && reply.first() == Some(&UNPROVED) =>
+                    {
                         // The twin's check proved nothing and changed
                         // nothing: the recorded script, same request id,
                         // once no copy of the twin can run any more.

@@ -173,11 +173,7 @@ pub(crate) async fn acquire(
     let (reply, fresh) = match outcome {
         Ok(Settled::Ran(reply)) => {
             // Done with the call: its record may go (`forget.rs`).
-            if flight.call().may_have_recorded() {
-                engine
-                    .conn
-                    .forget_record(lease.request_record(), flight.call().rid());
-            }
+            flight.call().forget_record(&engine.conn);
             (lease.kind.acquire_reply(&reply), !reply.is_replay())
         }
         Ok(Settled::Stale) => {
@@ -473,9 +469,7 @@ impl Hold {
         let outcome = flight.call().run(&engine.conn, sent).await;
         match outcome {
             Ok(Settled::Ran(reply)) => {
-                if flight.call().may_have_recorded() {
-                    engine.conn.forget_record(parts.lease.request_record(), rid);
-                }
+                flight.call().forget_record(&engine.conn);
                 // The turn is kept until the reply is recorded: the next
                 // acquire or release of the owner must see it.
                 let _turn = flight.finish();
@@ -563,8 +557,8 @@ async fn send_give_back(
     lease.begin_call();
     match call.run(conn, sent).await {
         Ok(Settled::Ran(reply)) => {
-            if forget && call.may_have_recorded() {
-                conn.forget_record(lease.request_record(), rid);
+            if forget {
+                call.forget_record(conn);
             }
             let ttl = Duration::from_millis(ttl_ms as u64);
             Ok(lease.apply_release(&reply, count, sent, ttl))
