@@ -174,6 +174,13 @@ async fn an_uncontended_fenced_lock_and_unlock_costs_eleven_commands() {
     );
 }
 
+/// [`hot`]'s Redis commands per acquisition; at least one acquisition.
+async fn hot_per_acquisition(kind: Hot) -> f64 {
+    let (taken, spent) = hot(kind).await;
+    assert!(taken > 0);
+    spent as f64 / taken as f64
+}
+
 /// `CLIENTS` tasks, each on its own client, take and give back one lock
 /// of `kind` for 2 s; prints the commands the server ran, per command;
 /// returns (acquisitions, commands).
@@ -277,9 +284,7 @@ async fn hot(kind: Hot) -> (u64, u64) {
 /// handoff (one command per queued waiter would add 31).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hot_fair_lock_costs_a_bounded_number_of_commands_per_acquisition() {
-    let (taken, spent) = hot(Hot::Fair).await;
-    assert!(taken > 0);
-    let per = spent as f64 / taken as f64;
+    let per = hot_per_acquisition(Hot::Fair).await;
     assert!(per < 25.0, "{per:.1} commands per acquisition");
 }
 
@@ -299,12 +304,12 @@ async fn a_hot_fair_lock_costs_a_bounded_number_of_commands_per_acquisition() {
 /// (per acquisition: EVALSHA 5.5, PTTL 4.5, HGET 4.5, PUBLISH 2, HINCRBY,
 /// PEXPIRE, SET 1, DEL 1.15, the record batches' EVAL and GET 0.5 to 0.75
 /// each), with 885 to 1,287 acquisitions in the 2 s (346 to 663 before)
-/// and every task served (7 to 83 each; 3 to 21 before).
+/// and every task served (7 to 83 each; 3 to 21 before). Those counts are
+/// from before the release stopped writing its record on a first run
+/// (`b63cb6a`), which took out the SET and most record batches.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hot_plain_lock_costs_a_bounded_number_of_commands_per_acquisition() {
-    let (taken, spent) = hot(Hot::Plain).await;
-    assert!(taken > 0);
-    let per = spent as f64 / taken as f64;
+    let per = hot_per_acquisition(Hot::Plain).await;
     assert!(per < 32.0, "{per:.1} commands per acquisition");
 }
 
@@ -318,9 +323,7 @@ async fn a_hot_plain_lock_costs_a_bounded_number_of_commands_per_acquisition() {
 /// token the first run took: no check answers it from the state).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hot_fenced_lock_costs_a_bounded_number_of_commands_per_acquisition() {
-    let (taken, spent) = hot(Hot::Fenced).await;
-    assert!(taken > 0);
-    let per = spent as f64 / taken as f64;
+    let per = hot_per_acquisition(Hot::Fenced).await;
     assert!(per < 40.0, "{per:.1} commands per acquisition");
 }
 

@@ -1146,6 +1146,14 @@ pub(crate) mod tests {
         channel_with_policy(n, wake_one)
     }
 
+    /// Whether a long wait of `w` returns woken; it must return within 5 s
+    /// (a hang fails the test).
+    async fn woken_soon(w: &Subscription) -> bool {
+        tokio::time::timeout(Duration::from_secs(5), w.wait(Duration::from_secs(60)))
+            .await
+            .expect("the wait outlived the test bound")
+    }
+
     /// Two waiters of channel `c` that both waited (a zero bound returns
     /// at once; the first is the oldest), and one unlock message: the
     /// first returns from its wait holding the wake-up.
@@ -1263,10 +1271,10 @@ pub(crate) mod tests {
     async fn a_waiter_cancelled_during_its_attempt_passes_the_wake_up_on() {
         let (_shared, w1, w2) = two_woken_first().await;
         drop(w1);
-        let woken = tokio::time::timeout(Duration::from_secs(5), w2.wait(Duration::from_secs(60)))
-            .await
-            .expect("w2's wait outlived the test bound");
-        assert!(woken, "the wake-up was swallowed by the cancelled waiter");
+        assert!(
+            woken_soon(&w2).await,
+            "the wake-up was swallowed by the cancelled waiter"
+        );
     }
 
     /// A waiter whose attempt concluded (it lost the race) uses up the
@@ -1295,10 +1303,10 @@ pub(crate) mod tests {
         if held {
             w.consumed();
         }
-        let woken = tokio::time::timeout(Duration::from_secs(5), w.wait(Duration::from_secs(60)))
-            .await
-            .expect("the wait outlived the test bound");
-        assert!(woken, "the wake-up that arrived mid-attempt was lost");
+        assert!(
+            woken_soon(&w).await,
+            "the wake-up that arrived mid-attempt was lost"
+        );
     }
 
     /// A pin keeps the channel's entry (and subscription) without a
