@@ -97,9 +97,10 @@ impl Raw {
             )
             .await
             .expect("acquire");
-        // {rid, 1, count} when the lock is now held
+        // {1, count, rid} when the lock is now held (the twin's reply:
+        // the rid last, src/core/scripts/proved_epilogue.lua)
         assert_eq!(
-            reply.get(1),
+            reply.first(),
             Some(&1),
             "raw acquire of a held lock: {reply:?}"
         );
@@ -120,7 +121,7 @@ impl Raw {
             )
             .await
             .expect("release");
-        assert_eq!(freed.get(1), Some(&2), "raw release: {freed:?}");
+        assert_eq!(freed.first(), Some(&2), "raw release: {freed:?}");
     }
 }
 

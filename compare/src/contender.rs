@@ -315,7 +315,7 @@ impl Handle {
                     .await
                     .expect("raw acquire");
                 assert!(
-                    acquired(&reply, *latched),
+                    acquired(&reply),
                     "raw baseline used on a held lock: {reply:?}"
                 );
                 Guard::RawFred {
@@ -373,9 +373,9 @@ impl Handle {
                     .evalsha(release.as_str(), keys, args)
                     .await
                     .expect("raw release");
-                // {rid, 0} ({0} bare) means the field was missing.
+                // {0, rid} ({0} bare) means the field was missing.
                 assert!(
-                    freed.get(status(*latched)).is_some_and(|&s| s > 0),
+                    freed.first().is_some_and(|&s| s > 0),
                     "raw release of a lock not held: {freed:?}"
                 );
             }
@@ -411,17 +411,12 @@ impl Handle {
     }
 }
 
-/// Whether an `acquire.lua` reply means "now held": {rid, 1, count}
-/// (busy is {rid, 0, pttl}); bare, without the rid.
-pub fn acquired(reply: &Value, latched: bool) -> bool {
+/// Whether an `acquire.lua` reply means "now held": {1, count, rid}
+/// (busy is {0, pttl, rid}); bare, without the rid (the twin's rid comes
+/// last: `src/core/scripts/proved_epilogue.lua`).
+pub fn acquired(reply: &Value) -> bool {
     match reply {
-        Value::Array(items) => matches!(items.get(status(latched)), Some(Value::Integer(1))),
+        Value::Array(items) => matches!(items.first(), Some(Value::Integer(1))),
         _ => false,
     }
-}
-
-/// Where a script's status is in its reply: after the rid the latch puts
-/// in front, or first in a bare script's.
-fn status(latched: bool) -> usize {
-    usize::from(latched)
 }

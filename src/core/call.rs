@@ -304,7 +304,7 @@ impl Call {
                 }
             };
             let error = match sent {
-                Ok(reply) => match self.read(reply) {
+                Ok(reply) => match self.read(reply, twin.is_some()) {
                     Ok(Settled::Ran(reply))
                         if twin.is_some() && reply.first() == Some(&UNPROVED) =>
                     {
@@ -358,8 +358,11 @@ impl Call {
         }
     }
 
-    /// Checks that `reply` answers this request.
-    fn read(&self, reply: Value) -> FredResult<Settled> {
+    /// Checks that `reply` answers this request: the recorded script's
+    /// reply starts with the rid, a number (negated for a replay); the
+    /// twin's (`twin`) ends with it, the string it was sent as ("-" in
+    /// front for a replay: `scripts/proved_epilogue.lua`).
+    fn read(&self, reply: Value, twin: bool) -> FredResult<Settled> {
         let out_of_step = |what: String| {
             fred::error::Error::new(
                 fred::error::ErrorKind::IO,
@@ -368,6 +371,14 @@ impl Call {
         };
         let Value::Array(items) = reply else {
             return Err(out_of_step(format!("reply is not an array: {reply:?}")));
+        };
+        let (rid, items) = if twin {
+            match items.split_last() {
+                Some((rid, rest)) => (Some(rid_of(rid)), rest),
+                None => (None, &items[..]),
+            }
+        } else {
+            (None, &items[..])
         };
         // A last item that is a string and not a number is the reply's
         // text (see `Reply`).
@@ -382,7 +393,12 @@ impl Call {
             item.as_i64()
                 .ok_or_else(|| out_of_step(format!("reply item {item:?}")))
         });
-        let rid = ints.next().transpose()?;
+        let rid = match rid {
+            Some(rid) => {
+                Some(rid.ok_or_else(|| out_of_step(format!("request id {:?}", items.last())))?)
+            }
+            None => ints.next().transpose()?,
+        };
         // A replay from the request record carries the rid negated.
         let replayed = rid.is_some_and(|rid| rid < 0);
         let rest = Reply {
@@ -406,6 +422,17 @@ impl Call {
     }
 }
 
+/// The request id a twin's reply ends with: a string of digits, "-" in
+/// front for a replay (or a number, as a recorded script's).
+fn rid_of(item: &Value) -> Option<i64> {
+    match item {
+        Value::Integer(rid) => Some(*rid),
+        Value::String(s) => s.parse().ok(),
+        Value::Bytes(b) => std::str::from_utf8(b).ok()?.parse().ok(),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -426,9 +453,53 @@ mod tests {
         Value::Array(items)
     }
 
+    impl Call {
+        fn read_recorded(&self, reply: Value) -> FredResult<Settled> {
+            self.read(reply, false)
+        }
+    }
+
+    #[test]
+    fn a_twins_reply_ends_with_the_rid_as_a_string() {
+        let read = call(7).read(
+            reply(vec![1.into(), 2.into(), Value::String("7".into())]),
+            true,
+        );
+        let Ok(Settled::Ran(r)) = read else {
+            panic!("{read:?}")
+        };
+        assert_eq!(&r[..], &[1, 2]);
+        assert!(!r.is_replay());
+        // An early replay: "-" in front.
+        let read = call(7).read(
+            reply(vec![1.into(), 2.into(), Value::String("-7".into())]),
+            true,
+        );
+        let Ok(Settled::Ran(r)) = read else {
+            panic!("{read:?}")
+        };
+        assert!(r.is_replay());
+        // The unproved answer: {-2, rid}.
+        let read = call(7).read(reply(vec![(-2).into(), Value::String("7".into())]), true);
+        assert_eq!(
+            read.ok(),
+            Some(Settled::Ran([UNPROVED].into_iter().collect()))
+        );
+        // Another request's, or a recorded script's shape: not ours.
+        assert!(call(7)
+            .read(
+                reply(vec![1.into(), 2.into(), Value::String("8".into())]),
+                true
+            )
+            .is_err());
+        assert!(call(7)
+            .read(reply(vec![7.into(), 1.into(), 2.into()]), true)
+            .is_err());
+    }
+
     #[test]
     fn a_reply_is_its_integers_after_the_rid() {
-        let read = call(7).read(reply(vec![7.into(), 2.into(), 1.into()]));
+        let read = call(7).read_recorded(reply(vec![7.into(), 2.into(), 1.into()]));
         let Ok(Settled::Ran(r)) = read else {
             panic!("{read:?}")
         };
@@ -440,7 +511,7 @@ mod tests {
     fn a_last_string_is_the_replys_text() {
         let field = "0b1c3d52-1111-4222-8333-944455556666:9";
         let items = vec![7.into(), 2.into(), 1.into(), Value::String(field.into())];
-        let read = call(7).read(reply(items));
+        let read = call(7).read_recorded(reply(items));
         let Ok(Settled::Ran(r)) = read else {
             panic!("{read:?}")
         };
@@ -451,18 +522,22 @@ mod tests {
     #[test]
     fn a_string_anywhere_else_is_not_our_reply() {
         let items = vec![7.into(), Value::String("x".into()), 1.into()];
-        assert!(call(7).read(reply(items)).is_err());
+        assert!(call(7).read_recorded(reply(items)).is_err());
         // Nor a reply that is only a string.
         assert!(call(7)
-            .read(reply(vec![Value::String("x".into())]))
+            .read_recorded(reply(vec![Value::String("x".into())]))
             .is_err());
     }
 
     #[test]
     fn another_requests_reply_or_a_stale_one_is_told_apart() {
-        assert!(call(7).read(reply(vec![8.into(), 2.into()])).is_err());
+        assert!(call(7)
+            .read_recorded(reply(vec![8.into(), 2.into()]))
+            .is_err());
         assert_eq!(
-            call(7).read(reply(vec![7.into(), (-1).into()])).ok(),
+            call(7)
+                .read_recorded(reply(vec![7.into(), (-1).into()]))
+                .ok(),
             Some(Settled::Stale)
         );
     }

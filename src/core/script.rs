@@ -64,11 +64,15 @@
 //! carrying the record's key and TTL is waste: two more bulk strings per
 //! call for fred to encode and Redis to parse. Such a script
 //! ([`Script::proved_after`]) has a twin, the check and the body without
-//! the record (`scripts/proved_gate.lua`, `scripts/proved_epilogue.lua`),
-//! sent with the same keys and arguments less the record's key and TTL. If
-//! its check does not prove the first run, the twin changes nothing and
-//! answers so (`{rid, -2}`), and the client sends the recorded script with
-//! the same request id ([`Call::run`](super::call::Call::run)). A copy of
+//! the record (`scripts/proved_early.lua`, `scripts/proved_gate.lua`,
+//! `scripts/proved_epilogue.lua`), sent with the same keys and arguments
+//! less the record's key and TTL. Its reply carries the request id last,
+//! as the string it was sent as, where the recorded script's has it first
+//! as a number: Redis then neither parses it nor shifts the reply to put
+//! it in front. If its check does not prove the first run, the twin
+//! changes nothing and answers so (`{-2, rid}`), and the client sends the
+//! recorded script with the same request id
+//! ([`Call::run`](super::call::Call::run)). A copy of
 //! the twin cannot run after that: the fence has killed any connection it
 //! could be on before its answer was read (`fence.rs`), and on the
 //! connection that answered, Redis ran every earlier copy first. An
@@ -124,6 +128,7 @@ pub(crate) struct Script {
 const RECORD_PROLOGUE: &str = include_str!("scripts/record_prologue.lua");
 const RECORD_EARLY: &str = include_str!("scripts/record_early.lua");
 const RECORD_EPILOGUE: &str = include_str!("scripts/record_epilogue.lua");
+const PROVED_EARLY: &str = include_str!("scripts/proved_early.lua");
 const PROVED_GATE: &str = include_str!("scripts/proved_gate.lua");
 const PROVED_EPILOGUE: &str = include_str!("scripts/proved_epilogue.lua");
 /// The watchdog's batch helpers, before every renewal script.
@@ -197,7 +202,7 @@ impl Script {
         let mut script = Script::recorded_after(name, check, body);
         script.proved = Some(Box::new(Script::new(
             name,
-            format!("{check}{RECORD_EARLY}{PROVED_GATE}{body}{PROVED_EPILOGUE}"),
+            format!("{check}{PROVED_EARLY}{PROVED_GATE}{body}{PROVED_EPILOGUE}"),
         )));
         script
     }

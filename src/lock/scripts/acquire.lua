@@ -14,7 +14,8 @@
 -- ARGV[5]  record TTL in milliseconds
 -- ARGV[6]  request id
 --
--- Reply (after the rid the request record puts in front): {1, count} when the caller
+-- Reply (beside the rid: in front in the recorded script's reply, last in
+-- the twin's, core/script.rs): {1, count} when the caller
 -- now holds the lock (its hold count, now `count`, went up by one), or
 -- {0, pttl}: someone else holds it for pttl more milliseconds (-1: the key
 -- has no expiry). The key's TTL is raised to the lease, never lowered:

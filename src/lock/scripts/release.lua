@@ -12,7 +12,7 @@
 -- ARGV[6]  record TTL in milliseconds
 -- ARGV[7]  request id
 --
--- Reply (after the rid): {0} the field is missing (the caller does not
+-- Reply (beside the rid, as acquire.lua's): {0} the field is missing (the caller does not
 -- hold the lock; nothing changed), {1, left} holds remain, {2} the lock
 -- was freed: key deleted and "0" published, as Redisson's unlock does;
 -- {3} (from release_check.lua) the field is gone where this release would
