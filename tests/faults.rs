@@ -686,3 +686,32 @@ async fn silent_connection_is_reset_by_unanswered_renewals() {
     g.unlock().await.unwrap();
     let _ = within(HANG, "holder shutdown", holder.shutdown()).await;
 }
+
+/// Scripts flushed from two servers at once (`SCRIPT FLUSH`, as a restart
+/// without persistence does), each with its own client, whose next locks
+/// run together: both meet `NOSCRIPT`, and one's load may come while the
+/// other is deciding whether its own is still needed. Every lock must
+/// still be taken: a call that skipped its load for the other server's
+/// loads again. Many rounds, since the interleaving is the runtime's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scripts_flushed_on_two_servers_at_once_are_loaded_on_each() {
+    let servers = [RedisServer::start(), RedisServer::start()];
+    let a = client(&servers[0]).await;
+    let b = client(&servers[1]).await;
+    for round in 0..30 {
+        for server in &servers {
+            server.cmd(&["SCRIPT", "FLUSH"]);
+        }
+        let name = format!("flushed:{round}");
+        let (lock_a, lock_b) = (a.lock(&name), b.lock(&name));
+        let (got_a, got_b) = within(HANG, "two tries after a flush", async {
+            tokio::join!(lock_a.try_lock(), lock_b.try_lock())
+        })
+        .await;
+        let (got_a, got_b) = (got_a.unwrap(), got_b.unwrap());
+        assert!(got_a.is_some() && got_b.is_some(), "round {round}");
+        for guard in [got_a, got_b].into_iter().flatten() {
+            guard.unlock().await.unwrap();
+        }
+    }
+}

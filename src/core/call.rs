@@ -422,6 +422,18 @@ impl Call {
     }
 }
 
+/// A whole-number script argument. The small ones every lock call sends
+/// (hold counts, `0`, `-1`) go as static strings: fred would otherwise
+/// format each integer on each send (its encoder counts the digits with a
+/// floating-point `log10`). Others go as integers.
+pub(crate) fn int_arg(n: i64) -> Value {
+    const SMALL: [&str; 11] = ["-1", "0", "1", "2", "3", "4", "5", "6", "7", "8", "9"];
+    match usize::try_from(n + 1) {
+        Ok(i) if i < SMALL.len() => Value::String(fred::bytes_utils::Str::from_static(SMALL[i])),
+        _ => Value::Integer(n),
+    }
+}
+
 /// The request id a twin's reply ends with: a string of digits, "-" in
 /// front for a replay (or a number, as a recorded script's).
 fn rid_of(item: &Value) -> Option<i64> {
@@ -457,6 +469,16 @@ mod tests {
         fn read_recorded(&self, reply: Value) -> FredResult<Settled> {
             self.read(reply, false)
         }
+    }
+
+    #[test]
+    fn small_whole_numbers_go_as_their_digits() {
+        for n in [-3, -1, 0, 1, 9, 10, 30_000] {
+            let arg = int_arg(n);
+            assert_eq!(arg.as_i64(), Some(n), "{arg:?}");
+        }
+        assert_eq!(int_arg(-1), Value::String("-1".into()));
+        assert_eq!(int_arg(10), Value::Integer(10));
     }
 
     #[test]

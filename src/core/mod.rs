@@ -99,6 +99,10 @@ use pubsub::PubSub;
 use registry::{Identity, Registry};
 use watchdog::Watchdog;
 
+/// A concurrent map the lock path reads on every call, with a fast hasher
+/// (foldhash, seeded at random per map) instead of std's SipHash.
+pub(crate) type FastMap<K, V> = dashmap::DashMap<K, V, foldhash::fast::RandomState>;
+
 /// The engine of one client.
 #[derive(Debug)]
 pub(crate) struct Engine {

@@ -100,7 +100,8 @@
 //! fred's path; request ids make that safe (a reply for another request
 //! is never taken) at the cost of re-sending.
 
-use dashmap::DashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use fred::bytes_utils::Str;
 use fred::clients::Client as FredClient;
 use fred::interfaces::{ClientLike, LuaInterface, TransactionInterface};
@@ -116,10 +117,14 @@ pub(crate) struct Script {
     source: String,
     /// Reference-counted: every call sends it without copying it.
     sha1: Str,
-    /// `SCRIPT LOAD`s done, per fred client (by its id): calls of one
-    /// client that meet `NOSCRIPT` together (a restarted node, many
-    /// per-slot renewals at once) load the script once.
-    loads: DashMap<String, u64>,
+    /// `SCRIPT LOAD`s done, through any client: calls that meet
+    /// `NOSCRIPT` together (a restarted node, many per-slot renewals at
+    /// once) load the script once. Read before each send (one atomic load,
+    /// where a map by client would hash its id on every call); a load
+    /// through another client (perhaps of another server) can make a call
+    /// skip its own, so a call loads again on a second `NOSCRIPT`
+    /// ([`LOADS_PER_CALL`]).
+    loads: AtomicU64,
     loading: tokio::sync::Mutex<()>,
     /// The twin sent without the request record ([`Script::proved_after`]).
     proved: Option<Box<Script>>,
@@ -128,6 +133,11 @@ pub(crate) struct Script {
 const RECORD_PROLOGUE: &str = include_str!("scripts/record_prologue.lua");
 const RECORD_EARLY: &str = include_str!("scripts/record_early.lua");
 const RECORD_EPILOGUE: &str = include_str!("scripts/record_epilogue.lua");
+/// How many times one call may load its script after `NOSCRIPT`: a
+/// second, never skipped, for a first skipped because a load through
+/// another client came in between (see `Script::loads`).
+const LOADS_PER_CALL: u32 = 2;
+
 const PROVED_EARLY: &str = include_str!("scripts/proved_early.lua");
 const PROVED_GATE: &str = include_str!("scripts/proved_gate.lua");
 const PROVED_EPILOGUE: &str = include_str!("scripts/proved_epilogue.lua");
@@ -218,7 +228,7 @@ impl Script {
             name,
             source,
             sha1: sha1.into(),
-            loads: DashMap::new(),
+            loads: AtomicU64::new(0),
             loading: tokio::sync::Mutex::const_new(()),
             proved: None,
         }
@@ -246,21 +256,23 @@ impl Script {
     }
 
     /// Loads the script after a `NOSCRIPT` to a call sent when `seen`
-    /// loads were done, unless another call loaded it meanwhile.
-    async fn reload(&self, client: &FredClient, seen: u64) -> FredResult<()> {
+    /// loads were done, unless another call loaded it meanwhile; with
+    /// `seen` `None` (the call's second `NOSCRIPT`: the load it skipped was
+    /// through another client), in any case.
+    async fn reload(&self, client: &FredClient, seen: Option<u64>) -> FredResult<()> {
         let _loading = self.loading.lock().await;
-        if self.loads_of(client) != seen {
+        if seen.is_some_and(|seen| self.loads() != seen) {
             return Ok(());
         }
         tracing::debug!(script = self.name, "NOSCRIPT: loading the script");
         self.load(client).await?;
-        *self.loads.entry(client.id().to_owned()).or_default() += 1;
+        self.loads.fetch_add(1, Ordering::AcqRel);
         Ok(())
     }
 
-    /// Loads done through `client` so far.
-    fn loads_of(&self, client: &FredClient) -> u64 {
-        self.loads.get(client.id()).map_or(0, |n| *n)
+    /// Loads done so far.
+    fn loads(&self) -> u64 {
+        self.loads.load(Ordering::Acquire)
     }
 
     /// Runs the script with `EVALSHA`, loading it first if the server
@@ -291,7 +303,6 @@ impl Script {
         // returned future, a `Box::pin` of a try) would copy it whole,
         // which costs far more than the one allocation (BENCHMARKS.md,
         // "Code figures moved out of comments").
-        let seen = self.loads_of(client);
         let send = || {
             Box::pin(client.evalsha::<R, _, _, _>(
                 self.sha1.clone(),
@@ -299,13 +310,17 @@ impl Script {
                 Value::Array(args.iter().chain(more).cloned().collect()),
             ))
         };
-        match send().await {
-            Err(error) if is_noscript(&error) => {
-                // Boxed too (rare, and as large).
-                Box::pin(self.reload(client, seen)).await?;
-                send().await
+        let seen = self.loads();
+        let mut loads = 0;
+        loop {
+            match send().await {
+                Err(error) if is_noscript(&error) && loads < LOADS_PER_CALL => {
+                    // Boxed too (rare, and as large).
+                    Box::pin(self.reload(client, (loads == 0).then_some(seen))).await?;
+                    loads += 1;
+                }
+                result => return result,
             }
-            result => result,
         }
     }
 
@@ -321,18 +336,20 @@ impl Script {
         let on_node = on_node(client, node);
         let argv = self.argv(Vec::new(), args);
         let evalsha = || CustomCommand::new_static("EVALSHA", ClusterHash::Random, false);
-        let seen = self.loads_of(client);
-        let reply = match on_node
-            .custom::<Value, Value>(evalsha(), argv.clone())
-            .await
-        {
-            Err(error) if is_noscript(&error) => {
-                self.reload(client, seen).await?;
-                on_node.custom(evalsha(), argv).await?
+        let seen = self.loads();
+        let mut loads = 0;
+        loop {
+            match on_node
+                .custom::<Value, Value>(evalsha(), argv.clone())
+                .await
+            {
+                Err(error) if is_noscript(&error) && loads < LOADS_PER_CALL => {
+                    self.reload(client, (loads == 0).then_some(seen)).await?;
+                    loads += 1;
+                }
+                result => return R::from_value(result?),
             }
-            result => result?,
-        };
-        R::from_value(reply)
+        }
     }
 
     /// Runs the script as the one command of a `MULTI`/`EXEC` transaction:
@@ -347,16 +364,16 @@ impl Script {
     ) -> FredResult<R> {
         let slot = keys.first().map_or(0, |k| k.cluster_hash());
         let argv = self.argv(keys, args);
-        let mut loaded = false;
+        let mut loads = 0;
         loop {
-            let seen = self.loads_of(client);
+            let seen = self.loads();
             let trx = client.multi();
             let evalsha = CustomCommand::new_static("EVALSHA", ClusterHash::Custom(slot), false);
             let () = trx.custom(evalsha, argv.clone()).await?;
             match trx.exec::<Value>(true).await {
-                Err(error) if is_noscript(&error) && !loaded => {
-                    self.reload(client, seen).await?;
-                    loaded = true;
+                Err(error) if is_noscript(&error) && loads < LOADS_PER_CALL => {
+                    self.reload(client, (loads == 0).then_some(seen)).await?;
+                    loads += 1;
                 }
                 Ok(Value::Array(mut replies)) if replies.len() == 1 => {
                     return R::from_value(replies.remove(0));

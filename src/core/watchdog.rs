@@ -68,7 +68,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
-use dashmap::DashMap;
 use fred::bytes::Bytes;
 use fred::types::config::Server;
 use fred::types::{Key, Value};
@@ -82,6 +81,7 @@ use super::lease::{Lease, LeaseRef, Sent};
 use super::pack::Pack;
 use super::registry::Registry;
 use super::script::Script;
+use super::FastMap;
 use crate::error::{Error, Result};
 
 /// Renews the leases of locks taken without a fixed lease, in batches, and
@@ -171,10 +171,10 @@ struct Inner {
     batch_size: usize,
     /// Registered leases, by address. Changed by `register` / `deregister`
     /// (through the lease, which keeps its own `registered` flag).
-    leases: DashMap<usize, Arc<Lease>>,
+    leases: FastMap<usize, Arc<Lease>>,
     /// Client records renewed by the cycle, by address. Changed when a
     /// client starts and when it shuts down or closes.
-    records: DashMap<usize, std::sync::Weak<Registry>>,
+    records: FastMap<usize, std::sync::Weak<Registry>>,
     /// The renewal task, started with the first lease.
     task: Mutex<Option<tokio::task::JoinHandle<()>>>,
     /// Renewal script calls sent so far.
@@ -229,8 +229,8 @@ impl Watchdog {
                 timeout,
                 interval: timeout / 3,
                 batch_size: DEFAULT_BATCH_SIZE,
-                leases: DashMap::new(),
-                records: DashMap::new(),
+                leases: FastMap::default(),
+                records: FastMap::default(),
                 task: Mutex::new(None),
                 calls: AtomicU64::new(0),
                 failures: AtomicU64::new(0),
@@ -534,7 +534,7 @@ async fn run(inner: Weak<Inner>) {
 /// locks (the rest of the work per lease is done in one pass by `renew`).
 /// Each record is asked for a few entries before its reference count is
 /// touched (see `lease::prefetch`).
-fn registered(leases: &DashMap<usize, Arc<Lease>>) -> Vec<Arc<Lease>> {
+fn registered(leases: &FastMap<usize, Arc<Lease>>) -> Vec<Arc<Lease>> {
     let mut out = Vec::with_capacity(leases.len());
     let mut window = std::collections::VecDeque::with_capacity(PREFETCH_AHEAD + 1);
     for entry in leases.iter() {

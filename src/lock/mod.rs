@@ -54,7 +54,7 @@ use futures_util::FutureExt;
 
 use crate::client::Client;
 use crate::core::acquire::{acquire, Field, NamesOf, Spec, Tries, Who};
-use crate::core::call::Call;
+use crate::core::call::{int_arg, Call};
 use crate::core::key_then_channel;
 use crate::core::kind::{AcquireReply, Kind};
 use crate::core::lease::Lease;
@@ -477,11 +477,11 @@ impl Tries for LockTries<'_> {
                 Value::String(lease.field()),
                 // acquire_check.lua: the holds the client counts, if
                 // nothing of the client is unknown (-1: use the record).
-                if lease.conn.records_optional() {
-                    i64::from(lease.holds()).into()
+                int_arg(if lease.conn.records_optional() {
+                    i64::from(lease.holds())
                 } else {
-                    (-1).into()
-                },
+                    -1
+                }),
                 // acquire.lua: how to announce a take (core/takes.rs).
                 publish.into(),
             ],
@@ -502,16 +502,16 @@ impl Kind for LockKind {
             [
                 ttl_ms.into(),
                 Value::String(lease.field()),
-                i64::from(count).into(),
+                int_arg(i64::from(count)),
                 lease.conn.publish_command().into(),
                 // release_check.lua: the count this owner's field holds
                 // now, if nothing of the client is unknown (0: read the
                 // record as always).
-                if lease.conn.records_optional() {
-                    i64::from(lease.holds()).into()
+                int_arg(if lease.conn.records_optional() {
+                    i64::from(lease.holds())
                 } else {
-                    0.into()
-                },
+                    0
+                }),
             ],
             &lease.request_record(),
             rid,

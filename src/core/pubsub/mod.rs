@@ -91,7 +91,6 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
-use dashmap::DashMap;
 use fred::clients::SubscriberClient;
 use fred::interfaces::{ClientLike, EventInterface, PubsubInterface};
 use fred::types::config::Options;
@@ -103,6 +102,7 @@ use tokio::time::Instant;
 
 use super::background::spawn_here;
 use super::takes::Takes;
+use super::FastMap;
 use crate::error::{Error, Result};
 use queue::{Waiter, WakeQueue};
 
@@ -148,11 +148,11 @@ struct Shared {
     /// Live channel entries. An entry is inserted by the first subscriber
     /// and removed by the last one to leave, under the map's shard lock,
     /// which is also where its SUBSCRIBE / UNSUBSCRIBE is queued.
-    channels: DashMap<Arc<str>, Arc<Channel>>,
+    channels: FastMap<Arc<str>, Arc<Channel>>,
     /// The entries of `channels` that have a companion channel, by the
     /// companion's name: inserted and removed with the entry (under the
     /// `channels` shard lock, taken first).
-    companions: DashMap<Arc<str>, Arc<Channel>>,
+    companions: FastMap<Arc<str>, Arc<Channel>>,
     /// Ordered subscription commands for the `run_ops` task.
     ops: mpsc::UnboundedSender<Op>,
 }
@@ -273,8 +273,8 @@ impl PubSub {
         let shared = Arc::new(Shared {
             subscriber,
             sharded,
-            channels: DashMap::new(),
-            companions: DashMap::new(),
+            channels: FastMap::default(),
+            companions: FastMap::default(),
             ops,
         });
         let messages = shared.subscriber.message_rx();
@@ -1186,8 +1186,8 @@ pub(crate) mod tests {
         let shared = Arc::new(Shared {
             subscriber,
             sharded: false,
-            channels: DashMap::new(),
-            companions: DashMap::new(),
+            channels: FastMap::default(),
+            companions: FastMap::default(),
             ops,
         });
         let name: Arc<str> = "c".into();
