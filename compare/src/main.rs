@@ -168,8 +168,34 @@ fn main() {
         Some("--pairs") => runtime.block_on(pairs(&args[1..])),
         Some("--handoffs") => runtime.block_on(operators::handoffs(&args[1..])),
         Some("--hot") => runtime.block_on(operators::hot_acquisitions(&args[1..])),
+        Some("--lock-script") => lock_script(&args[1..]),
         _ => runtime.block_on(run()),
     }
+}
+
+/// `--lock-script twin|bare acquire|release`: prints the source of one
+/// of the lock's two scripts as the raw-fred baselines send it (`twin`:
+/// leasehold's, sent without the request record; `bare`: the bodies
+/// alone), for `compare/redis_instructions.py`.
+fn lock_script(args: &[String]) {
+    let (twin, bare) = (
+        leasehold::__bench::lock_scripts(),
+        leasehold::__bench::lock_script_bodies(),
+    );
+    let source = match (
+        args.first().map(String::as_str),
+        args.get(1).map(String::as_str),
+    ) {
+        (Some("twin"), Some("acquire")) => twin.0.to_owned(),
+        (Some("twin"), Some("release")) => twin.1.to_owned(),
+        (Some("bare"), Some("acquire")) => format!("{}\nreturn body()", bare.0),
+        (Some("bare"), Some("release")) => format!("{}\nreturn body()", bare.1),
+        _ => {
+            eprintln!("usage: leasehold-compare --lock-script twin|bare acquire|release");
+            std::process::exit(2);
+        }
+    };
+    print!("{source}");
 }
 
 /// `--pairs <contender> <N>` (`leasehold`, `rawfred`, `rawbare`, ...: see
