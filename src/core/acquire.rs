@@ -2,10 +2,11 @@
 //! wait loop, one recorded script call per try.
 //!
 //! A primitive describes what it acquires as plain data (a [`Spec`]: the
-//! owner, the key and kind of its leases, the channel its releases are
-//! announced on and what a message there wakes, how the lease record's
-//! names are made, whether its tries announce takes, how long the channel
-//! lingers), having checked its own arguments first. What stays a
+//! owner, the key, the channel its releases are announced on, the field;
+//! and, behind one reference to a `static` [`Profile`] of the kind, what
+//! every acquire of the kind shares: the kind of its leases, what a
+//! message on the channel wakes, whether its tries announce takes, how
+//! long the channel lingers), having checked its own arguments first. What stays a
 //! call-back is how one try is sent ([`Tries::call`]) and, through the
 //! kind, how its reply is read (`Kind::acquire_reply`); the engine does
 //! the rest — lease records, turns, unknown outcomes, cancellation,
@@ -50,70 +51,57 @@ use crate::error::{Error, Result};
 
 /// What a primitive acquires: the one description it hands the engine
 /// (see the module docs), built after its own arguments were checked.
-/// Plain data: the engine reads it, and calls only the functions in it
-/// ([`Who::FirstPoller`] once, at the first poll; `policy` per message
-/// delivered on `channel`).
+/// Plain data: the engine reads it, and calls only the functions of its
+/// [`Profile`] (the owner's, once at the first poll; the policy, per
+/// message delivered on `channel`). Small, since a parked waiter carries
+/// it: what is the same for every acquire of a kind is in the profile,
+/// behind one reference.
 #[derive(Clone)]
 pub(crate) struct Spec<'a> {
-    /// Whose acquire it is.
-    pub(crate) owner: Who,
+    /// What every acquire of this kind shares.
+    pub(crate) profile: &'static Profile,
+    /// Whose acquire it is; 0: the task that first polls the acquire
+    /// ([`Profile::owner_at_first_poll`]).
+    pub(crate) owner: u64,
     /// The key the lease is of.
     pub(crate) key: &'a Key,
+    /// Where the wait listens for releases.
+    pub(crate) channel: &'a str,
+    /// The holder's field, or with [`Profile::field_of_owner`] the
+    /// client's prefix of its owners' fields (`Client::field` with no
+    /// suffix): made into the owner's field the first time the owner
+    /// acquires (see [`Spec::lease_names`]).
+    pub(crate) field: &'a str,
+    /// The channel the lease's releases are published on (not always
+    /// where a wait listens: a waiter may listen on a channel of its own).
+    pub(crate) release_channel: &'a [u8],
+}
+
+/// What every acquire of a kind of lease shares: constants of the
+/// primitive, one `static` per kind (see [`Spec`]).
+pub(crate) struct Profile {
     /// The kind of the leases it takes: how they are released and renewed,
     /// how an acquire's reply is read, and, by its identity, which record
     /// of the key is theirs.
     pub(crate) kind: &'static dyn Kind,
-    /// Where the wait listens for releases.
-    pub(crate) channel: &'a str,
-    /// What a message on `channel` wakes.
+    /// What a message on the spec's channel wakes.
     pub(crate) policy: Policy,
-    /// What the names of the owner's lease record are made of, the first
-    /// time it acquires (see [`NamesOf`]).
-    pub(crate) names: NamesOf<'a>,
+    /// The owner of an acquire whose [`Spec::owner`] is 0: the owner of
+    /// the task that first polls it, read once with this function (an
+    /// acquire's future may be made in one task, or outside an owner's
+    /// scope, and polled in another).
+    pub(crate) owner_at_first_poll: fn() -> u64,
+    /// Whether [`Spec::field`] is the client's prefix of its owners'
+    /// fields rather than the field itself (a primitive that learns its
+    /// owner only at the first poll).
+    pub(crate) field_of_owner: bool,
     /// Whether a try announces a take of the free lock on the companion
-    /// of `channel` (`takes.rs`) when the wait loop asks it to (see
-    /// [`Tries::call`]).
+    /// of the spec's channel (`takes.rs`) when the wait loop asks it to
+    /// (see [`Tries::call`]).
     pub(crate) announces_takes: bool,
-    /// How long `channel` stays subscribed after an acquire that waited
+    /// How long the channel stays subscribed after an acquire that waited
     /// on it (see `wait::Attempts::linger`); `None`: not at all.
     pub(crate) linger: Option<Duration>,
-}
-
-/// The owner an acquire is for.
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum Who {
-    /// This owner id.
-    Id(u64),
-    /// The owner of the task that first polls the acquire, read once then
-    /// with this function (an acquire's future may be made in one task,
-    /// or outside an owner's scope, and polled in another).
-    FirstPoller(fn() -> u64),
-}
-
-/// What the names of an owner's lease record (key, field, request record,
-/// channel, see `names.rs`) are made of: the key is the spec's. Kept as
-/// data and made only when the owner has no record yet (its first acquire
-/// of the key, or its record left the idle ring): making them allocates
-/// (their buffer, and for [`Field::OfOwner`] the field), which an acquire
-/// that finds its record does not pay.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct NamesOf<'a> {
-    /// The holder's field.
-    pub(crate) field: Field<'a>,
-    /// The channel the lease's releases are published on (not always
-    /// where a wait listens: a waiter may listen on a channel of its own).
-    pub(crate) channel: &'a [u8],
-}
-
-/// A lease's field (see [`NamesOf`]).
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum Field<'a> {
-    /// This field.
-    Is(&'a str),
-    /// The client's field of the owner: this prefix, then the owner id
-    /// (`Client::field` with no suffix), for a primitive that learns its
-    /// owner only at the first poll ([`Who::FirstPoller`]).
-    OfOwner(&'a str),
 }
 
 /// How a primitive's tries are sent: what of an acquire the engine calls
@@ -198,7 +186,7 @@ pub(crate) fn acquire_or_adopt<'a, T: Tries + 'a, H: Handoff + 'a>(
 /// An acquire's attempts (see [`wait::Attempts`]).
 struct Acquiring<'a, T, H> {
     engine: &'a Arc<Engine>,
-    /// Its owner is a [`Who::Id`] from the start on.
+    /// Its owner is set (not 0) from the start on.
     spec: Spec<'a>,
     tries: T,
     /// Zero-sized ([`NoHandoff`]) for a primitive without the handoff.
@@ -214,24 +202,22 @@ struct Acquiring<'a, T, H> {
 // === impl Spec ===
 
 impl Spec<'_> {
-    /// The owner, once read (see [`Who`]); 0 before the acquire starts.
-    fn owner_id(&self) -> u64 {
-        match self.owner {
-            Who::Id(id) => id,
-            Who::FirstPoller(_) => 0,
-        }
-    }
-
-    /// The names of `owner`'s lease record (see [`NamesOf`]).
+    /// The names of `owner`'s lease record: made only when the owner has
+    /// no record yet (its first acquire of the key, or its record left the
+    /// idle ring), since making them allocates (their buffer, and with
+    /// [`Profile::field_of_owner`] the field), which an acquire that finds
+    /// its record does not pay.
     pub(crate) fn lease_names(&self, owner: u64) -> Result<LeaseNames> {
         let key = std::str::from_utf8(self.key.as_bytes())
             .map_err(|_| Error::invalid("lock name is not UTF-8"))?;
-        let channel = self.names.channel;
-        match self.names.field {
-            Field::Is(field) => LeaseNames::new(key, field, channel),
-            Field::OfOwner(prefix) => {
-                LeaseNames::new(key, &owner_field(prefix, owner, ""), channel)
-            }
+        if self.profile.field_of_owner {
+            LeaseNames::new(
+                key,
+                &owner_field(self.field, owner, ""),
+                self.release_channel,
+            )
+        } else {
+            LeaseNames::new(key, self.field, self.release_channel)
         }
     }
 }
@@ -251,11 +237,11 @@ impl<T: Tries, H: Handoff> wait::Attempts for Acquiring<'_, T, H> {
     fn start(&mut self) -> Result<()> {
         self.engine.check()?;
         self.lease_ms()?;
-        if let Who::FirstPoller(current) = self.spec.owner {
-            self.spec.owner = Who::Id(current());
+        if self.spec.owner == 0 {
+            self.spec.owner = (self.spec.profile.owner_at_first_poll)();
         }
-        self.observed = Some(Observed::start(self.spec.key, self.spec.owner_id()));
-        if self.spec.announces_takes {
+        self.observed = Some(Observed::start(self.spec.key, self.spec.owner));
+        if self.spec.profile.announces_takes {
             self.companion = taken_channel(self.spec.channel).map(Box::from);
         }
         Ok(())
@@ -266,7 +252,7 @@ impl<T: Tries, H: Handoff> wait::Attempts for Acquiring<'_, T, H> {
     }
 
     fn policy(&self) -> Policy {
-        self.spec.policy
+        self.spec.profile.policy
     }
 
     fn companion(&self) -> Option<&str> {
@@ -291,13 +277,13 @@ impl<T: Tries, H: Handoff> wait::Attempts for Acquiring<'_, T, H> {
         // parked waiter keeps none (a record it made is dropped again when
         // the try finds the lock busy), so N waiters on one key cost N
         // parked futures, not N records in the key's table.
-        let owner = this.spec.owner_id();
+        let owner = this.spec.owner;
         let lease = engine.leases.get(
             &engine.conn,
             &engine.watchdog,
             this.spec.key,
             owner,
-            this.spec.kind,
+            this.spec.profile.kind,
             &|| this.spec.lease_names(owner),
         );
         // Where to announce a take, if the wait loop asks for it.
@@ -326,11 +312,11 @@ impl<T: Tries, H: Handoff> wait::Attempts for Acquiring<'_, T, H> {
     }
 
     fn waits_for(&self) -> Option<(&Key, u64)> {
-        Some((self.spec.key, self.spec.owner_id()))
+        Some((self.spec.key, self.spec.owner))
     }
 
     fn linger(&self) -> Option<Duration> {
-        self.spec.linger
+        self.spec.profile.linger
     }
 
     fn concluded(&mut self, outcome: &Result<Option<Hold>>) {

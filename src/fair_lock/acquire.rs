@@ -13,7 +13,7 @@ use tokio::time::Instant;
 use super::kind::{scripts, waiter_channel, FairKind, LINGER};
 use super::queue::{self, now_ms, Leave, Queued, THREAD_WAIT};
 use super::Fair;
-use crate::core::acquire::{acquire, acquire_or_adopt, Field, NamesOf, Spec, Tries, Who};
+use crate::core::acquire::{acquire, acquire_or_adopt, Profile, Spec, Tries};
 use crate::core::call::Call;
 use crate::core::handoff::{Granted, Handoff};
 use crate::core::hold::Hold;
@@ -127,18 +127,12 @@ impl Fair {
     /// channel) acquires (see `core::acquire::Spec`).
     fn spec<'a>(&'a self, owner: u64, field: &'a str, own_channel: &'a str) -> Spec<'a> {
         Spec {
-            owner: Who::Id(owner),
+            profile: &FAIR_PROFILE,
+            owner,
             key: &self.names.key,
-            kind: &FairKind,
             channel: own_channel,
-            policy: wake_or_grant,
-            names: NamesOf {
-                field: Field::Is(field),
-                channel: self.names.channel.as_bytes(),
-            },
-            announces_takes: false,
-            // The waiter's channel is pinned instead (see `acquire`).
-            linger: None,
+            field,
+            release_channel: self.names.channel.as_bytes(),
         }
     }
 
@@ -146,6 +140,18 @@ impl Fair {
         LockGuard::new(hold, self.client.key_prefix().len(), owner)
     }
 }
+
+/// What every wait of a fair lock shares.
+static FAIR_PROFILE: Profile = Profile {
+    kind: &FairKind,
+    policy: wake_or_grant,
+    // Never read: a wait's owner is known when its spec is made.
+    owner_at_first_poll: || Owner::current().id(),
+    field_of_owner: false,
+    announces_takes: false,
+    // The waiter's channel is pinned instead (see `acquire`).
+    linger: None,
+};
 
 /// How one wait of a fair lock sends its tries (see
 /// `core::acquire::Tries`).

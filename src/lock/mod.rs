@@ -53,7 +53,7 @@ use futures_util::future::Either;
 use futures_util::FutureExt;
 
 use crate::client::Client;
-use crate::core::acquire::{acquire, Field, NamesOf, Spec, Tries, Who};
+use crate::core::acquire::{acquire, Profile, Spec, Tries};
 use crate::core::call::{int_arg, Call};
 use crate::core::key_then_channel;
 use crate::core::kind::{AcquireReply, Kind};
@@ -338,23 +338,13 @@ impl Plain {
         // acquire, and the guard is made from what its hold knows.
         let name_at = self.inner.client.key_prefix().len();
         let spec = Spec {
-            // Read at the first poll: `owner.scope(lock.lock())` locks as
-            // `owner`, and a future made in one task may be polled in
-            // another.
-            owner: Who::FirstPoller(|| Owner::current().id()),
+            profile: &LOCK_PROFILE,
+            // Read at the first poll (see `LOCK_PROFILE`).
+            owner: 0,
             key: &self.inner.key,
-            kind: &LockKind,
             channel: RawSingle::channel(self),
-            policy: wake_one,
-            names: NamesOf {
-                field: Field::OfOwner(self.inner.client.field_prefix()),
-                channel: self.inner.channel_key.as_bytes(),
-            },
-            // Both the lock's and the fenced lock's acquire announce.
-            announces_takes: true,
-            // An owner that waited is likely to come back soon (a hot
-            // lock).
-            linger: Some(LINGER),
+            field: self.inner.client.field_prefix(),
+            release_channel: self.inner.channel_key.as_bytes(),
         };
         let tries = LockTries { script, extra_keys };
         Either::Right(acquire(engine, spec, tries, lease, wait).map(move |hold| {
@@ -452,6 +442,20 @@ pub(crate) async fn remaining_lease_of(
     let ttl: i64 = redis.pttl(key.clone()).await?;
     Ok((ttl >= 0).then(|| Duration::from_millis(ttl as u64)))
 }
+
+/// What every acquire of a lock (plain or fenced) shares.
+static LOCK_PROFILE: Profile = Profile {
+    kind: &LockKind,
+    policy: wake_one,
+    // `owner.scope(lock.lock())` locks as `owner`, and a future made in
+    // one task may be polled in another: the owner is the first poller's.
+    owner_at_first_poll: || Owner::current().id(),
+    field_of_owner: true,
+    // Both the lock's and the fenced lock's acquire announce.
+    announces_takes: true,
+    // An owner that waited is likely to come back soon (a hot lock).
+    linger: Some(LINGER),
+};
 
 /// How a lock's tries are sent (see `core::acquire::Tries`): its acquire
 /// script and the keys after KEYS[1].

@@ -118,7 +118,7 @@ use std::time::Duration;
 use fred::types::{Key, Value};
 
 use crate::client::Client;
-use crate::core::acquire::{acquire, Field, NamesOf, Spec, Tries, Who};
+use crate::core::acquire::{acquire, Profile, Spec, Tries};
 use crate::core::call::Call;
 use crate::core::kind::Kind;
 use crate::core::lease::Lease;
@@ -485,17 +485,12 @@ impl Names {
         }
         let field = self.client.field(owner.id(), mode.suffix());
         let spec = Spec {
-            owner: Who::Id(owner.id()),
+            profile: mode.profile(),
+            owner: owner.id(),
             key: &self.key,
-            kind: mode.kind(),
             channel: &self.channel,
-            policy: wake_all_on_one,
-            names: NamesOf {
-                field: Field::Is(&field),
-                channel: self.channel_key.as_bytes(),
-            },
-            announces_takes: false,
-            linger: None,
+            field: &field,
+            release_channel: self.channel_key.as_bytes(),
         };
         let hold = acquire(self.client.engine(), spec, mode, lease, wait).await?;
         Ok(hold.map(|hold| LockGuard::new(hold, self.client.key_prefix().len(), owner)))
@@ -598,10 +593,24 @@ impl Mode {
         }
     }
 
-    fn kind(self) -> &'static dyn Kind {
+    /// What every acquire of this mode shares.
+    fn profile(self) -> &'static Profile {
+        static READ: Profile = Profile {
+            kind: &ReadKind,
+            policy: wake_all_on_one,
+            // Never read: an acquire's owner is known when its spec is made.
+            owner_at_first_poll: || Owner::current().id(),
+            field_of_owner: false,
+            announces_takes: false,
+            linger: None,
+        };
+        static WRITE: Profile = Profile {
+            kind: &WriteKind,
+            ..READ
+        };
         match self {
-            Mode::Read => &ReadKind,
-            Mode::Write => &WriteKind,
+            Mode::Read => &READ,
+            Mode::Write => &WRITE,
         }
     }
 }

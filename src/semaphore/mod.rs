@@ -82,7 +82,7 @@ use fred::types::{Key, Value};
 use tokio::time::Instant;
 
 use crate::client::Client;
-use crate::core::acquire::{acquire, Field, NamesOf, Spec, Tries, Who};
+use crate::core::acquire::{acquire, Profile, Spec, Tries};
 use crate::core::call::{Call, Reply};
 use crate::core::kind::{AcquireReply, Kind, ReleaseReply};
 use crate::core::lease::Lease;
@@ -648,19 +648,14 @@ impl Semaphore {
         self.check()?;
         let id: Arc<str> = new_id().into();
         let spec = Spec {
+            profile: &PERMIT_PROFILE,
             // A fresh owner per acquire: a permit is one hold.
-            owner: Who::Id(NEXT_OWNER.fetch_add(1, Ordering::Relaxed)),
+            owner: NEXT_OWNER.fetch_add(1, Ordering::Relaxed),
             key: &self.key,
-            kind: &PermitKind,
             channel: &self.channel,
-            policy: wake_count,
-            names: NamesOf {
-                // The permit's id.
-                field: Field::Is(&id),
-                channel: self.channel_key.as_bytes(),
-            },
-            announces_takes: false,
-            linger: None,
+            // The permit's id.
+            field: &id,
+            release_channel: self.channel_key.as_bytes(),
         };
         let tries = PermitTries {
             timeout_key: &self.timeout_key,
@@ -670,6 +665,18 @@ impl Semaphore {
         Ok(hold.map(|hold| Permit::new(hold, id, self.name.clone(), self.key_str.clone())))
     }
 }
+
+/// What every acquire of a permit shares.
+static PERMIT_PROFILE: Profile = Profile {
+    kind: &PermitKind,
+    policy: wake_count,
+    // Never read: each acquire is a fresh owner, known when its spec is
+    // made.
+    owner_at_first_poll: || 0,
+    field_of_owner: false,
+    announces_takes: false,
+    linger: None,
+};
 
 /// How one acquire of a permit sends its tries (see
 /// `core::acquire::Tries`).
