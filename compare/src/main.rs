@@ -636,7 +636,13 @@ async fn throughput_ab(server: &RedisServer) {
     let phase = Duration::from_secs(1);
     let mut by_clients = [Multi::default(), Multi::default()];
     for round in 0..rounds {
-        for (multi, clients) in by_clients.iter_mut().zip([1, CLIENTS]) {
+        // `LEASEHOLD_COMPARE_CLIENTS=N`: N clients instead of `CLIENTS` in
+        // the second row (to see how each side scales with connections).
+        let many = std::env::var("LEASEHOLD_COMPARE_CLIENTS")
+            .ok()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(CLIENTS);
+        for (multi, clients) in by_clients.iter_mut().zip([1, many]) {
             let rates = ab_round(server, phase, round, clients, keep).await;
             let sides: Vec<String> = AB
                 .iter()
