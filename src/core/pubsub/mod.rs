@@ -106,8 +106,10 @@ use super::FastMap;
 use crate::error::{Error, Result};
 use queue::{Waiter, WakeQueue};
 
+pub(crate) use policy::{wake_all_on_one, wake_count, wake_one, Policy};
 pub(crate) use queue::Wake;
 
+mod policy;
 mod queue;
 mod sync;
 
@@ -155,39 +157,6 @@ struct Shared {
     companions: FastMap<Arc<str>, Arc<Channel>>,
     /// Ordered subscription commands for the `run_ops` task.
     ops: mpsc::UnboundedSender<Op>,
-}
-
-/// What a message on a channel means: how many local waiters it wakes.
-pub(crate) type Policy = fn(&[u8]) -> Wake;
-
-/// One unlock message (Redisson's `0`) wakes one waiter.
-pub(crate) fn wake_one(_: &[u8]) -> Wake {
-    Wake::One
-}
-
-/// The message `1` wakes every waiter, any other message one (Redisson's
-/// `LockPubSub`: `0` is its unlock message, `1` its "read unlock" message,
-/// sent when a release may let several waiters in at once).
-pub(crate) fn wake_all_on_one(message: &[u8]) -> Wake {
-    if message == b"1" {
-        Wake::All
-    } else {
-        Wake::One
-    }
-}
-
-/// A message that is a decimal count wakes up to that many waiters, and
-/// none for a count <= 0 (Redisson's semaphore messages). A message that
-/// is not a number wakes every waiter to re-check.
-pub(crate) fn wake_count(message: &[u8]) -> Wake {
-    let count = std::str::from_utf8(message)
-        .ok()
-        .and_then(|text| text.trim().parse::<i64>().ok());
-    match count {
-        Some(n) if n <= 0 => Wake::N(0),
-        Some(n) => Wake::N(usize::try_from(n).unwrap_or(usize::MAX)),
-        None => Wake::All,
-    }
 }
 
 #[derive(Debug)]
@@ -1491,24 +1460,6 @@ pub(crate) mod tests {
         shared.deliver("c", b"grant 2");
         assert!(w1.wait(Duration::ZERO).await);
         assert_eq!(w1.take_handed(), None);
-    }
-
-    #[test]
-    fn policies_read_the_message() {
-        assert_eq!(wake_one(b"1"), Wake::One);
-        assert_eq!(wake_all_on_one(b"1"), Wake::All);
-        assert_eq!(wake_all_on_one(b"0"), Wake::One);
-        assert_eq!(wake_all_on_one(b"10"), Wake::One);
-        assert_eq!(wake_all_on_one(b""), Wake::One);
-    }
-
-    #[test]
-    fn wake_count_reads_decimal_counts() {
-        assert_eq!(wake_count(b"3"), Wake::N(3));
-        assert_eq!(wake_count(b"0"), Wake::N(0));
-        assert_eq!(wake_count(b"-2"), Wake::N(0));
-        assert_eq!(wake_count(b"x"), Wake::All);
-        assert_eq!(wake_count(b""), Wake::All);
     }
 
     /// A parked waiter is re-checked by its channel's clock at its bound,
