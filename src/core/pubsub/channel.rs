@@ -6,7 +6,7 @@
 //! An entry ([`Channel`]) is made by the first reference to its channel and
 //! leaves the registry's map with the last one (`mod.rs`). Its name,
 //! companion and policy never change. `ready` is written by the commands
-//! task (`mod.rs`) once Redis has confirmed (or refused) the
+//! task (`commands.rs`) once Redis has confirmed (or refused) the
 //! SUBSCRIBE. Everything else is its [`ChannelState`], changed only under
 //! the entry's lock: the wake-up queue (`queue.rs`), the count of pins,
 //! `closed`, the clock's next re-check and the announced takes.
