@@ -96,7 +96,7 @@ use std::time::Duration;
 use fred::clients::SubscriberClient;
 use fred::interfaces::{ClientLike, EventInterface};
 use fred::types::ClusterStateChange;
-use tokio::sync::broadcast::{error::RecvError, Receiver as Broadcast};
+use tokio::sync::broadcast::Receiver as Broadcast;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
@@ -105,13 +105,16 @@ use super::FastMap;
 use crate::error::{Error, Result};
 use channel::{Channel, Ready};
 use commands::{run_ops, Op};
+use messages::run_messages;
 use queue::Waiter;
 
+pub(crate) use messages::WeakPubSub;
 pub(crate) use policy::{wake_all_on_one, wake_count, wake_one, Policy};
 pub(crate) use queue::Wake;
 
 mod channel;
 mod commands;
+mod messages;
 mod policy;
 mod queue;
 mod sync;
@@ -139,11 +142,6 @@ pub(crate) struct Pin {
     shared: Arc<Shared>,
     channel: Arc<Channel>,
 }
-
-/// A registry that may be gone: delivers a message as if it had come from
-/// Redis while its registry lives, and keeps nothing of it alive.
-#[derive(Clone, Debug)]
-pub(crate) struct WeakPubSub(std::sync::Weak<Shared>);
 
 #[derive(Debug)]
 struct Shared {
@@ -355,57 +353,6 @@ impl PubSub {
     /// Closes the subscriber connection; the registry's tasks then end.
     pub(crate) async fn quit(&self) {
         let _ = self.shared.subscriber.quit().await;
-    }
-}
-
-// === impl WeakPubSub ===
-
-impl WeakPubSub {
-    /// Delivers `message` on `channel` as if it had arrived from Redis (its
-    /// channel's policy applies; see the module docs, "Messages delivered
-    /// twice"). Does nothing if the registry is gone or not subscribed to
-    /// `channel`.
-    pub(crate) fn deliver(&self, channel: &str, message: &[u8]) {
-        if let Some(shared) = self.0.upgrade() {
-            shared.deliver(channel, message);
-        }
-    }
-
-    /// Whether both are references to one registry.
-    pub(crate) fn is(&self, other: &WeakPubSub) -> bool {
-        self.0.ptr_eq(&other.0)
-    }
-}
-
-impl Shared {
-    /// A message on `channel`: wakes what the channel's policy says.
-    fn deliver(&self, channel: &str, message: &[u8]) {
-        let Some(entry) = self.channels.get(channel).map(|e| e.clone()) else {
-            if let Some(entry) = self.companions.get(channel).map(|e| e.clone()) {
-                entry.state.lock().taken(&entry, message);
-            }
-            return;
-        };
-        {
-            let wake = (entry.policy)(message);
-            let mut state = entry.state.lock();
-            match wake {
-                // A hot lock: the wake-up may come after a short delay
-                // (see the module docs, "Announced takes").
-                Wake::One if state.hot() => {
-                    if !state.defer(&entry) {
-                        state.wakeups.wake_one();
-                    }
-                }
-                wake => state.wakeups.wake(wake, message),
-            }
-        }
-    }
-
-    fn wake_all(&self) {
-        for entry in self.channels.iter() {
-            entry.state.lock().wakeups.wake(Wake::All, b"");
-        }
     }
 }
 
@@ -682,63 +629,6 @@ impl Shared {
     }
 }
 
-/// A channel's clock: sleeps until the earliest re-check its waiters asked
-/// Routes unlock messages to their channel's waiters; wakes everybody on
-/// lag, reconnect or cluster topology change (after re-subscribing).
-async fn run_messages(
-    shared: std::sync::Weak<Shared>,
-    mut messages: Broadcast<fred::types::Message>,
-    mut reconnects: Broadcast<fred::types::config::Server>,
-    mut cluster_changes: Option<Broadcast<Vec<ClusterStateChange>>>,
-) {
-    loop {
-        tokio::select! {
-            message = messages.recv() => {
-                let Some(shared) = shared.upgrade() else { return };
-                match message {
-                    Ok(message) => shared.deliver(&message.channel, message.value.as_bytes().unwrap_or_default()),
-                    Err(RecvError::Lagged(missed)) => {
-                        tracing::warn!(missed, "unlock messages lagged: waking every waiter");
-                        shared.wake_all();
-                    }
-                    Err(RecvError::Closed) => return,
-                }
-            }
-            reconnect = reconnects.recv() => {
-                let Some(shared) = shared.upgrade() else { return };
-                match reconnect {
-                    Ok(_) | Err(RecvError::Lagged(_)) => {
-                        tracing::debug!("subscriber reconnected: re-subscribing");
-                        let _ = shared.ops.send(Op::Resubscribe);
-                    }
-                    Err(RecvError::Closed) => return,
-                }
-            }
-            change = next_change(&mut cluster_changes) => {
-                let Some(shared) = shared.upgrade() else { return };
-                match change {
-                    Ok(_) | Err(RecvError::Lagged(_)) => {
-                        tracing::debug!("cluster topology changed: re-subscribing");
-                        let _ = shared.ops.send(Op::Resubscribe);
-                    }
-                    // The command connection is gone; keep serving messages.
-                    Err(RecvError::Closed) => cluster_changes = None,
-                }
-            }
-        }
-    }
-}
-
-/// The next topology change, or never for a client that is not a cluster.
-async fn next_change(
-    rx: &mut Option<Broadcast<Vec<ClusterStateChange>>>,
-) -> std::result::Result<Vec<ClusterStateChange>, RecvError> {
-    match rx {
-        Some(rx) => rx.recv().await,
-        None => std::future::pending().await,
-    }
-}
-
 // Under `cfg(leasehold_loom)` the queue's synchronisation works only inside a loom
 // model (see `sync.rs`).
 #[cfg(all(test, not(leasehold_loom)))]
@@ -834,41 +724,6 @@ pub(crate) mod tests {
             })
             .collect();
         (shared, subs)
-    }
-
-    /// A message delivered by this process and then by Redis (the same
-    /// `OneWith` message twice) wakes the waiter once and leaves no permit;
-    /// the next, different message wakes again. A registry that is gone
-    /// or a channel not subscribed takes nothing.
-    #[tokio::test]
-    async fn a_message_delivered_twice_wakes_once() {
-        let (registry, mut subs) = registry_with(1, wake_or_hand);
-        let w = subs.pop().unwrap();
-        let shared = registry.shared.clone();
-        let here = registry.downgrade();
-        assert!(!w.wait(Duration::ZERO).await);
-        here.deliver("c", b"grant:7:5000");
-        assert!(
-            w.wait(Duration::from_secs(5)).await,
-            "the delivery woke nobody"
-        );
-        assert_eq!(w.take_handed().as_deref(), Some(&b"grant:7:5000"[..]));
-        w.consumed();
-        // Redis's copy: dropped, no permit left for the next wait.
-        shared.deliver("c", b"grant:7:5000");
-        assert!(
-            !w.wait(Duration::ZERO).await,
-            "the second copy woke the waiter"
-        );
-        here.deliver("other", b"grant:8:5000");
-        assert!(!w.wait(Duration::ZERO).await);
-        // A new message wakes again, from either path.
-        shared.deliver("c", b"grant:9:5000");
-        assert!(w.wait(Duration::from_secs(5)).await);
-        w.consumed();
-        drop((w, registry, shared));
-        // Gone: nothing to deliver to.
-        here.deliver("c", b"grant:10:5000");
     }
 
     /// A waiter woken while it was not waiting (between two waits) takes
@@ -1015,31 +870,6 @@ pub(crate) mod tests {
         // A message after it joined still wakes it.
         shared.deliver("c", b"0");
         assert!(joined.wait(Duration::from_secs(5)).await);
-    }
-
-    /// A message a policy hands over goes with the wake-up to the oldest
-    /// waiter only; a wake-up kept as a permit carries none.
-    #[tokio::test]
-    async fn a_handed_message_goes_to_the_woken_waiter_only() {
-        fn hand(_: &[u8]) -> Wake {
-            Wake::OneWith
-        }
-        let (shared, mut subs) = channel_with_policy(2, hand);
-        let w2 = subs.pop().unwrap();
-        let w1 = subs.pop().unwrap();
-        assert!(!w1.wait(Duration::ZERO).await);
-        assert!(!w2.wait(Duration::ZERO).await);
-        shared.deliver("c", b"grant");
-        assert!(w1.wait(Duration::from_secs(5)).await);
-        assert_eq!(w1.take_handed().as_deref(), Some(&b"grant"[..]));
-        assert_eq!(w2.take_handed(), None);
-        w1.consumed();
-        // Nobody queued: a permit, without the message. (A new message:
-        // a second copy of the last one would be dropped.)
-        drop(w2);
-        shared.deliver("c", b"grant 2");
-        assert!(w1.wait(Duration::ZERO).await);
-        assert_eq!(w1.take_handed(), None);
     }
 
     /// Waiters dropped while queued are skipped by wake-ups (the next live

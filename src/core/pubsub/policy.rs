@@ -3,7 +3,7 @@
 //!
 //! The primitive that subscribes picks the policy; the registry applies it
 //! to every message of the channel, whether Redis carried it or this
-//! process delivered it (`mod.rs`). A policy is a plain function of
+//! process delivered it (`messages.rs`). A policy is a plain function of
 //! the message and keeps no state: what its [`Wake`] then does (which
 //! waiters, kept permits, a second copy dropped) is the wake-up queue's
 //! (`queue.rs`). A reconnect or a lagging stream wakes every waiter
