@@ -4,7 +4,7 @@
 //! # State, and who changes it
 //!
 //! An entry ([`Channel`]) is made by the first reference to its channel and
-//! leaves the registry's map with the last one (`mod.rs`). Its name,
+//! leaves the registry's map with the last one (`registry.rs`). Its name,
 //! companion and policy never change. `ready` is written by the commands
 //! task (`commands.rs`) once Redis has confirmed (or refused) the
 //! SUBSCRIBE. Everything else is its [`ChannelState`], changed only under
@@ -247,9 +247,9 @@ mod tests {
 
     use super::*;
     use crate::core::pubsub::policy::wake_one;
+    use crate::core::pubsub::registry::Shared;
+    use crate::core::pubsub::subscription::Subscription;
     use crate::core::pubsub::tests::{channel_with, channel_with_companion_of};
-    use crate::core::pubsub::Shared;
-    use crate::core::pubsub::Subscription;
 
     /// A channel `c` with the companion `t` (takes announced there), and
     /// one subscription.

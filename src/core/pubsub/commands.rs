@@ -6,7 +6,7 @@
 //! Every subscription command goes through one unbounded queue ([`Op`])
 //! to one task ([`run_ops`]), which runs them one after the other: an
 //! UNSUBSCRIBE of a channel's old entry, queued before the SUBSCRIBE of
-//! its new one (`mod.rs`), is sent first. Consecutive commands of
+//! its new one (`registry.rs`), is sent first. Consecutive commands of
 //! one kind, taken from the queue together (up to [`OPS_BATCH`]), are
 //! sent as one; a channel's companion goes with it.
 //!
@@ -35,7 +35,7 @@ use fred::types::{ClusterHash, Value};
 use tokio::sync::mpsc;
 
 use super::channel::{Channel, Ready};
-use super::Shared;
+use super::registry::Shared;
 
 /// A subscription command for [`run_ops`], queued by the registry, by a
 /// `Subscription` (`refresh`) or by the messages task (`Resubscribe`).

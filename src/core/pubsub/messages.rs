@@ -22,7 +22,7 @@ use tokio::sync::broadcast::{error::RecvError, Receiver as Broadcast};
 
 use super::commands::Op;
 use super::queue::Wake;
-use super::Shared;
+use super::registry::Shared;
 
 /// A registry that may be gone: delivers a message as if it had come from
 /// Redis while its registry lives, and keeps nothing of it alive.

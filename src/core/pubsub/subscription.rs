@@ -19,7 +19,7 @@
 //! * Dropping a `Subscription` leaves the queue; a wake-up it holds and
 //!   did not consume passes to the next waiter (a message handed with it
 //!   does not). The last reference of either kind to leave removes the
-//!   entry and unsubscribes (`Shared::release`, `mod.rs`).
+//!   entry and unsubscribes (`Shared::release`, `registry.rs`).
 //! * A dropped [`Lingering`] pin is held by a task for its linger time;
 //!   outside a runtime it is let go at once.
 //!
@@ -40,7 +40,7 @@ use tokio::time::Instant;
 use super::channel::Channel;
 use super::commands::Op;
 use super::queue::Waiter;
-use super::Shared;
+use super::registry::Shared;
 use crate::core::background::spawn_here;
 
 /// A waiting task's reference to a channel. Dropping it leaves the queue
