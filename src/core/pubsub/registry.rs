@@ -9,7 +9,7 @@
 //!   the entry's SUBSCRIBE and UNSUBSCRIBE are queued for the commands task
 //!   (`commands.rs`), which runs them in order: the UNSUBSCRIBE of a
 //!   channel's old entry is queued before the SUBSCRIBE of its new one.
-//! * A reference that finds an entry `closed` (its last reference is
+//! * A `join` that finds an entry `closed` (its last reference is
 //!   removing it) yields and tries again, so it joins the next entry.
 //! * An entry with a companion channel is listed in `companions` under the
 //!   companion's name for as long as it is in `channels`, so that a take
