@@ -151,6 +151,31 @@ mod tests {
     use super::*;
     use crate::core::pubsub::tests::{channel_with_policy, registry_with, wake_or_hand};
 
+    /// A message a policy hands over goes with the wake-up to the oldest
+    /// waiter only; a wake-up kept as a permit carries none.
+    #[tokio::test]
+    async fn a_handed_message_goes_to_the_woken_waiter_only() {
+        fn hand(_: &[u8]) -> Wake {
+            Wake::OneWith
+        }
+        let (shared, mut subs) = channel_with_policy(2, hand);
+        let w2 = subs.pop().unwrap();
+        let w1 = subs.pop().unwrap();
+        assert!(!w1.wait(Duration::ZERO).await);
+        assert!(!w2.wait(Duration::ZERO).await);
+        shared.deliver("c", b"grant");
+        assert!(w1.wait(Duration::from_secs(5)).await);
+        assert_eq!(w1.take_handed().as_deref(), Some(&b"grant"[..]));
+        assert_eq!(w2.take_handed(), None);
+        w1.consumed();
+        // Nobody queued: a permit, without the message. (A new message:
+        // a second copy of the last one would be dropped.)
+        drop(w2);
+        shared.deliver("c", b"grant 2");
+        assert!(w1.wait(Duration::ZERO).await);
+        assert_eq!(w1.take_handed(), None);
+    }
+
     /// A message delivered by this process and then by Redis (the same
     /// `OneWith` message twice) wakes the waiter once and leaves no permit;
     /// the next, different message wakes again. A registry that is gone
@@ -184,30 +209,5 @@ mod tests {
         drop((w, registry, shared));
         // Gone: nothing to deliver to.
         here.deliver("c", b"grant:10:5000");
-    }
-
-    /// A message a policy hands over goes with the wake-up to the oldest
-    /// waiter only; a wake-up kept as a permit carries none.
-    #[tokio::test]
-    async fn a_handed_message_goes_to_the_woken_waiter_only() {
-        fn hand(_: &[u8]) -> Wake {
-            Wake::OneWith
-        }
-        let (shared, mut subs) = channel_with_policy(2, hand);
-        let w2 = subs.pop().unwrap();
-        let w1 = subs.pop().unwrap();
-        assert!(!w1.wait(Duration::ZERO).await);
-        assert!(!w2.wait(Duration::ZERO).await);
-        shared.deliver("c", b"grant");
-        assert!(w1.wait(Duration::from_secs(5)).await);
-        assert_eq!(w1.take_handed().as_deref(), Some(&b"grant"[..]));
-        assert_eq!(w2.take_handed(), None);
-        w1.consumed();
-        // Nobody queued: a permit, without the message. (A new message:
-        // a second copy of the last one would be dropped.)
-        drop(w2);
-        shared.deliver("c", b"grant 2");
-        assert!(w1.wait(Duration::ZERO).await);
-        assert_eq!(w1.take_handed(), None);
     }
 }
