@@ -21,7 +21,7 @@
 //! `leasehold_lock__taken:{name}` (same hash slot; Redisson subscribes to
 //! no such channel, so it sees nothing of it), with the message
 //! `<lease ms> <owner field>`. A client listening on a lock's channel also
-//! listens on its companion (one subscription entry, `pubsub/mod.rs`), and:
+//! listens on its companion (one subscription entry, `pubsub/channel.rs`), and:
 //!
 //! * **a take voids the wake-ups before it**: the deferred wake-ups and
 //!   the kept ones (permits) the channel has when a take is announced came

@@ -1,7 +1,7 @@
 //! The wake-up queue of one channel entry: which local waiter a message
 //! wakes, and what happens to a wake-up nobody is waiting for. Pure state
 //! and wakers: no Redis, no runtime, no clock (the channel's clock and
-//! announced takes stay in `mod.rs` and call in here), so its model tests
+//! announced takes are in `channel.rs` and call in here), so its model tests
 //! run under loom (`loom_tests`, built with `--cfg leasehold_loom`; see
 //! `sync.rs`).
 //!
