@@ -69,7 +69,8 @@
 //! # Sent without the record
 //!
 //! When the check proves most first runs (the plain lock's acquire and
-//! release, while nothing of the client has an unknown outcome), even
+//! release, the fair lock's release, while nothing of the client has an
+//! unknown outcome), even
 //! carrying the record's key and TTL is waste: two more bulk strings per
 //! call for fred to encode and Redis to parse. Such a script
 //! ([`Script::proved_after`]) has a twin, the check and the body without

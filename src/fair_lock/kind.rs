@@ -54,13 +54,16 @@ pub(super) fn scripts() -> &'static Scripts {
     static SCRIPTS: OnceLock<Scripts> = OnceLock::new();
     SCRIPTS.get_or_init(|| Scripts {
         // Checks before the record (`Script::recorded_after`); the queue
-        // helpers come first, with the check.
+        // helpers come first, with the check. The release, whose check
+        // proves a first run by the client's count, has a twin sent
+        // without the record (`Script::proved_after`), as the plain
+        // lock's.
         acquire: Script::recorded_after(
             "fair_lock.acquire",
             queued!("scripts/acquire_check.lua"),
             include_str!("scripts/acquire.lua"),
         ),
-        release: Script::recorded_after(
+        release: Script::proved_after(
             "fair_lock.release",
             queued!("scripts/release_check.lua"),
             include_str!("scripts/release.lua"),

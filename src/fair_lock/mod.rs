@@ -47,7 +47,9 @@
 //! head waiter), the field gone: it then changes nothing and answers
 //! "gone", read as freed only if the request may have been sent twice
 //! (`scripts/release_check.lua` says why no copy grants twice or frees a
-//! later hold).
+//! later hold). The release is sent as its twin without the record while
+//! the client's count is known (`core/script.rs`, "Sent without the
+//! record").
 //!
 //! # One-hop handoff
 //!
