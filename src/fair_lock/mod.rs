@@ -201,6 +201,7 @@ use crate::handle::Holder;
 use crate::handle::LockHandle;
 use crate::lock::{every_field, hold_count_of, holders_of, remaining_lease_of};
 
+pub(crate) use kind::release_source;
 use kind::{scripts, Names};
 use queue::{kick_if_unheard, now_ms, GRANT, THREAD_WAIT};
 
