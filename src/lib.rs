@@ -241,6 +241,16 @@ pub mod __bench {
         (f.calls, f.checked, f.deleted)
     }
 
+    /// The fair lock's `release` script as a release sends it while the
+    /// client's count is known: the twin without the request record.
+    /// KEYS `[lock, queue, timeouts, channel stem, grants]`; ARGV `[ttl
+    /// ms, field, holds to give back, "publish", now (epoch ms), thread
+    /// wait ms, grant ms, expected count, rid]`; the reply ends with the
+    /// rid as it was sent. For tests that send a copy of a release by hand.
+    pub fn fair_release_script() -> &'static str {
+        crate::fair_lock::release_source()
+    }
+
     /// How many idle lease records a client keeps at most.
     pub const IDLE_RECORDS: usize = crate::core::lease::IDLE_RECORDS;
 }

@@ -6,7 +6,7 @@ use leasehold_testkit as support;
 use std::time::Duration;
 
 use leasehold::Owner;
-use support::fixture::{client_with, eventually, exists, within};
+use support::fixture::{calls, client_with, eventually, exists, numsub, within};
 use support::{Proxy, RedisServer};
 
 const HANG: Duration = Duration::from_secs(60);
@@ -91,6 +91,245 @@ async fn background_release_reply_lost() {
     assert_eq!(lock.hold_count().await.unwrap(), 1);
     g.unlock().await.unwrap();
     c.shutdown().await.unwrap();
+}
+
+/// The fair lock's acquire and release across the same cuts: each runs
+/// once. The release writes no request record on its first run (issue 31),
+/// so a copy is answered from the state: an inner unlock's copy finds the
+/// count its first run left, the last unlock's the field gone ("gone",
+/// read as freed: the request was sent twice).
+#[tokio::test]
+async fn fair_reply_lost_is_counted_once() {
+    let server = RedisServer::start();
+    let (proxy, c) = through_proxy(&server).await;
+    let lock = c.fair_lock("fair-cut");
+    let field = format!("{}:{}", c.id(), Owner::current().id());
+    let sets = calls(&server, "set");
+
+    proxy.drop_replies_once();
+    let guard = within(HANG, "acquire across a cut", lock.lock())
+        .await
+        .unwrap();
+    assert_eq!(server.cmd(&["HGET", "fair-cut", &field]), "1");
+    proxy.drop_replies_once();
+    let again = within(HANG, "re-entry across a cut", lock.try_lock())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(server.cmd(&["HGET", "fair-cut", &field]), "2");
+
+    proxy.drop_replies_once();
+    within(HANG, "unlock across a cut", again.unlock())
+        .await
+        .unwrap();
+    assert_eq!(
+        server.cmd(&["HGET", "fair-cut", &field]),
+        "1",
+        "given back exactly once"
+    );
+    assert!(!guard.is_lost(), "the outer hold is still counted");
+    proxy.drop_replies_once();
+    within(HANG, "last unlock across a cut", guard.unlock())
+        .await
+        .expect("a copy that finds the field gone is read as freed");
+    assert!(!exists(&server, "fair-cut"), "no stray hold left");
+    assert_eq!(
+        calls(&server, "set"),
+        sets,
+        "a request record was written: every copy is answered from the state"
+    );
+    // The lock is the client's again, from one hold.
+    let g = within(HANG, "lock again", lock.lock()).await.unwrap();
+    assert_eq!(lock.hold_count().await.unwrap(), 1);
+    g.unlock().await.unwrap();
+    c.shutdown().await.unwrap();
+}
+
+/// Issue 31: a fair lock's last unlock whose reply is lost with its
+/// connection, while a waiter is queued. Its first run freed the lock and
+/// granted it to the waiter; fred (or the call) sends it again, and the
+/// copy finds the field gone: it must neither grant again (one message in
+/// all) nor free the waiter's hold, and the unlock succeeds. The reply
+/// that named the waiter is lost, so the waiter (another client of this
+/// process) is told by Redis's message alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fair_unlock_whose_reply_is_lost_grants_once() {
+    let server = RedisServer::start();
+    let (proxy, holder) = through_proxy(&server).await;
+    let waiter = client_with(&server, |b| b).await;
+    let mine = format!("{}:{}", holder.id(), Owner::current().id());
+    for round in 0..3 {
+        let name = format!("fair-granted-{round}");
+        let queue = format!("redisson_lock_queue:{{{name}}}");
+        let held = holder.fair_lock(&name).lock().await.unwrap();
+        let owner = Owner::new();
+        let theirs = format!("{}:{}", waiter.id(), owner.id());
+        let (w, n) = (waiter.clone(), name.clone());
+        let waiting =
+            tokio::spawn(owner.scope(async move { w.fair_lock(&n).lock().await.unwrap() }));
+        eventually(HANG, "the waiter queued", || {
+            server.cmd(&["LRANGE", &queue, "0", "-1"]) == theirs
+        })
+        .await;
+        // Subscribed and parked; the holder's record batch is done.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let (publishes, sets) = (calls(&server, "publish"), calls(&server, "set"));
+        proxy.drop_replies_once();
+        within(HANG, "an unlock across a cut", held.unlock())
+            .await
+            .expect("the first run freed the lock");
+        assert_eq!(
+            calls(&server, "set"),
+            sets,
+            "round {round}: a request record was written (the copy is answered from the state)"
+        );
+        let taken = within(HANG, "the waiter is granted the lock", waiting)
+            .await
+            .unwrap();
+        // Long after any copy of the unlock could have run again.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(
+            calls(&server, "publish") - publishes,
+            1,
+            "round {round}: the lock was handed over more than once"
+        );
+        assert!(
+            !taken.is_lost() && server.cmd(&["HGET", &name, &theirs]) == "1",
+            "round {round}: the waiter's hold was freed by a copy of the unlock"
+        );
+        assert_eq!(server.cmd(&["HEXISTS", &name, &mine]), "0");
+        taken.unlock().await.unwrap();
+        assert!(!exists(&server, &name), "round {round}: nothing left held");
+    }
+    holder.shutdown().await.unwrap();
+    waiter.shutdown().await.unwrap();
+}
+
+/// Issue 31: copies of a fair lock's release, sent by hand as a copy
+/// reaches Redis (the twin without the record, the same request id and
+/// arguments), after its first run freed the lock and granted it to a
+/// waiter: while the waiter holds it, after another client took it, and
+/// with the lock free and a waiter queued. Each answers "gone" (`{3}`) and
+/// changes nothing: no second grant or message, no hold freed. A copy of
+/// a release that left holds answers the count it left, as a replay, and
+/// gives back nothing more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_of_a_fair_release_never_grants_again_nor_frees_a_later_hold() {
+    let server = RedisServer::start();
+    let waiter = client_with(&server, |b| b).await;
+    let other = client_with(&server, |b| b).await;
+    let script = leasehold::__bench::fair_release_script();
+    let name = "fair-copy";
+    let queue = "redisson_lock_queue:{fair-copy}";
+    let timeouts = "redisson_lock_timeout:{fair-copy}";
+    let grants = "leasehold_grant:{fair-copy}";
+    // The releasing owner: a field written by hand, as its client would.
+    let field = "0b1c3d52-1111-4222-8333-944455556666:9";
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis()
+        .to_string();
+    let release = |field: &str, expected: &str, rid: &str| {
+        server.cmd(&[
+            "EVAL",
+            script,
+            "5",
+            name,
+            queue,
+            timeouts,
+            "redisson_lock__channel:{fair-copy}",
+            grants,
+            "30000",
+            field,
+            "1",
+            "publish",
+            &now,
+            "5000",
+            "5000",
+            expected,
+            rid,
+        ])
+    };
+    server.cmd(&["HSET", name, field, "1"]);
+    server.cmd(&["PEXPIRE", name, "30000"]);
+    let owner = Owner::new();
+    let theirs = format!("{}:{}", waiter.id(), owner.id());
+    let w = waiter.clone();
+    let waiting =
+        tokio::spawn(owner.scope(async move { w.fair_lock("fair-copy").lock().await.unwrap() }));
+    let channel = format!("redisson_lock__channel:{{fair-copy}}:{theirs}");
+    eventually(HANG, "the waiter queued and listening", || {
+        server.cmd(&["HEXISTS", grants, &theirs]) == "1" && numsub(&server, &channel) == 1
+    })
+    .await;
+
+    // The first run: frees the lock and grants it to the waiter.
+    let first = release(field, "1", "7");
+    let first: Vec<&str> = first.lines().collect();
+    assert_eq!(
+        (
+            first[0],
+            first[3],
+            first.get(6).copied(),
+            first.last().copied()
+        ),
+        ("2", "1", Some(theirs.as_str()), Some("7")),
+        "granted: {first:?}"
+    );
+    let taken = within(HANG, "the waiter adopts the grant", waiting)
+        .await
+        .unwrap();
+    let publishes = calls(&server, "publish");
+    let grants_then = server.cmd(&["HGETALL", grants]);
+
+    // A copy while the waiter holds the lock.
+    assert_eq!(
+        release(field, "1", "7"),
+        "3\n7",
+        "a copy finds the field gone"
+    );
+    assert_eq!(server.cmd(&["HGET", name, &theirs]), "1");
+    assert_eq!(server.cmd(&["HGETALL", grants]), grants_then);
+    assert!(!taken.is_lost());
+
+    // A copy after the waiter gave it back and another client took it.
+    taken.unlock().await.unwrap();
+    let later = other.fair_lock("fair-copy").lock().await.unwrap();
+    assert_eq!(release(field, "1", "7"), "3\n7");
+    assert_eq!(server.cmd(&["HLEN", name]), "1", "the later hold is kept");
+    assert!(!later.is_lost());
+    later.unlock().await.unwrap();
+
+    // A copy with the lock free and a (Java) waiter at the head: not
+    // handed over, not told.
+    let java = "6a2a8c5e-3f7e-4a43-9e9b-7e5b1f0c9d11:1";
+    server.cmd(&["RPUSH", queue, java]);
+    server.cmd(&["ZADD", timeouts, "99999999999999", java]);
+    let publishes_free = calls(&server, "publish");
+    assert_eq!(release(field, "1", "7"), "3\n7");
+    assert!(!exists(&server, name), "nobody was handed the lock");
+    assert_eq!(server.cmd(&["LRANGE", queue, "0", "-1"]), java);
+    assert_eq!(calls(&server, "publish"), publishes_free, "nobody was told");
+    assert_eq!(
+        publishes_free - publishes,
+        0,
+        "the copies published nothing (the waiter's unlock had no one to tell)"
+    );
+    server.cmd(&["DEL", queue, timeouts]);
+
+    // A release that leaves a hold: a copy answers the count it left.
+    server.cmd(&["HSET", name, field, "2"]);
+    server.cmd(&["PEXPIRE", name, "30000"]);
+    assert_eq!(release(field, "2", "8"), "1\n1\n8", "the first run");
+    assert_eq!(release(field, "2", "8"), "1\n1\n-8", "a copy: a replay");
+    assert_eq!(server.cmd(&["HGET", name, field]), "1", "given back once");
+    // The field gone where holds would be left: not held, nothing changes.
+    server.cmd(&["DEL", name]);
+    assert_eq!(release(field, "2", "9"), "0\n9");
+    assert!(!exists(&server, name));
+    waiter.shutdown().await.unwrap();
+    other.shutdown().await.unwrap();
 }
 
 /// The connection is cut while many tasks contend: the counter stays exact

@@ -30,7 +30,8 @@
 //! | --- | --- | --- |
 //! | `lock.acquire`, `fenced_lock.acquire`, `fair_lock.acquire`, `rw.read_acquire`, `rw.write_acquire`, `semaphore.acquire` | recorded (the lease's record) | replay |
 //! | `lock.release` | recorded (the lease's record), but a first run proved by the count the client expects (`release_check.lua`) writes none | a copy finds the count its first run left: replay from the state; where that run freed the lock, "gone", read as freed only if the request may have been sent twice and the hold was not known lost (`core/script.rs`) |
-//! | `fair_lock.release`, `rw.read_release`, `rw.write_release`, `semaphore.release` | recorded (the lease's record) | replay |
+//! | `fair_lock.release` | recorded (the lease's record), but a first run proved by the count the client expects (`fair_lock/scripts/release_check.lua`) writes none, as `lock.release` | a copy finds the count its first run left: replay from the state; where that run freed the lock and granted the head waiter, the field gone: "gone", read as `lock.release`'s, and nothing changes (no second grant or message; a hold taken since is never freed: the copy deletes nothing) |
+//! | `rw.read_release`, `rw.write_release`, `semaphore.release` | recorded (the lease's record) | replay |
 //! | `lock.force_unlock`, `fair_lock.force_unlock`, `rw.force_unlock` | recorded (a record per call, [`Call::run_once`]) | replay: a copy never frees a lock taken after the first run |
 //! | `fair_lock.leave` | recorded (the lease's record; its rid taken under the turn, after the wait's tries) | replay; a copy that arrives after a later wait of the same owner tried never runs, so it cannot give back a grant that wait adopted |
 //! | `latch.count_down`, `latch.try_set_count`, `semaphore.try_set_permits`, `semaphore.add_permits` | recorded (a record per call) | replay |
@@ -130,9 +131,10 @@ impl Reply {
     /// replaced a command connection while it was under way (fred sends
     /// what was in flight again on the new one) or before it with no call
     /// checked since (the guess errs towards a copy). A script that finds its
-    /// work done and cannot tell by whom (the lock's release finding the
-    /// key gone, `lock/scripts/release_check.lua`) takes the copy's first
-    /// run to have done it only then.
+    /// work done and cannot tell by whom (the lock's and the fair lock's
+    /// release finding the field gone, `lock/scripts/release_check.lua`,
+    /// `fair_lock/scripts/release_check.lua`) takes the copy's first run
+    /// to have done it only then.
     pub(crate) fn may_be_copy(&self) -> bool {
         self.copied
     }

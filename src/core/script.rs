@@ -51,6 +51,15 @@
 //! (`Conn::records_optional`). An uncontended lock + unlock then costs 8
 //! Redis commands, the scripts' own work, instead of 12.
 //!
+//! The fair lock's release follows the same rule
+//! (`fair_lock/scripts/release_check.lua`, which says why it is safe
+//! there): its first run may also grant the lock to the head waiter, and
+//! a copy that finds the field gone changes nothing, so it never grants
+//! again nor frees a hold taken since. Its "gone" names no granted waiter
+//! (the first run's reply did): the waiter is told by the message the
+//! first run published. An uncontended fair lock + unlock costs 9
+//! commands (10 when the release wrote its record).
+//!
 //! Even a copy that did run the body twice would leave Redis as the client
 //! believes: the record is skipped only while Redis holds exactly what the
 //! client counts (no field before an acquire, the counted holds before a
@@ -60,7 +69,8 @@
 //! # Sent without the record
 //!
 //! When the check proves most first runs (the plain lock's acquire and
-//! release, while nothing of the client has an unknown outcome), even
+//! release, the fair lock's release, while nothing of the client has an
+//! unknown outcome), even
 //! carrying the record's key and TTL is waste: two more bulk strings per
 //! call for fred to encode and Redis to parse. Such a script
 //! ([`Script::proved_after`]) has a twin, the check and the body without

@@ -7,7 +7,7 @@ use std::time::Duration;
 use fred::types::{Key, Value};
 
 use super::queue::{kick_if_unheard, now_ms, GRANT, THREAD_WAIT};
-use crate::core::call::{Call, Reply};
+use crate::core::call::{int_arg, Call, Reply};
 use crate::core::handoff;
 use crate::core::kind::Kind;
 use crate::core::lease::Lease;
@@ -54,13 +54,16 @@ pub(super) fn scripts() -> &'static Scripts {
     static SCRIPTS: OnceLock<Scripts> = OnceLock::new();
     SCRIPTS.get_or_init(|| Scripts {
         // Checks before the record (`Script::recorded_after`); the queue
-        // helpers come first, with the check.
+        // helpers come first, with the check. The release, whose check
+        // proves a first run by the client's count, has a twin sent
+        // without the record (`Script::proved_after`), as the plain
+        // lock's.
         acquire: Script::recorded_after(
             "fair_lock.acquire",
             queued!("scripts/acquire_check.lua"),
             include_str!("scripts/acquire.lua"),
         ),
-        release: Script::recorded_after(
+        release: Script::proved_after(
             "fair_lock.release",
             queued!("scripts/release_check.lua"),
             include_str!("scripts/release.lua"),
@@ -73,6 +76,14 @@ pub(super) fn scripts() -> &'static Scripts {
         kick: Script::plain("fair_lock.kick", queued!("scripts/kick.lua")),
         refresh: Script::plain("fair_lock.refresh", queued!("scripts/refresh.lua")),
     })
+}
+
+/// The release as a release whose client's count is known sends it: the
+/// twin without the request record (for tests that send a copy of a
+/// release by hand: `__bench::fair_release_script`).
+pub(crate) fn release_source() -> &'static str {
+    let release = &scripts().release;
+    release.proved().map_or(release.source(), Script::source)
 }
 
 // === impl Names ===
@@ -122,7 +133,10 @@ impl Names {
 /// before the message, so the message reaches even a waiter in this very
 /// process tens of microseconds after the releaser goes on. Redis's copy
 /// then wakes nobody. A replayed reply (a re-sent release) carries no
-/// field, and Redis's message does the work as before.
+/// field, nor does a copy's "gone" (`{3}`: the first run, whose reply was
+/// lost, freed the lock and perhaps granted it; the copy changed nothing,
+/// `scripts/release_check.lua`): then Redis's message, published by the
+/// first run, does the work, as for a waiter in another process.
 fn hand_grant_here(names: &Names, reply: &Reply) {
     let ([0 | 2, _, _, 1, nonce, ms, ..], Some(field)) = (&reply[..], reply.text()) else {
         return;
@@ -152,18 +166,19 @@ impl Kind for FairKind {
         let mut args = vec![
             ttl_ms.into(),
             Value::String(lease.field()),
-            i64::from(count).into(),
+            int_arg(i64::from(count)),
             lease.conn.publish_command().into(),
             now_ms().into(),
         ];
         args.extend(Names::hand_over_args());
         // release_check.lua: the count this owner's field holds now, if
-        // nothing of the client is unknown (0: read the record as always).
-        args.push(if lease.conn.records_optional() {
-            i64::from(lease.holds()).into()
+        // nothing of the client is unknown (0: read and write the record
+        // as always).
+        args.push(int_arg(if lease.conn.records_optional() {
+            i64::from(lease.holds())
         } else {
-            0.into()
-        });
+            0
+        }));
         Call::new(
             &lease.conn,
             &scripts().release,

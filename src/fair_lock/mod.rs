@@ -30,7 +30,8 @@
 //!
 //! Scripts (`scripts/`, each starting with the helpers of `queue.lua`;
 //! `kind.rs` loads them):
-//! `acquire.lua` and `release.lua` (recorded: idempotent by request id),
+//! `acquire.lua` and `release.lua` (recorded: idempotent by request id,
+//! or, while the client's count proves a first run, by that count),
 //! `force_unlock.lua`, `leave.lua` (a waiter that stopped waiting),
 //! `kick.lua` (see `queue.rs`). Renewal is the plain lock's (`LockTask`).
 //! Every script that finds the lock free purges gone waiters at the head
@@ -41,7 +42,14 @@
 //! record, as the plain lock's do (`core/script.rs`, "A check before the
 //! record"): when Redis holds what the client counts, or a waiting try
 //! of a lock someone else holds only queues its caller, no record is
-//! read or written (the release still writes its own).
+//! read or written. A copy of a release finds the count its first run
+//! left, or, where that run freed the lock (and perhaps granted it to the
+//! head waiter), the field gone: it then changes nothing and answers
+//! "gone", read as freed only if the request may have been sent twice
+//! (`scripts/release_check.lua` says why no copy grants twice or frees a
+//! later hold). The release is sent as its twin without the record while
+//! the client's count is known (`core/script.rs`, "Sent without the
+//! record").
 //!
 //! # One-hop handoff
 //!
@@ -193,6 +201,7 @@ use crate::handle::Holder;
 use crate::handle::LockHandle;
 use crate::lock::{every_field, hold_count_of, holders_of, remaining_lease_of};
 
+pub(crate) use kind::release_source;
 use kind::{scripts, Names};
 use queue::{kick_if_unheard, now_ms, GRANT, THREAD_WAIT};
 

@@ -14,8 +14,8 @@
 -- ARGV[5]  now: the client's clock, epoch milliseconds
 -- ARGV[6]  thread wait in milliseconds (see acquire.lua)
 -- ARGV[7]  grant lease in milliseconds: the most a grant's TTL is
--- ARGV[8]  the hold count expected before this release
---          (release_check.lua)
+-- ARGV[8]  the hold count the client expects before this release, or 0:
+--          read and write the record as always (release_check.lua)
 -- ARGV[9]  record TTL in milliseconds
 -- ARGV[10] request id
 --
@@ -25,21 +25,29 @@
 -- queue.lua), and the marker is replaced or dropped. Reply
 -- (after the rid): {0, received, timeout, granted} the field is missing
 -- (nothing given back; if the lock is free it is handed over, as
--- Redisson's unlock tells the head), {1, left} holds remain,
+-- Redisson's unlock tells the head; only when the record is read: with
+-- the client's count known, release_check.lua answers {0} and changes
+-- nothing), {1, left} holds remain,
 -- {2, received, timeout, granted} the lock was freed and handed over
 -- (see hand_over_next in queue.lua: `received` -1 when nobody waits;
 -- `granted` 1 when the head was made the holder, then followed by the
--- nonce, the grant's TTL and the granted field; see `told`).
+-- nonce, the grant's TTL and the granted field; see `told`); {3} (from
+-- release_check.lua) the field is gone where this release would have
+-- freed it: freed by a copy of it that already ran, or lost before;
+-- nothing changed.
 --
--- Retry policy: idempotent by request id (a re-send never gives back a
--- hold twice). Sent after release_check.lua, which reads the count.
+-- Retry policy: idempotent by the count the client expects (a copy finds
+-- the count its first run left, or the field gone, and changes nothing:
+-- release_check.lua), and by request id when that count is unknown (a
+-- re-send never gives back a hold twice).
 --
--- Commands (after release_check.lua's HGET): the last hold of a lock
--- nobody waits for LPOP (nil), DEL (the lock and the grant hash); a
--- handoff to a live leasehold waiter LPOP, DEL, HGET (its entry), HSET,
--- PEXPIRE (the grant), ZPOPMIN, ZADD (timeouts), HDEL, HSET (its entry
--- and the marker), PUBLISH; an inner hold HSET, PEXPIRE, HGET (the
--- marker).
+-- Commands (after release_check.lua's HGET; neither reads nor writes the
+-- request record when the field holds the count the client expects): the
+-- last hold of a lock nobody waits for LPOP (nil), DEL (the lock and the
+-- grant hash); a handoff to a live leasehold waiter LPOP, DEL, HGET (its
+-- entry), HSET, PEXPIRE (the grant), ZPOPMIN, ZADD (timeouts), HDEL, HSET
+-- (its entry and the marker), PUBLISH; an inner hold HSET, PEXPIRE, HGET
+-- (the marker).
 
 -- The reply of a release that handed the lock over: {status, received,
 -- timeout, granted}, and after a grant the nonce, the grant's TTL and last
