@@ -589,6 +589,13 @@ impl Multi {
         Stats::of(&c).p50
     }
 
+    /// `AB[i]`'s client CPU µs per pair (this process, every thread),
+    /// median over the rounds.
+    fn client_cpu(&self, i: usize) -> f64 {
+        let c: Vec<f64> = self.rates[i].iter().map(|r| r.cpu_us).collect();
+        Stats::of(&c).p50
+    }
+
     /// `AB[i]`'s Redis CPU µs per 1,000 pairs, per round.
     fn redis_cpu(&self, i: usize) -> Vec<f64> {
         self.rates[i].iter().map(|r| r.redis_cpu_us * 1e3).collect()
@@ -634,14 +641,14 @@ async fn throughput_ab(server: &RedisServer) {
         Some(short) => kind.short() == short,
     };
     let phase = Duration::from_secs(1);
+    // `LEASEHOLD_COMPARE_CLIENTS=N`: N clients instead of `CLIENTS` in the
+    // second row (to see how each side scales with connections).
+    let many = std::env::var("LEASEHOLD_COMPARE_CLIENTS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(CLIENTS);
     let mut by_clients = [Multi::default(), Multi::default()];
     for round in 0..rounds {
-        // `LEASEHOLD_COMPARE_CLIENTS=N`: N clients instead of `CLIENTS` in
-        // the second row (to see how each side scales with connections).
-        let many = std::env::var("LEASEHOLD_COMPARE_CLIENTS")
-            .ok()
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(CLIENTS);
         for (multi, clients) in by_clients.iter_mut().zip([1, many]) {
             let rates = ab_round(server, phase, round, clients, keep).await;
             let sides: Vec<String> = AB
@@ -665,7 +672,7 @@ async fn throughput_ab(server: &RedisServer) {
         }
     }
     let [single, multi] = &by_clients;
-    throughput_report(rounds, [single, multi]);
+    throughput_report(rounds, [single, multi], [1, many]);
 }
 
 /// CPU time (ns) of every thread of this process.
@@ -1060,7 +1067,7 @@ fn report(
         );
     }
 
-    throughput_report(plan.rounds, pairs);
+    throughput_report(plan.rounds, pairs, [1, CLIENTS]);
 
     println!("\n## Reentrant acquire (lock already held by the same task)\n");
     println!("| contender | requests / acquire | p50 µs | p99 µs | p50 / PING |");
@@ -1101,7 +1108,7 @@ fn report(
 /// (the runs of a round are neighbours in time, so a ratio is less exposed
 /// to the VM's slow drifts than a ratio of medians) and their median, the
 /// commands per pair and Redis's CPU time per 1,000 pairs.
-fn throughput_report(rounds: usize, pairs: [&Multi; 2]) {
+fn throughput_report(rounds: usize, pairs: [&Multi; 2], clients: [usize; 2]) {
     println!(
         "\n## Uncontended throughput, 64 tasks: leasehold against raw fred (the same two EVALSHA) and raw fred with the bare scripts (no request record), {rounds} interleaved rounds\n",
     );
@@ -1120,9 +1127,12 @@ fn throughput_report(rounds: usize, pairs: [&Multi; 2]) {
     for name in &names {
         head += &format!(" Redis CPU µs / 1,000 pairs, {name}: median (min–max) |");
     }
+    head += &format!(" client CPU µs / pair, {}: medians |", names.join(" / "));
     println!("{head}");
-    println!("| --- | ---: | ---: | ---: | --- | ---: | --- | ---: | --- | ---: | ---: | ---: |");
-    for (clients, m) in [1, CLIENTS].into_iter().zip(pairs) {
+    println!(
+        "| --- | ---: | ---: | ---: | --- | ---: | --- | ---: | --- | ---: | ---: | ---: | --- |"
+    );
+    for (clients, m) in clients.into_iter().zip(pairs) {
         let mut line = format!("| {clients} |");
         for i in 0..AB.len() {
             line += &format!(" {} |", spread(&m.per_s(i), 0));
@@ -1144,6 +1154,10 @@ fn throughput_report(rounds: usize, pairs: [&Multi; 2]) {
         for i in 0..AB.len() {
             line += &format!(" {} |", spread(&m.redis_cpu(i), 0));
         }
+        let cpu: Vec<String> = (0..AB.len())
+            .map(|i| format!("{:.1}", m.client_cpu(i)))
+            .collect();
+        line += &format!(" {} |", cpu.join(" / "));
         println!("{line}");
     }
 }
