@@ -69,7 +69,8 @@ type FredResult<T> = Result<T, fred::error::Error>;
 pub(crate) struct Fence {
     /// The server-side id (`CLIENT ID`) of the command connection to each
     /// server, as of the last sweep.
-    seen: parking_lot::Mutex<HashMap<Server, i64>>,
+    /// Hashed with foldhash: looked up after every call's reply.
+    seen: parking_lot::Mutex<HashMap<Server, i64, foldhash::fast::RandomState>>,
     /// One sweep at a time.
     sweeping: tokio::sync::Mutex<()>,
     /// `CLIENT KILL` was refused (no permission): warned once.
@@ -94,7 +95,7 @@ impl Fence {
     /// carry the client's name.
     pub(crate) fn new(redis: &FredClient, named: bool) -> Fence {
         Fence {
-            seen: parking_lot::Mutex::new(redis.connection_ids()),
+            seen: parking_lot::Mutex::new(redis.connection_ids().into_iter().collect()),
             named,
             ..Fence::default()
         }
