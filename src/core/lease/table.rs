@@ -32,20 +32,19 @@
 use std::any::TypeId;
 use std::collections::VecDeque;
 use std::hash::{BuildHasher, BuildHasherDefault, Hasher, RandomState};
-use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU8, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use dashmap::DashMap;
 use fred::types::Key;
 use parking_lot::Mutex;
 use smallvec::SmallVec;
-use tokio::time::Instant;
 
-use super::{Deadlines, Lease, LeaseRef, State, PARKED};
+use super::record::PARKED;
+use super::{Lease, LeaseRef};
 use crate::core::conn::Conn;
 use crate::core::kind::Kind;
 use crate::core::names::LeaseNames;
-use crate::core::signal::Signal;
 use crate::core::stats::Counters;
 use crate::core::watchdog::Watchdog;
 use crate::error::Result;
@@ -201,26 +200,14 @@ impl Leases {
                 let names = init()?;
                 debug_assert_eq!(names.key_bytes(), key);
                 refuse_other_kinds(&entry, names.field_bytes(), key, owner, id)?;
-                let lease = Arc::new(Lease {
+                let lease = Arc::new(Lease::new(
                     kind,
-                    conn: conn.clone(),
+                    conn.clone(),
                     names,
                     owner,
-                    users: AtomicU32::new(0),
-                    flags: AtomicU8::new(0),
-                    waits: AtomicU16::new(0),
-                    watchdog: watchdog.clone(),
-                    stats: self.stats.clone(),
-                    turn: tokio::sync::Semaphore::const_new(1),
-                    state: Mutex::new(State {
-                        signal: Signal::new(Instant::now()),
-                        incarnation: 0,
-                        holds: 0,
-                        watched: 0,
-                        fixed: Deadlines::default(),
-                        gen: 0,
-                    }),
-                });
+                    watchdog.clone(),
+                    self.stats.clone(),
+                ));
                 entry.push(lease.clone());
                 lease
             }
@@ -398,6 +385,8 @@ impl Leases {
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
+
+    use tokio::time::Instant;
 
     use super::*;
     use crate::core::conn::Conn;
