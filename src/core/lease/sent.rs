@@ -205,6 +205,40 @@ mod tests {
     use crate::core::lease::tests::{held_lease, offline_lease};
     use crate::core::lease::Term;
 
+    /// While a watchdog hold lives, a renewal raises the deadline to send
+    /// time + TTL; with only fixed holds, no further than the latest of
+    /// their deadlines; with no live hold, not at all.
+    #[tokio::test]
+    async fn a_renewal_raises_the_deadline_as_far_as_the_live_holds_need() {
+        let (_table, lease) = offline_lease();
+        let start = Instant::now();
+        let (signal, _) = lease.acquired(1, Term::Watchdog, start, Duration::from_secs(10));
+        let sent = Instant::now();
+        lease
+            .lease()
+            .snapshot()
+            .renewed(sent, Duration::from_secs(30));
+        assert_eq!(signal.until(), sent + Duration::from_secs(30));
+
+        let deadline = start + Duration::from_secs(40);
+        lease.acquired(2, Term::Fixed(deadline), start, Duration::from_secs(30));
+        lease.retire(Term::Watchdog);
+        let sent = Instant::now();
+        lease
+            .lease()
+            .snapshot()
+            .renewed(sent, Duration::from_secs(60));
+        assert_eq!(signal.until(), deadline);
+
+        lease.retire(Term::Fixed(deadline));
+        lease
+            .lease()
+            .snapshot()
+            .renewed(Instant::now(), Duration::from_secs(90));
+        assert_eq!(signal.until(), deadline);
+        lease.lease().watchdog.deregister(lease.lease());
+    }
+
     /// Issue 29, item 1: a renewal's "gone" verdict counts however many
     /// calls of the owner (its own tries, each bumping `gen`) went by while
     /// it was on its way.
@@ -268,40 +302,6 @@ mod tests {
             "the fixed hold's deadline is {:?} past what the release left in Redis",
             signal.until() - (release_applied + ttl)
         );
-        lease.lease().watchdog.deregister(lease.lease());
-    }
-
-    /// While a watchdog hold lives, a renewal raises the deadline to send
-    /// time + TTL; with only fixed holds, no further than the latest of
-    /// their deadlines; with no live hold, not at all.
-    #[tokio::test]
-    async fn a_renewal_raises_the_deadline_as_far_as_the_live_holds_need() {
-        let (_table, lease) = offline_lease();
-        let start = Instant::now();
-        let (signal, _) = lease.acquired(1, Term::Watchdog, start, Duration::from_secs(10));
-        let sent = Instant::now();
-        lease
-            .lease()
-            .snapshot()
-            .renewed(sent, Duration::from_secs(30));
-        assert_eq!(signal.until(), sent + Duration::from_secs(30));
-
-        let deadline = start + Duration::from_secs(40);
-        lease.acquired(2, Term::Fixed(deadline), start, Duration::from_secs(30));
-        lease.retire(Term::Watchdog);
-        let sent = Instant::now();
-        lease
-            .lease()
-            .snapshot()
-            .renewed(sent, Duration::from_secs(60));
-        assert_eq!(signal.until(), deadline);
-
-        lease.retire(Term::Fixed(deadline));
-        lease
-            .lease()
-            .snapshot()
-            .renewed(Instant::now(), Duration::from_secs(90));
-        assert_eq!(signal.until(), deadline);
         lease.lease().watchdog.deregister(lease.lease());
     }
 }
