@@ -63,19 +63,15 @@
 //! another's leases. A lease whose client's runtime is gone fails to renew
 //! and is declared lost.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
-use fred::types::config::Server;
 use fred::types::{Key, Value};
 use parking_lot::Mutex;
-use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use super::conn::Conn;
 use super::lease::{Lease, LeaseRef, Sent};
 use super::pack::Pack;
 use super::registry::Registry;
@@ -83,9 +79,10 @@ use super::script::Script;
 use super::FastMap;
 use crate::error::{Error, Result};
 
+mod batch;
 mod send;
 mod verdict;
-use send::send_batch;
+use batch::renew;
 pub(crate) use verdict::gone_entries;
 
 /// Renews the leases of locks taken without a fixed lease, in batches, and
@@ -185,14 +182,6 @@ struct Inner {
     calls: AtomicU64,
     /// Lease renewals that got no answer in time, so far (`give_up`).
     failures: AtomicU64,
-}
-
-/// Where a batch goes.
-#[derive(Clone, Debug, Hash, PartialEq, Eq)]
-enum Target {
-    Server,
-    Slot(u16),
-    Node(Server),
 }
 
 /// Default number of leases renewed by one script call.
@@ -588,110 +577,6 @@ pub(crate) async fn check(leases: Vec<LeaseRef>) -> u64 {
         renew(fixed, Duration::ZERO, interval, batch)
     );
     a + b
-}
-
-/// Renews (or, with `ttl` 0, checks) `leases` in batches; returns the
-/// number of script calls sent.
-async fn renew(
-    leases: impl IntoIterator<Item = Sent>,
-    ttl: Duration,
-    interval: Duration,
-    batch: usize,
-) -> u64 {
-    // Groups by (connection, renewal kind, target), cut into chunks of
-    // `batch` as leases are added (packed at once where the chunk will be
-    // sent packed): one pass over the leases. The group of the previous
-    // lease is tried first; a single server has one group per kind.
-    let mut groups: Vec<(Group, &'static Renewal, Vec<Chunk>)> = Vec::new();
-    let mut index: HashMap<Group, usize> = HashMap::new();
-    let mut last = usize::MAX;
-    for sent in leases {
-        let lease = &sent.lease;
-        let renewal = lease.kind.renewal();
-        let target = target(&lease.conn, lease.key_bytes(), renewal);
-        let group = (lease.conn.id, renewal as *const Renewal as usize, target);
-        if groups.get(last).map_or(true, |(g, ..)| *g != group) {
-            last = *index.entry(group.clone()).or_insert_with(|| {
-                groups.push((group, renewal, Vec::new()));
-                groups.len() - 1
-            });
-        }
-        let ((_, _, target), renewal, chunks) = &mut groups[last];
-        let chunk = match chunks.last_mut() {
-            Some(chunk) if chunk.leases.len() < batch && !chunk.pack_full() => chunk,
-            _ => {
-                let packed = match target {
-                    Target::Server | Target::Node(_) => renewal.packed.is_some(),
-                    Target::Slot(_) => false,
-                };
-                chunks.push(Chunk::new(batch, packed));
-                let Some(chunk) = chunks.last_mut() else {
-                    continue;
-                };
-                chunk
-            }
-        };
-        if let (Some(pack), Some(packed)) = (&mut chunk.pack, &renewal.packed) {
-            (packed.entry)(lease, pack);
-        }
-        chunk.leases.push(sent);
-    }
-    let mut calls = 0;
-    let mut batches = JoinSet::new();
-    for ((_, _, target), _, chunks) in groups {
-        for chunk in chunks {
-            calls += 1;
-            batches.spawn(send_batch(chunk, target.clone(), ttl, interval));
-        }
-    }
-    while let Some(done) = batches.join_next().await {
-        calls += done.unwrap_or(0);
-    }
-    calls
-}
-
-/// The leases one renewal call can carry: one connection, one renewal
-/// kind, one target.
-type Group = (u64, usize, Target);
-
-/// Up to a batch of one group's leases: one call.
-struct Chunk {
-    leases: Vec<Sent>,
-    /// Their entries, packed as they were added, if the chunk is sent
-    /// packed.
-    pack: Option<Pack>,
-}
-
-/// A packed chunk takes no more entries once its argument is this long, so
-/// the argument stays under 1 MB (the smallest `proto-max-bulk-len` a
-/// server accepts) unless one entry is itself near that size.
-const PACK_BUDGET: usize = 512 * 1024;
-
-impl Chunk {
-    fn pack_full(&self) -> bool {
-        self.pack.as_ref().is_some_and(|p| p.len() >= PACK_BUDGET)
-    }
-
-    fn new(batch: usize, packed: bool) -> Chunk {
-        // Room for a full batch, bounded: a huge batch size grows as needed.
-        let room = batch.min(4096);
-        Chunk {
-            leases: Vec::with_capacity(room),
-            pack: packed.then(|| Pack::with_capacity(room * 64)),
-        }
-    }
-}
-
-fn target(conn: &Conn, key: &[u8], renewal: &Renewal) -> Target {
-    if !conn.clustered {
-        return Target::Server;
-    }
-    let slot = fred::util::redis_keyslot(key);
-    if conn.script_flags && renewal.per_node() {
-        conn.node_of(slot).map_or(Target::Slot(slot), Target::Node)
-    } else {
-        Target::Slot(slot)
-    }
 }
 
 /// A TTL as the scripts take it.

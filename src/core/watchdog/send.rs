@@ -29,9 +29,9 @@ use fred::types::Value;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
+use super::batch::{Chunk, Target};
 use super::ttl_ms;
 use super::verdict::{apply, give_up, verdict, BatchEnd};
-use super::{Chunk, Target};
 use crate::core::lease::Sent;
 use crate::core::script::Script;
 
