@@ -23,8 +23,8 @@ use std::time::Duration;
 use fred::types::config::Server;
 use tokio::task::JoinSet;
 
+use super::renewal::Renewal;
 use super::send::send_batch;
-use super::Renewal;
 use crate::core::conn::Conn;
 use crate::core::lease::Sent;
 use crate::core::pack::Pack;

@@ -67,22 +67,21 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
-use fred::types::{Key, Value};
 use parking_lot::Mutex;
 use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::lease::{Lease, LeaseRef, Sent};
-use super::pack::Pack;
 use super::registry::Registry;
-use super::script::Script;
 use super::FastMap;
 use crate::error::{Error, Result};
 
 mod batch;
+mod renewal;
 mod send;
 mod verdict;
 use batch::renew;
+pub(crate) use renewal::{ttl_ms, Packed, Renewal};
 pub(crate) use verdict::gone_entries;
 
 /// Renews the leases of locks taken without a fixed lease, in batches, and
@@ -117,52 +116,6 @@ pub(crate) use verdict::gone_entries;
 #[derive(Clone, Debug)]
 pub struct Watchdog {
     inner: Arc<Inner>,
-}
-
-/// How one kind of lease is renewed.
-///
-/// Both scripts take `ARGV[1]` = a nonce, `ARGV[2]` = the TTL in ms (0:
-/// only check), then one entry per lease (see `entry`), and reply
-/// `{nonce, i for each entry whose hold is gone}`: the nonce tells the
-/// batch's reply from any other (a connection out of step). A node script
-/// may also answer `-i` for an entry whose key the node does not serve (a
-/// slot moved or moving; `redis.pcall` catches the refusal): those entries
-/// are sent again per slot.
-#[derive(Debug)]
-pub(crate) struct Renewal {
-    /// Declared keys, one hash slot per call.
-    pub(crate) slot: &'static Script,
-    /// Every slot of one node per call (Redis 7+ clusters): no declared
-    /// key (the call is sent to the node itself), the entries are
-    /// arguments; same reply. For a kind without packed scripts.
-    pub(crate) node: Option<&'static Script>,
-    /// Adds one lease's entry: to the keys and arguments of a slot call
-    /// (`node == false`), or to the arguments of a node call.
-    pub(crate) entry: fn(&Lease, &mut Vec<Key>, &mut Vec<Value>, bool),
-    /// Batches for a single server or a node in one packed argument, if
-    /// the kind has such scripts (else a single server's batches go as
-    /// slot calls, a node's with `node`).
-    pub(crate) packed: Option<Packed>,
-}
-
-impl Renewal {
-    /// Whether the kind has a script for whole-node batches.
-    fn per_node(&self) -> bool {
-        self.packed.is_some() || self.node.is_some()
-    }
-}
-
-/// Renewal scripts that take the batch's entries packed in one argument
-/// (`ARGV[3]`, see `pack.rs`) after the same nonce and TTL, and give the
-/// same replies as their unpacked twins.
-#[derive(Debug)]
-pub(crate) struct Packed {
-    /// For a single server.
-    pub(crate) script: &'static Script,
-    /// For one cluster node, as [`Renewal::node`].
-    pub(crate) node: &'static Script,
-    /// Appends one lease's entry.
-    pub(crate) entry: fn(&Lease, &mut Pack),
 }
 
 #[derive(Debug)]
@@ -577,11 +530,6 @@ pub(crate) async fn check(leases: Vec<LeaseRef>) -> u64 {
         renew(fixed, Duration::ZERO, interval, batch)
     );
     a + b
-}
-
-/// A TTL as the scripts take it.
-pub(crate) fn ttl_ms(ttl: Duration) -> i64 {
-    ttl.as_millis().min(i64::MAX as u128) as i64
 }
 
 /// How many leases ahead each pass of a cycle asks for a lease's memory

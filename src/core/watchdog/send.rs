@@ -30,7 +30,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use super::batch::{Chunk, Target};
-use super::ttl_ms;
+use super::renewal::ttl_ms;
 use super::verdict::{apply, give_up, verdict, BatchEnd};
 use crate::core::lease::Sent;
 use crate::core::script::Script;
