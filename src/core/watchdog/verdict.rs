@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::PREFETCH_AHEAD;
+use super::cycle::PREFETCH_AHEAD;
 use crate::core::conn::Conn;
 use crate::core::lease::Sent;
 
