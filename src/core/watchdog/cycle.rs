@@ -30,7 +30,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::batch::renew;
-use super::Inner;
+use super::handle::Inner;
 use crate::core::lease::{Lease, LeaseRef, Sent};
 use crate::core::registry::Registry;
 use crate::core::FastMap;
