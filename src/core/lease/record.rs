@@ -70,7 +70,7 @@ pub(crate) struct Lease {
     /// and the channel the release script publishes on, in one buffer.
     pub(super) names: LeaseNames,
     pub(crate) owner: u64,
-    /// Live [`LeaseRef`]s: the record's users. The table drops an idle
+    /// Live [`LeaseRef`](super::LeaseRef)s: the record's users. The table drops an idle
     /// record when its last user goes; other references (the watchdog's
     /// registry and the batches it has in flight) do not keep it there.
     /// Goes from 0 to 1 only under the table's lock on the key.
@@ -86,7 +86,7 @@ pub(crate) struct Lease {
     pub(crate) watchdog: Watchdog,
     /// The client's counters (renewals and losses are counted per lease).
     pub(crate) stats: Arc<Counters>,
-    /// One permit: the turn (see [`LeaseRef::turn`]). Inline, not a
+    /// One permit: the turn (see [`LeaseRef::turn`](super::LeaseRef::turn)). Inline, not a
     /// separately allocated mutex: a held lock costs one allocation less.
     pub(super) turn: tokio::sync::Semaphore,
     /// Changed only under the turn, except the requirement counts (by
@@ -167,7 +167,7 @@ impl Deadlines {
 /// the last watchdog hold not landed yet; and not lost). Read and written
 /// only under `state`'s lock, like the state.
 const REGISTERED: u8 = 1;
-/// Flag: in the table's ring of idle records (see [`Leases::park`]). Set
+/// Flag: in the table's ring of idle records (see [`Leases::park`](super::Leases::park)). Set
 /// by the last user going, cleared when the ring lets the record go.
 pub(super) const PARKED: u8 = 2;
 

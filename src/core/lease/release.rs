@@ -43,7 +43,7 @@ impl Lease {
     /// Applies a release script's raw reply (without the request id):
     /// counted, read by the kind, applied to the record (see
     /// [`released`](Self::released)), then the kind's follow-up
-    /// ([`Kind::after_release`]). Every path that gives holds back (an
+    /// ([`Kind::after_release`](crate::core::kind::Kind::after_release)). Every path that gives holds back (an
     /// unlock, a dropped guard's background release, a settled release)
     /// ends here.
     pub(crate) fn apply_release(
@@ -117,7 +117,7 @@ impl Lease {
 
     /// This owner's own try, sent in `incarnation`, was refused: for a
     /// kind whose refusal proves the try's field is missing (see
-    /// [`Kind::busy_proves_gone`]), the holds of that incarnation are gone.
+    /// [`Kind::busy_proves_gone`](crate::core::kind::Kind::busy_proves_gone)), the holds of that incarnation are gone.
     /// Tries of the owner run under the turn, one at a time, so the reply
     /// follows every earlier call of this record.
     pub(crate) fn busy_seen(&self, incarnation: u64) {

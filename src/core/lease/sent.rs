@@ -81,7 +81,7 @@ impl Lease {
 
     /// The TTL a renewal or check should set: the watchdog timeout while a
     /// watchdog hold lives; for a kind that [renews fixed
-    /// holds](Kind::renews_fixed), what is left until the latest fixed
+    /// holds](crate::core::kind::Kind::renews_fixed), what is left until the latest fixed
     /// deadline; 0 (only check) otherwise.
     pub(crate) fn renew_ttl(&self) -> Duration {
         let s = self.state.lock();
