@@ -6,11 +6,12 @@
 //! # State, and who changes it
 //!
 //! A record's names, kind, connection and owner never change. What it
-//! knows of Redis is its `State`, under one lock, changed only under the
-//! lease's turn (acquires and releases, see `lease_ref.rs`), except the
-//! live holds' requirements (a guard retires its hold at any time) and the
+//! knows of Redis is its `State`, under one lock, changed under the
+//! lease's turn (acquires and releases, see `lease_ref.rs`), except: the
+//! live holds' requirements (a guard retires its hold at any time); the
 //! watchdog's verdicts, which check the incarnation they were sent in
-//! (`sent.rs`). `users` counts the record's [`LeaseRef`](super::LeaseRef)s,
+//! (`sent.rs`); and the end of an incarnation, from whoever learns the
+//! field is gone or declares it lost (`release.rs`). `users` counts the record's [`LeaseRef`](super::LeaseRef)s,
 //! `waits` its owner's waits for the key, and `flags` whether it is
 //! registered with the watchdog (under the state's lock) and parked in
 //! the table's ring (`table.rs`).
@@ -26,9 +27,9 @@
 //!   while a watchdog hold lives (or a fixed one, for a kind that renews
 //!   fixed holds), and after such a hold's guard is gone until its release
 //!   has an outcome ([`Lease::release_done`]): a slow release never finds
-//!   the key expired under a hold that was never lost. The lease is
-//!   registered once and deregistered once (the `REGISTERED` flag, under
-//!   the state's lock).
+//!   the key expired under a hold that was never lost. Whoever flips the
+//!   `REGISTERED` flag (under the state's lock) registers or deregisters
+//!   the lease, so each happens once for each time it is needed.
 //! * **A fresh field is a new incarnation.** An acquire that finds count 1
 //!   ends whatever holds were counted before; a re-entry whose
 //!   incarnation ended while it was on its way ran on a field found gone

@@ -14,9 +14,9 @@
 //!   (`Registry::beat`) beside the lease batches, bounded by half the
 //!   interval like them; a missed tick delays the next one, never doubles
 //!   it.
-//! * **Fixed leases only checked.** A reconnect check renews the leases a
-//!   watchdog hold needs and only checks the others (TTL 0): a fixed lease
-//!   is never extended by it.
+//! * **Fixed leases only checked.** A reconnect check renews the leases
+//!   the watchdog renews (a renewal TTL, `Lease::renew_ttl`, that is not
+//!   zero) and only checks the others (TTL 0).
 //! * **Short work under the registry's locks.** A cycle takes only the
 //!   leases' references there; their snapshots are taken in the one pass
 //!   that groups them (`batch.rs`), each record asked for a few leases

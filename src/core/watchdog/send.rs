@@ -17,8 +17,9 @@
 //!   sent once more (a packed one with its keys declared, per slot); then
 //!   it is given up (`verdict.rs`).
 //! * **Bounded.** Each call's verdict is awaited until half the interval
-//!   from the chunk's start (`verdict.rs`: a late reply still counts until
-//!   the next cycle).
+//!   from the chunk's start, and entries sent again elsewhere get a bound
+//!   of their own (`verdict.rs`: a late reply still counts until the next
+//!   cycle).
 
 use std::collections::HashMap;
 use std::time::Duration;
