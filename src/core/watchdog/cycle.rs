@@ -36,7 +36,7 @@ use crate::core::registry::Registry;
 use crate::core::FastMap;
 
 /// How many leases ahead each pass of a cycle asks for a lease's memory
-/// (see `lease::prefetch`): 4 and 16 did no better than 8 (BENCHMARKS.md).
+/// (see `prefetch` in `lease/sent.rs`): 4 and 16 did no better than 8 (BENCHMARKS.md).
 pub(super) const PREFETCH_AHEAD: usize = 8;
 
 /// The renewal task: holds only a weak handle, so it ends with the
@@ -90,7 +90,7 @@ pub(super) async fn run(inner: Weak<Inner>) {
 /// The registry's leases: only the references, taken under the registry's
 /// locks (the rest of the work per lease is done in one pass by `renew`).
 /// Each record is asked for a few entries before its reference count is
-/// touched (see `lease::prefetch`).
+/// touched (see `prefetch` in `lease/sent.rs`).
 fn registered(leases: &FastMap<usize, Arc<Lease>>) -> Vec<Arc<Lease>> {
     let mut out = Vec::with_capacity(leases.len());
     let mut window = std::collections::VecDeque::with_capacity(PREFETCH_AHEAD + 1);
@@ -107,7 +107,7 @@ fn registered(leases: &FastMap<usize, Arc<Lease>>) -> Vec<Arc<Lease>> {
 
 /// Snapshots of `leases` as `renew` takes them, asking for each record a
 /// few leases ahead and for its names a few after that (see
-/// `lease::prefetch`).
+/// `prefetch` in `lease/sent.rs`).
 fn snapshots(leases: Vec<Arc<Lease>>) -> impl Iterator<Item = Sent> {
     let mut rest = leases.into_iter();
     std::iter::from_fn(move || {
