@@ -8,7 +8,7 @@
 //! re-acquire, reconnect, restart, shutdown, runtime teardown. A primitive
 //! (the lock, and later the fair lock, read-write lock, semaphore …) is a
 //! thin facade: its Lua scripts, the keys and fields they use, and a
-//! [`Kind`](lease::Kind) telling the engine how to release and renew its
+//! [`Kind`](kind::Kind) telling the engine how to release and renew its
 //! holds. The engine does the rest:
 //!
 //! | module | what it does |

@@ -1,7 +1,7 @@
 //! The lost signal of a lease's holds, shared with their guards: marked
 //! lost once (by the watchdog, a failed check, a newer incarnation,
 //! shutdown), or lost by itself once its deadline, a lower bound of the
-//! key's expiry in Redis, has passed (see `lease.rs`, "The invariant").
+//! key's expiry in Redis, has passed (see `lease/mod.rs`, "The invariant").
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -179,7 +179,7 @@ mod tests {
     }
 
     /// A lease the watchdog declared lost at its bound stays lost when
-    /// the renewal's reply comes late and is applied (`watchdog::verdict`).
+    /// the renewal's reply comes late and is applied (`watchdog/verdict.rs`).
     #[tokio::test]
     async fn a_declared_lost_signal_stays_lost() {
         let signal = Signal::new(Instant::now() + Duration::from_secs(10));

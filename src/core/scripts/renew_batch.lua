@@ -1,4 +1,4 @@
--- The watchdog's batch (core/watchdog.rs), put before every kind's renewal
+-- The watchdog's batch (core/watchdog/), put before every kind's renewal
 -- script by Script::renewal: the reply is the batch's nonce (ARGV[1]),
 -- then the index of each entry found gone (lost(i)); a cluster node's
 -- batch adds -i for each key the node does not serve. raise(key, ttl)
