@@ -10,7 +10,8 @@
 //!   and their time — once per acquire, when it concludes;
 //! * `wait.rs`: subscriptions taken by waiters;
 //! * `hold.rs`: releases that ran (unlock, drop, shutdown, settling);
-//! * `lease/`: leases renewed, leases lost (once per lost incarnation);
+//! * `watchdog/verdict.rs` and `hold.rs`: leases renewed; `lease/release.rs`:
+//!   leases lost (once per lost incarnation);
 //! * `watchdog/`: leases whose renewal got no answer.
 //!
 //! Counting is a relaxed atomic add; with the `metrics` feature, also one

@@ -7,7 +7,7 @@
 //! # The invariant
 //!
 //! While a guard's [`Signal`](crate::core::signal::Signal) is not lost, the field it holds exists in
-//! Redis. Four things keep it:
+//! Redis. Five things keep it:
 //!
 //! * **Requirements.** Each live hold needs the key until a deadline: a
 //!   fixed lease's end, or "renewed by the watchdog". Acquires and renewals

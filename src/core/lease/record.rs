@@ -91,7 +91,8 @@ pub(crate) struct Lease {
     /// separately allocated mutex: a held lock costs one allocation less.
     pub(super) turn: tokio::sync::Semaphore,
     /// Changed only under the turn, except the requirement counts (by
-    /// guards, any time) and the watchdog's gen-checked updates.
+    /// guards, any time) and the watchdog's verdicts (applied only to the incarnation they were
+    /// sent for: `sent.rs`).
     pub(super) state: Mutex<State>,
 }
 
