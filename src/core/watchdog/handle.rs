@@ -18,7 +18,7 @@
 //!   the task holds only a weak handle, and is aborted when the last
 //!   handle goes.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -77,6 +77,11 @@ pub(super) struct Inner {
     pub(super) records: FastMap<usize, std::sync::Weak<Registry>>,
     /// The renewal task, started with the first lease.
     task: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// Whether the renewal task runs: set when it is started, cleared when
+    /// its future is dropped (it ends only by a panic, or aborted with the
+    /// last handle). Read on every registration first, so the one that
+    /// every acquire makes takes no process-wide lock.
+    running: AtomicBool,
     /// Renewal script calls sent so far.
     pub(super) calls: AtomicU64,
     /// Lease renewals that got no answer in time, so far (`give_up`).
@@ -126,6 +131,7 @@ impl Watchdog {
                 leases: FastMap::default(),
                 records: FastMap::default(),
                 task: Mutex::new(None),
+                running: AtomicBool::new(false),
                 calls: AtomicU64::new(0),
                 failures: AtomicU64::new(0),
             }),
@@ -343,9 +349,32 @@ impl Watchdog {
     }
 
     fn start_task(&self) {
+        if self.inner.running.load(Ordering::Acquire) {
+            return;
+        }
         let mut task = self.inner.task.lock();
         if task.as_ref().map_or(true, |t| t.is_finished()) {
-            *task = Some(renewal_runtime().spawn(run(Arc::downgrade(&self.inner))));
+            self.inner.running.store(true, Ordering::Release);
+            let inner = Arc::downgrade(&self.inner);
+            // Clears `running` however the task ends (even dropped before
+            // its first poll), so the next registration starts it again.
+            let ended = Ended(inner.clone());
+            *task = Some(renewal_runtime().spawn(async move {
+                let _ended = ended;
+                run(inner).await
+            }));
+        }
+    }
+}
+
+/// Clears the watchdog's `running` flag when the renewal task's future is
+/// dropped.
+struct Ended(std::sync::Weak<Inner>);
+
+impl Drop for Ended {
+    fn drop(&mut self) {
+        if let Some(inner) = self.0.upgrade() {
+            inner.running.store(false, Ordering::Release);
         }
     }
 }
