@@ -65,7 +65,11 @@ pub(super) fn scripts() -> &'static Scripts {
         ),
         release: Script::proved_after(
             "fair_lock.release",
-            queued!("scripts/release_check.lua"),
+            concat!(
+                include_str!("scripts/queue.lua"),
+                include_str!("scripts/release_check.lua"),
+                include_str!("../core/scripts/release_by_count.lua")
+            ),
             include_str!("scripts/release.lua"),
         ),
         force_unlock: Script::recorded(

@@ -171,7 +171,10 @@ const LINGER: Duration = Duration::from_secs(1);
 const ACQUIRE_CHECK: &str = include_str!("scripts/acquire_check.lua");
 /// The release's check before the record: a first run; it sets `early`,
 /// `read_record` and `count`.
-const RELEASE_CHECK: &str = include_str!("scripts/release_check.lua");
+const RELEASE_CHECK: &str = concat!(
+    include_str!("scripts/release_check.lua"),
+    include_str!("../core/scripts/release_by_count.lua")
+);
 /// The acquire script's body (it defines `local function body()`), before
 /// the request record wraps it.
 const ACQUIRE_BODY: &str = include_str!("scripts/acquire.lua");
@@ -187,6 +190,7 @@ const RELEASE_BODY: &str = include_str!("scripts/release.lua");
 /// The release without its record (for the bare-script baseline).
 const RELEASE_BARE: &str = concat!(
     include_str!("scripts/release_check.lua"),
+    include_str!("../core/scripts/release_by_count.lua"),
     "if early then return early end\n",
     include_str!("scripts/release.lua")
 );

@@ -81,20 +81,7 @@
 --
 -- Sets `count` (the field's value, or false) for the body.
 local count = redis.call('hget', KEYS[1], ARGV[2])
-local early, early_replay = nil, false
-local read_record, write_record = true, true
 local expected = tonumber(ARGV[8])
-if expected ~= 0 then
-    local left = expected - tonumber(ARGV[3])
-    if not count then
-        if left > 0 then
-            early = {0}
-        else
-            early = {3}
-        end
-    elseif tonumber(count) == expected then
-        read_record, write_record = false, false
-    elseif left > 0 and tonumber(count) == left then
-        early, early_replay = {1, left}, true
-    end
-end
+local given = tonumber(ARGV[3])
+-- Then core/scripts/release_by_count.lua (put after this file) sets
+-- `early`, `early_replay`, `read_record` and `write_record`.
