@@ -340,6 +340,16 @@ mod tests {
     /// waiter: e.g. the unlock a lingering owner's own release announced)
     /// is no news to a waiter that joins later, whose first try comes
     /// after it joined: it keeps no permit, so that waiter's first wait
+    /// Channel "c" confirmed by Redis, joined through `registry` as a
+    /// waiter that arrives after the pin.
+    fn join_confirmed(shared: &Arc<Shared>, registry: &PubSub) -> Subscription {
+        let channel = shared.channels.get("c").unwrap().clone();
+        channel.ready.send_replace(Ready::Subscribed);
+        registry
+            .join_subscribed("c")
+            .expect("the pin kept the channel")
+    }
+
     /// parks instead of trying again at once.
     #[tokio::test]
     async fn a_message_to_a_pinned_channel_keeps_no_permit() {
@@ -350,11 +360,7 @@ mod tests {
         };
         w.linger(Duration::from_secs(60));
         shared.deliver("c", b"0");
-        let channel = shared.channels.get("c").unwrap().clone();
-        channel.ready.send_replace(Ready::Subscribed);
-        let joined = registry
-            .join_subscribed("c")
-            .expect("the pin kept the channel");
+        let joined = join_confirmed(&shared, &registry);
         assert!(
             !joined.wait(Duration::ZERO).await,
             "a message from before the waiter joined woke it"
@@ -380,11 +386,7 @@ mod tests {
         for _ in 0..16 {
             shared.deliver("c", b"0");
         }
-        let channel = shared.channels.get("c").unwrap().clone();
-        channel.ready.send_replace(Ready::Subscribed);
-        let joined = registry
-            .join_subscribed("c")
-            .expect("the pin kept the channel");
+        let joined = join_confirmed(&shared, &registry);
         assert!(
             !joined.wait(crate::core::takes::MAX_DELAY * 2).await,
             "a message from before the waiter joined woke it"
