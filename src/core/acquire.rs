@@ -104,6 +104,29 @@ pub(crate) struct Profile {
     pub(crate) linger: Option<Duration>,
 }
 
+impl Profile {
+    /// The profile of a kind whose acquires know their owner and field
+    /// when their spec is made, announce no takes and do not linger; a
+    /// kind that differs sets its fields on top (`..Profile::of(kind,
+    /// policy)`).
+    pub(crate) const fn of(kind: &'static dyn Kind, policy: Policy) -> Profile {
+        Profile {
+            kind,
+            policy,
+            owner_at_first_poll: owner_given,
+            field_of_owner: false,
+            announces_takes: false,
+            linger: None,
+        }
+    }
+}
+
+/// [`Profile::owner_at_first_poll`] of a kind whose specs always name
+/// their owner (never called: a spec's owner is not 0).
+fn owner_given() -> u64 {
+    0
+}
+
 /// How a primitive's tries are sent: what of an acquire the engine calls
 /// back. Kept by value in the acquire's future with its [`Spec`]: a few
 /// references.

@@ -141,17 +141,9 @@ impl Fair {
     }
 }
 
-/// What every wait of a fair lock shares.
-static FAIR_PROFILE: Profile = Profile {
-    kind: &FairKind,
-    policy: wake_or_grant,
-    // Never read: a wait's owner is known when its spec is made.
-    owner_at_first_poll: || Owner::current().id(),
-    field_of_owner: false,
-    announces_takes: false,
-    // The waiter's channel is pinned instead (see `acquire`).
-    linger: None,
-};
+/// What every wait of a fair lock shares. Its channel does not linger:
+/// the waiter's own channel is pinned instead (see `acquire`).
+static FAIR_PROFILE: Profile = Profile::of(&FairKind, wake_or_grant);
 
 /// How one wait of a fair lock sends its tries (see
 /// `core::acquire::Tries`).

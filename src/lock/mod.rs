@@ -449,8 +449,6 @@ pub(crate) async fn remaining_lease_of(
 
 /// What every acquire of a lock (plain or fenced) shares.
 static LOCK_PROFILE: Profile = Profile {
-    kind: &LockKind,
-    policy: wake_one,
     // `owner.scope(lock.lock())` locks as `owner`, and a future made in
     // one task may be polled in another: the owner is the first poller's.
     owner_at_first_poll: || Owner::current().id(),
@@ -459,6 +457,7 @@ static LOCK_PROFILE: Profile = Profile {
     announces_takes: true,
     // An owner that waited is likely to come back soon (a hot lock).
     linger: Some(LINGER),
+    ..Profile::of(&LockKind, wake_one)
 };
 
 /// How a lock's tries are sent (see `core::acquire::Tries`): its acquire

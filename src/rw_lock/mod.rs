@@ -595,19 +595,8 @@ impl Mode {
 
     /// What every acquire of this mode shares.
     fn profile(self) -> &'static Profile {
-        static READ: Profile = Profile {
-            kind: &ReadKind,
-            policy: wake_all_on_one,
-            // Never read: an acquire's owner is known when its spec is made.
-            owner_at_first_poll: || Owner::current().id(),
-            field_of_owner: false,
-            announces_takes: false,
-            linger: None,
-        };
-        static WRITE: Profile = Profile {
-            kind: &WriteKind,
-            ..READ
-        };
+        static READ: Profile = Profile::of(&ReadKind, wake_all_on_one);
+        static WRITE: Profile = Profile::of(&WriteKind, wake_all_on_one);
         match self {
             Mode::Read => &READ,
             Mode::Write => &WRITE,

@@ -667,16 +667,7 @@ impl Semaphore {
 }
 
 /// What every acquire of a permit shares.
-static PERMIT_PROFILE: Profile = Profile {
-    kind: &PermitKind,
-    policy: wake_count,
-    // Never read: each acquire is a fresh owner, known when its spec is
-    // made.
-    owner_at_first_poll: || 0,
-    field_of_owner: false,
-    announces_takes: false,
-    linger: None,
-};
+static PERMIT_PROFILE: Profile = Profile::of(&PermitKind, wake_count);
 
 /// How one acquire of a permit sends its tries (see
 /// `core::acquire::Tries`).
