@@ -374,13 +374,11 @@ impl Call {
         let Value::Array(items) = reply else {
             return Err(out_of_step(format!("reply is not an array: {reply:?}")));
         };
-        let (rid, items) = if twin {
-            match items.split_last() {
-                Some((rid, rest)) => (Some(rid_of(rid)), rest),
-                None => (None, &items[..]),
-            }
-        } else {
-            (None, &items[..])
+        // The twin's rid is its last item (a string: `Value::as_i64` reads
+        // it); the recorded script's is its first.
+        let (rid_item, items) = match (twin, items.split_last()) {
+            (true, Some((rid, rest))) => (Some(rid), rest),
+            _ => (None, &items[..]),
         };
         // A last item that is a string and not a number is the reply's
         // text (see `Reply`).
@@ -395,10 +393,11 @@ impl Call {
             item.as_i64()
                 .ok_or_else(|| out_of_step(format!("reply item {item:?}")))
         });
-        let rid = match rid {
-            Some(rid) => {
-                Some(rid.ok_or_else(|| out_of_step(format!("request id {:?}", items.last())))?)
-            }
+        let rid = match rid_item {
+            Some(item) => Some(
+                item.as_i64()
+                    .ok_or_else(|| out_of_step(format!("request id {item:?}")))?,
+            ),
             None => ints.next().transpose()?,
         };
         // A replay from the request record carries the rid negated.
@@ -433,17 +432,6 @@ pub(crate) fn int_arg(n: i64) -> Value {
     match usize::try_from(n + 1) {
         Ok(i) if i < SMALL.len() => Value::String(fred::bytes_utils::Str::from_static(SMALL[i])),
         _ => Value::Integer(n),
-    }
-}
-
-/// The request id a twin's reply ends with: a string of digits, "-" in
-/// front for a replay (or a number, as a recorded script's).
-fn rid_of(item: &Value) -> Option<i64> {
-    match item {
-        Value::Integer(rid) => Some(*rid),
-        Value::String(s) => s.parse().ok(),
-        Value::Bytes(b) => std::str::from_utf8(b).ok()?.parse().ok(),
-        _ => None,
     }
 }
 
