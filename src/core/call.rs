@@ -429,8 +429,8 @@ impl Call {
 /// floating-point `log10`). Others go as integers.
 pub(crate) fn int_arg(n: i64) -> Value {
     const SMALL: [&str; 11] = ["-1", "0", "1", "2", "3", "4", "5", "6", "7", "8", "9"];
-    match usize::try_from(n + 1) {
-        Ok(i) if i < SMALL.len() => Value::String(fred::bytes_utils::Str::from_static(SMALL[i])),
+    match n {
+        -1..=9 => Value::String(fred::bytes_utils::Str::from_static(SMALL[(n + 1) as usize])),
         _ => Value::Integer(n),
     }
 }
@@ -463,7 +463,7 @@ mod tests {
 
     #[test]
     fn small_whole_numbers_go_as_their_digits() {
-        for n in [-3, -1, 0, 1, 9, 10, 30_000] {
+        for n in [i64::MIN, -3, -1, 0, 1, 9, 10, 30_000, i64::MAX] {
             let arg = int_arg(n);
             assert_eq!(arg.as_i64(), Some(n), "{arg:?}");
         }
