@@ -241,8 +241,7 @@ impl Handle {
                     let (acquire, release) = leasehold::__bench::lock_scripts();
                     [acquire.to_owned(), release.to_owned()]
                 } else {
-                    let (acquire, release) = leasehold::__bench::lock_script_bodies();
-                    [acquire, release].map(|body| format!("{body}\nreturn body()"))
+                    bare_sources()
                 };
                 let acquire: String = redis.script_load(acquire).await.expect("load");
                 let release: String = redis.script_load(release).await.expect("load");
@@ -409,6 +408,13 @@ impl Handle {
             Handle::Rlock(r) => r.shutdown().await,
         }
     }
+}
+
+/// The bare acquire and release scripts the raw-bare baseline sends: the
+/// bodies alone, each run as `<body>\nreturn body()`.
+pub fn bare_sources() -> [String; 2] {
+    let (acquire, release) = leasehold::__bench::lock_script_bodies();
+    [acquire, release].map(|body| format!("{body}\nreturn body()"))
 }
 
 /// Whether an `acquire.lua` reply means "now held": {1, count, rid}

@@ -178,18 +178,16 @@ fn main() {
 /// leasehold's, sent without the request record; `bare`: the bodies
 /// alone), for `compare/redis_instructions.py`.
 fn lock_script(args: &[String]) {
-    let (twin, bare) = (
-        leasehold::__bench::lock_scripts(),
-        leasehold::__bench::lock_script_bodies(),
-    );
+    let twin = leasehold::__bench::lock_scripts();
+    let [bare_acquire, bare_release] = contender::bare_sources();
     let source = match (
         args.first().map(String::as_str),
         args.get(1).map(String::as_str),
     ) {
         (Some("twin"), Some("acquire")) => twin.0.to_owned(),
         (Some("twin"), Some("release")) => twin.1.to_owned(),
-        (Some("bare"), Some("acquire")) => format!("{}\nreturn body()", bare.0),
-        (Some("bare"), Some("release")) => format!("{}\nreturn body()", bare.1),
+        (Some("bare"), Some("acquire")) => bare_acquire,
+        (Some("bare"), Some("release")) => bare_release,
         _ => {
             eprintln!("usage: leasehold-compare --lock-script twin|bare acquire|release");
             std::process::exit(2);

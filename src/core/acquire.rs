@@ -6,11 +6,11 @@
 //! and, behind one reference to a `static` [`Profile`] of the kind, what
 //! every acquire of the kind shares: the kind of its leases, what a
 //! message on the channel wakes, whether its tries announce takes, how
-//! long the channel lingers), having checked its own arguments first. What stays a
-//! call-back is how one try is sent ([`Tries::call`]) and, through the
-//! kind, how its reply is read (`Kind::acquire_reply`); the engine does
-//! the rest — lease records, turns, unknown outcomes, cancellation,
-//! waiting (see `hold.rs` and `wait.rs`). The spec and the tries are kept
+//! long the channel lingers), having checked its own arguments first.
+//! What stays a call-back is how one try is sent ([`Tries::call`]) and,
+//! through the kind, how its reply is read (`Kind::acquire_reply`); the
+//! engine does the rest — lease records, turns, unknown outcomes,
+//! cancellation, waiting (see `hold.rs` and `wait.rs`). The spec and the tries are kept
 //! by value in the wait loop's future, the only layer of an acquire: a
 //! parked waiter carries its arguments once.
 //!
@@ -134,7 +134,7 @@ pub(crate) trait Tries: Send + Sync {
     /// One try's call, from the lease record, the lease in milliseconds
     /// and the request id. With `announce`, a try that takes the free
     /// lock announces it on that channel (`takes.rs`); only given to a
-    /// spec that [announces takes](Spec::announces_takes).
+    /// spec whose profile [announces takes](Profile::announces_takes).
     fn call(&self, lease: &Lease, lease_ms: i64, rid: u64, announce: Option<&str>) -> Call;
 }
 

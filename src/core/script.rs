@@ -232,6 +232,13 @@ impl Script {
         self.proved.as_deref()
     }
 
+    /// The source a call sends while the client's count is known: the
+    /// twin's, if the script has one (for the raw baselines and tests that
+    /// send the script by hand).
+    pub(crate) fn sent_source(&self) -> &str {
+        self.proved().unwrap_or(self).source()
+    }
+
     fn new(name: &'static str, source: String) -> Script {
         let sha1 = fred::util::sha1_hash(&source);
         Script {

@@ -86,8 +86,7 @@ pub(super) fn scripts() -> &'static Scripts {
 /// twin without the request record (for tests that send a copy of a
 /// release by hand: `__bench::fair_release_script`).
 pub(crate) fn release_source() -> &'static str {
-    let release = &scripts().release;
-    release.proved().map_or(release.source(), Script::source)
+    scripts().release.sent_source()
 }
 
 // === impl Names ===

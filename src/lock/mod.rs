@@ -243,8 +243,8 @@ pub(crate) fn hash_renewal() -> &'static Renewal {
 /// sends them (the twins without the request record, `core/script.rs`),
 /// for the bare-fred baselines of `benches/` and `compare/`.
 pub(crate) fn script_sources() -> (&'static str, &'static str) {
-    let twin = |script: &'static Script| script.proved().map_or(script.source(), Script::source);
-    (twin(&scripts().acquire), twin(&scripts().release))
+    let scripts = scripts();
+    (scripts.acquire.sent_source(), scripts.release.sent_source())
 }
 
 /// The bodies of the acquire and release scripts, without the request record, for
