@@ -110,6 +110,7 @@
 //! fred's path; request ids make that safe (a reply for another request
 //! is never taken) at the cost of re-sending.
 
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use fred::bytes_utils::Str;
@@ -327,12 +328,24 @@ impl Script {
                 Value::Array(args.iter().chain(more).cloned().collect()),
             ))
         };
+        self.loading(client, send).await
+    }
+
+    /// Sends with `send`, and after a `NOSCRIPT` (which proves the script
+    /// did not run) loads the script and sends again, at most
+    /// [`LOADS_PER_CALL`] times: the first load is skipped if another call
+    /// loaded it since this one began, the second never is.
+    async fn loading<T, F: Future<Output = FredResult<T>>>(
+        &self,
+        client: &FredClient,
+        mut send: impl FnMut() -> F,
+    ) -> FredResult<T> {
         let seen = self.loads();
         let mut loads = 0;
         loop {
             match send().await {
                 Err(error) if is_noscript(&error) && loads < LOADS_PER_CALL => {
-                    // Boxed too (rare, and as large).
+                    // Boxed: rare, and as large as a send.
                     Box::pin(self.reload(client, (loads == 0).then_some(seen))).await?;
                     loads += 1;
                 }
@@ -353,20 +366,12 @@ impl Script {
         let on_node = on_node(client, node);
         let argv = self.argv(Vec::new(), args);
         let evalsha = || CustomCommand::new_static("EVALSHA", ClusterHash::Random, false);
-        let seen = self.loads();
-        let mut loads = 0;
-        loop {
-            match on_node
-                .custom::<Value, Value>(evalsha(), argv.clone())
-                .await
-            {
-                Err(error) if is_noscript(&error) && loads < LOADS_PER_CALL => {
-                    self.reload(client, (loads == 0).then_some(seen)).await?;
-                    loads += 1;
-                }
-                result => return R::from_value(result?),
-            }
-        }
+        let reply = self
+            .loading(client, || {
+                on_node.custom::<Value, Value>(evalsha(), argv.clone())
+            })
+            .await?;
+        R::from_value(reply)
     }
 
     /// Runs the script as the one command of a `MULTI`/`EXEC` transaction:
@@ -381,28 +386,18 @@ impl Script {
     ) -> FredResult<R> {
         let slot = keys.first().map_or(0, |k| k.cluster_hash());
         let argv = self.argv(keys, args);
-        let mut loads = 0;
-        loop {
-            let seen = self.loads();
+        let send = || async {
             let trx = client.multi();
             let evalsha = CustomCommand::new_static("EVALSHA", ClusterHash::Custom(slot), false);
             let () = trx.custom(evalsha, argv.clone()).await?;
-            match trx.exec::<Value>(true).await {
-                Err(error) if is_noscript(&error) && loads < LOADS_PER_CALL => {
-                    self.reload(client, (loads == 0).then_some(seen)).await?;
-                    loads += 1;
-                }
-                Ok(Value::Array(mut replies)) if replies.len() == 1 => {
-                    return R::from_value(replies.remove(0));
-                }
-                Ok(other) => {
-                    return Err(fred::error::Error::new(
-                        fred::error::ErrorKind::Protocol,
-                        format!("a one-command transaction answered {other:?}"),
-                    ))
-                }
-                Err(error) => return Err(error),
-            }
+            trx.exec::<Value>(true).await
+        };
+        match self.loading(client, send).await? {
+            Value::Array(mut replies) if replies.len() == 1 => R::from_value(replies.remove(0)),
+            other => Err(fred::error::Error::new(
+                fred::error::ErrorKind::Protocol,
+                format!("a one-command transaction answered {other:?}"),
+            )),
         }
     }
 }
