@@ -335,6 +335,10 @@ impl Script {
     /// did not run) loads the script and sends again, at most
     /// [`LOADS_PER_CALL`] times: the first load is skipped if another call
     /// loaded it since this one began, the second never is.
+    ///
+    /// Cancel safe as each send is: dropped, the script ran at most once
+    /// (a send answered `NOSCRIPT` did not run), and a load under way is
+    /// harmless to repeat.
     async fn loading<T, F: Future<Output = FredResult<T>>>(
         &self,
         client: &FredClient,
