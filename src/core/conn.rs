@@ -231,7 +231,7 @@ impl Conn {
             }
         };
         let clustered = redis.is_clustered();
-        let v7 = redis.server_version().map_or(true, |v| v.major >= 7);
+        let v7 = redis.server_version().is_none_or(|v| v.major >= 7);
         let sharded = match sharded {
             Some(true) if !clustered => {
                 return Err(crate::Error::invalid(

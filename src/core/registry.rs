@@ -319,7 +319,7 @@ impl Registry {
             let waits = self.waits.lock();
             waits.live.values().any(|w| w.written)
         };
-        if watched && last_check.map_or(true, |t| t.elapsed() >= CHECK_EVERY) {
+        if watched && last_check.is_none_or(|t| t.elapsed() >= CHECK_EVERY) {
             *last_check = Some(Instant::now());
             self.check_deadlocks().await;
         }

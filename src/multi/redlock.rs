@@ -134,7 +134,7 @@ impl RedLock {
         let mut ids: Vec<uuid::Uuid> = clients.iter().map(Client::id).collect();
         ids.sort_unstable();
         ids.dedup();
-        let invalid = if n < 3 || n % 2 == 0 {
+        let invalid = if n < 3 || n.is_multiple_of(2) {
             Some(format!(
                 "a RedLock needs an odd number of servers, at least 3 (got {n})"
             ))

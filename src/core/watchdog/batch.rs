@@ -74,7 +74,7 @@ pub(super) async fn renew(
         let renewal = lease.kind.renewal();
         let target = target(&lease.conn, lease.key_bytes(), renewal);
         let group = (lease.conn.id, renewal as *const Renewal as usize, target);
-        if groups.get(last).map_or(true, |(g, ..)| *g != group) {
+        if groups.get(last).is_none_or(|(g, ..)| *g != group) {
             last = *index.entry(group.clone()).or_insert_with(|| {
                 groups.push((group, renewal, Vec::new()));
                 groups.len() - 1

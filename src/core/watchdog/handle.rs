@@ -353,7 +353,7 @@ impl Watchdog {
             return;
         }
         let mut task = self.inner.task.lock();
-        if task.as_ref().map_or(true, |t| t.is_finished()) {
+        if task.as_ref().is_none_or(|t| t.is_finished()) {
             self.inner.running.store(true, Ordering::Release);
             let inner = Arc::downgrade(&self.inner);
             // Clears `running` however the task ends (even dropped before
