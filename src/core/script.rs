@@ -111,6 +111,7 @@
 //! is never taken) at the cost of re-sending.
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use fred::bytes_utils::Str;
@@ -320,13 +321,16 @@ impl Script {
         // every layer above that moves its own future (an `.await` of a
         // returned future, a `Box::pin` of a try) would copy it whole,
         // which costs far more than the one allocation (BENCHMARKS.md,
-        // "Code figures moved out of comments").
+        // "Code figures moved out of comments"). Built in its box
+        // ([`boxed_in_place`]), not copied there.
         let send = || {
-            Box::pin(client.evalsha::<R, _, _, _>(
-                self.sha1.clone(),
-                keys.to_vec(),
-                Value::Array(args.iter().chain(more).cloned().collect()),
-            ))
+            boxed_in_place(|| {
+                client.evalsha::<R, _, _, _>(
+                    self.sha1.clone(),
+                    keys.to_vec(),
+                    Value::Array(args.iter().chain(more).cloned().collect()),
+                )
+            })
         };
         self.loading(client, send).await
     }
@@ -466,4 +470,15 @@ pub(crate) fn on_node(
 /// The server's `NOSCRIPT`: the script did not run.
 fn is_noscript(e: &fred::error::Error) -> bool {
     e.details().starts_with("NOSCRIPT")
+}
+
+/// `Box::pin(make())`, written so that the compiler builds the future in
+/// the box: fred's is several KiB, and `Box::pin` of a value built first
+/// copies it whole on every send (a large share of the client's memory
+/// traffic per call, BENCHMARKS.md). Writing the result of a call into
+/// fresh uninitialised memory lets it be built there (the call is given
+/// the box as its return slot); no `unsafe` is needed.
+#[inline(always)]
+fn boxed_in_place<F: Future>(make: impl FnOnce() -> F) -> Pin<Box<F>> {
+    Box::into_pin(Box::write(Box::new_uninit(), make()))
 }
