@@ -31,7 +31,7 @@
 
 use std::any::TypeId;
 use std::collections::VecDeque;
-use std::hash::{BuildHasher, BuildHasherDefault, Hasher, RandomState};
+use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -62,8 +62,10 @@ pub(crate) struct Leases {
     /// and a lookup compares the records' own keys. Most keys have one
     /// record: kept inline in the map's slot.
     map: DashMap<u64, SmallVec<[Arc<Lease>; 1]>, BuildHasherDefault<Prehashed>>,
-    /// Hashes the keys for `map`.
-    keys: RandomState,
+    /// Hashes the keys for `map`: seeded per table (as the standard one is),
+    /// and fast on short keys, where SipHash was a visible share of a
+    /// lock + unlock's client work (BENCHMARKS.md).
+    keys: foldhash::fast::RandomState,
     /// Parked records, oldest first (see [`Leases::park`]); at most
     /// `idle_capacity`.
     idle: Mutex<VecDeque<Arc<Lease>>>,
@@ -80,7 +82,7 @@ impl Default for Leases {
     fn default() -> Leases {
         Leases {
             map: DashMap::default(),
-            keys: RandomState::new(),
+            keys: foldhash::fast::RandomState::default(),
             idle: Mutex::new(VecDeque::new()),
             idle_capacity: IDLE_RECORDS,
             #[cfg(test)]
