@@ -36,6 +36,7 @@ use tokio::time::Instant;
 use tracing::field::Empty;
 use tracing::{Instrument, Span};
 
+use super::boxed::boxed_in_place;
 use super::call::Call;
 use super::handoff::{self, Handoff, NoHandoff};
 use super::hold::{self, Attempt, Hold, Request};
@@ -311,7 +312,7 @@ impl<T: Tries, H: Handoff> wait::Attempts for Acquiring<'_, T, H> {
         );
         // Where to announce a take, if the wait loop asks for it.
         let announce = this.companion.as_deref().filter(|_| announce);
-        let attempt = async move {
+        let attempt = move || async move {
             let lease = lease?;
             match granted {
                 Some(granted) => handoff::adopt(engine, &lease, this.lease, granted)
@@ -325,11 +326,12 @@ impl<T: Tries, H: Handoff> wait::Attempts for Acquiring<'_, T, H> {
             }
         };
         // Boxed: a try's future is several KiB, and a parked waiter has
-        // no room for it. In the acquire's span when it is enabled.
+        // no room for it. Built in its box (`core/boxed.rs`). In the
+        // acquire's span when it is enabled.
         let span = this.observed.as_ref().and_then(|o| o.span.as_deref());
         let boxed: std::pin::Pin<Box<dyn Future<Output = _> + Send + '_>> = match span {
-            Some(span) => Box::pin(attempt.instrument(span.clone())),
-            None => Box::pin(attempt),
+            Some(span) => boxed_in_place(|| attempt().instrument(span.clone())),
+            None => boxed_in_place(attempt),
         };
         boxed
     }

@@ -37,6 +37,7 @@ use tokio::time::Instant;
 use tracing::{Instrument, Span};
 
 use super::background::{BoxFuture, Job};
+use super::boxed::boxed_in_place;
 use super::call::{Call, Settled};
 use super::conn::Conn;
 use super::kind::{AcquireReply, ReleaseReply};
@@ -428,7 +429,7 @@ impl Hold {
         // would otherwise carry it inline while it waits. A plain `fn`,
         // not an `async fn`: that would keep the hold twice, and the span
         // twice, in every caller's future.
-        Box::pin(self.release_in(span.clone())).instrument(span)
+        boxed_in_place(|| self.release_in(span.clone())).instrument(span)
     }
 
     /// [`release`](Self::release), recording its outcome in `span`.

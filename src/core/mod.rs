@@ -23,6 +23,7 @@
 //! | `lease` | one record per (key, owner field): the hold count, the live holds' needs (watchdog or fixed deadline), incarnations, the turn |
 //! | `signal` | a lease's lost signal, shared with its guards: marked lost once, or lost by itself past a lower bound of the key's expiry |
 //! | `backoff` | the pauses of every retry loop: doubling from a first pause up to a cap |
+//! | `boxed` | futures boxed where they are built, not built and then copied into their box |
 //! | `hold` | a hold's life: acquire under the turn, release on unlock or drop, calls abandoned mid-flight settled in the background |
 //! | `background` | work that outlives its caller; finished on a fresh connection if the runtime shuts down under it |
 //! | `open` | what keeps the connections open: every client handle and every hold; the last one closes them once the background work is written |
@@ -62,6 +63,7 @@
 pub(crate) mod acquire;
 pub(crate) mod background;
 pub(crate) mod backoff;
+pub(crate) mod boxed;
 pub(crate) mod call;
 pub(crate) mod conn;
 pub(crate) mod fence;

@@ -111,7 +111,6 @@
 //! is never taken) at the cost of re-sending.
 
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use fred::bytes_utils::Str;
@@ -119,6 +118,8 @@ use fred::clients::Client as FredClient;
 use fred::interfaces::{ClientLike, LuaInterface, TransactionInterface};
 use fred::types::config::{Options, Server};
 use fred::types::{ClusterHash, CustomCommand, FromValue, Key, Value};
+
+use super::boxed::boxed_in_place;
 
 type FredResult<T> = Result<T, fred::error::Error>;
 
@@ -470,15 +471,4 @@ pub(crate) fn on_node(
 /// The server's `NOSCRIPT`: the script did not run.
 fn is_noscript(e: &fred::error::Error) -> bool {
     e.details().starts_with("NOSCRIPT")
-}
-
-/// `Box::pin(make())`, written so that the compiler builds the future in
-/// the box: fred's is several KiB, and `Box::pin` of a value built first
-/// copies it whole on every send (a large share of the client's memory
-/// traffic per call, BENCHMARKS.md). Writing the result of a call into
-/// fresh uninitialised memory lets it be built there (the call is given
-/// the box as its return slot); no `unsafe` is needed.
-#[inline(always)]
-fn boxed_in_place<F: Future>(make: impl FnOnce() -> F) -> Pin<Box<F>> {
-    Box::into_pin(Box::write(Box::new_uninit(), make()))
 }
