@@ -796,7 +796,10 @@ pub(crate) fn render<const N: usize>(rows: &[[String; N]]) -> String {
         for (i, cell) in row.iter().enumerate() {
             line.push_str(cell);
             if i + 1 < N {
-                line.extend(std::iter::repeat(' ').take(widths[i] - cell.chars().count() + 2));
+                line.extend(std::iter::repeat_n(
+                    ' ',
+                    widths[i] - cell.chars().count() + 2,
+                ));
             }
         }
         out.push_str(line.trim_end());

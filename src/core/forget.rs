@@ -34,7 +34,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use fred::clients::Client as FredClient;
@@ -51,19 +51,10 @@ pub(crate) const EVERY: Duration = Duration::from_millis(100);
 /// The most records one script call deletes.
 const BATCH: usize = 512;
 
-/// The batch scripts: by declared keys (one slot), and per cluster node.
-struct Scripts {
-    keys: Script,
-    node: Script,
-}
-
-fn scripts() -> &'static Scripts {
-    static SCRIPTS: OnceLock<Scripts> = OnceLock::new();
-    SCRIPTS.get_or_init(|| Scripts {
-        keys: Script::plain("forget", include_str!("scripts/forget.lua")),
-        node: Script::plain("forget_node", include_str!("scripts/forget_node.lua")),
-    })
-}
+/// The batch script by declared keys (one slot).
+static BY_KEYS: Script = Script::plain("forget", include_str!("scripts/forget.lua"));
+/// The batch script per cluster node.
+static BY_NODE: Script = Script::plain("forget_node", include_str!("scripts/forget_node.lua"));
 
 /// Where a client's batches go.
 #[derive(Clone, Copy, Debug)]
@@ -229,7 +220,7 @@ impl Inner {
                             .iter()
                             .map(|(_, rid)| Value::Integer(*rid as i64))
                             .collect();
-                        scripts().keys.eval::<Value>(redis, None, keys, args).await
+                        BY_KEYS.eval::<Value>(redis, None, keys, args).await
                     }
                     Target::Node(node) => {
                         let args = chunk
@@ -238,8 +229,7 @@ impl Inner {
                                 [Value::from(record.clone()), Value::Integer(*rid as i64)]
                             })
                             .collect();
-                        scripts()
-                            .node
+                        BY_NODE
                             .eval::<Value>(redis, Some(node), Vec::new(), args)
                             .await
                     }

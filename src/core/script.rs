@@ -112,6 +112,7 @@
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
 
 use fred::bytes_utils::Str;
 use fred::clients::Client as FredClient;
@@ -124,12 +125,20 @@ use super::boxed::boxed_in_place;
 type FredResult<T> = Result<T, fred::error::Error>;
 
 /// A Lua script: its source and the SHA-1 that `EVALSHA` names it by.
+///
+/// Made in a `static` (every constructor is a `const fn`): the source is
+/// kept as the pieces it is written in, joined and hashed on first use.
 #[derive(Debug)]
 pub(crate) struct Script {
     name: &'static str,
-    source: String,
-    /// Reference-counted: every call sends it without copying it.
-    sha1: Str,
+    /// The source, in the order it is sent ([`Script::made`]).
+    pieces: Pieces,
+    /// The twin's, if it has one ([`Script::proved_after`]).
+    twin_pieces: Option<Pieces>,
+    /// The source and its SHA-1, made on first use.
+    made: OnceLock<Made>,
+    /// The twin sent without the request record, made on first use.
+    twin: OnceLock<Box<Script>>,
     /// `SCRIPT LOAD`s done, through any client: calls that meet
     /// `NOSCRIPT` together (a restarted node, many per-slot renewals at
     /// once) load the script once. Read before each send (one atomic load,
@@ -139,8 +148,17 @@ pub(crate) struct Script {
     /// ([`LOADS_PER_CALL`]).
     loads: AtomicU64,
     loading: tokio::sync::Mutex<()>,
-    /// The twin sent without the request record ([`Script::proved_after`]).
-    proved: Option<Box<Script>>,
+}
+
+/// A source as the pieces it is joined from (unused ones empty).
+type Pieces = [&'static str; 5];
+
+/// A script's source and SHA-1.
+#[derive(Debug)]
+struct Made {
+    source: String,
+    /// Reference-counted: every call sends it without copying it.
+    sha1: Str,
 }
 
 const RECORD_PROLOGUE: &str = include_str!("scripts/record_prologue.lua");
@@ -162,35 +180,35 @@ const CROSS_SLOT: &str = "#!lua flags=allow-cross-slot-keys";
 
 impl Script {
     /// A script sent as it is.
-    pub(crate) fn plain(name: &'static str, source: &'static str) -> Script {
-        Script::new(name, source.to_owned())
+    pub(crate) const fn plain(name: &'static str, source: &'static str) -> Script {
+        Script::new(name, [source, "", "", "", ""], None)
     }
 
     /// A renewal script of the watchdog's batches: `source` after the
     /// batch's helpers (`scripts/renew_batch.lua`: the reply `gone` with
     /// the nonce first, `lost(i)`, `raise(key, ttl)`). Idempotent; not
     /// retried.
-    pub(crate) fn renewal(name: &'static str, source: &'static str) -> Script {
-        Script::new(name, format!("{RENEW_BATCH}{source}"))
+    pub(crate) const fn renewal(name: &'static str, source: &'static str) -> Script {
+        Script::new(name, [RENEW_BATCH, source, "", "", ""], None)
     }
 
     /// A renewal script sent to a Redis 7 cluster node itself, whatever
     /// the slots of its keys (none declared): [`renewal`](Self::renewal)
     /// with the flag that lets a script touch keys of several slots.
-    pub(crate) fn node_renewal(name: &'static str, source: &'static str) -> Script {
-        Script::new(name, format!("{CROSS_SLOT}\n{RENEW_BATCH}{source}"))
+    pub(crate) const fn node_renewal(name: &'static str, source: &'static str) -> Script {
+        Script::new(name, [CROSS_SLOT, "\n", RENEW_BATCH, source, ""], None)
     }
 
     /// A mutation: `body` defines `local function body()`, which returns an
     /// array of integers starting with a status >= 0; the script is
     /// idempotent by request id (its last key is the request record, its last two
     /// arguments the request record TTL and the request id).
-    pub(crate) fn recorded(name: &'static str, body: &'static str) -> Script {
+    pub(crate) const fn recorded(name: &'static str, body: &'static str) -> Script {
+        let always = "local read_record, write_record = true, true\n";
         Script::new(
             name,
-            format!(
-                "local read_record, write_record = true, true\n{RECORD_PROLOGUE}{body}{RECORD_EPILOGUE}"
-            ),
+            [always, RECORD_PROLOGUE, body, RECORD_EPILOGUE, ""],
+            None,
         )
     }
 
@@ -203,36 +221,35 @@ impl Script {
     /// already ran (the rid goes in front negated); and `read_record`,
     /// `write_record`: false when what it read makes the record needless.
     /// The check may set values the body reads.
-    pub(crate) fn recorded_after(
+    pub(crate) const fn recorded_after(
         name: &'static str,
         check: &'static str,
         body: &'static str,
     ) -> Script {
-        Script::new(
-            name,
-            format!("{check}{RECORD_EARLY}{RECORD_PROLOGUE}{body}{RECORD_EPILOGUE}"),
-        )
+        let pieces = [check, RECORD_EARLY, RECORD_PROLOGUE, body, RECORD_EPILOGUE];
+        Script::new(name, pieces, None)
     }
 
     /// [`recorded_after`](Self::recorded_after), with a twin sent without
     /// the request record when the client expects the check to prove the
     /// request's first run (see "Sent without the record" above).
-    pub(crate) fn proved_after(
+    pub(crate) const fn proved_after(
         name: &'static str,
         check: &'static str,
         body: &'static str,
     ) -> Script {
-        let mut script = Script::recorded_after(name, check, body);
-        script.proved = Some(Box::new(Script::new(
-            name,
-            format!("{check}{PROVED_EARLY}{PROVED_GATE}{body}{PROVED_EPILOGUE}"),
-        )));
-        script
+        let pieces = [check, RECORD_EARLY, RECORD_PROLOGUE, body, RECORD_EPILOGUE];
+        let twin = [check, PROVED_EARLY, PROVED_GATE, body, PROVED_EPILOGUE];
+        Script::new(name, pieces, Some(twin))
     }
 
     /// The twin sent without the request record, if the script has one.
     pub(crate) fn proved(&self) -> Option<&Script> {
-        self.proved.as_deref()
+        let pieces = self.twin_pieces?;
+        Some(
+            self.twin
+                .get_or_init(|| Box::new(Script::new(self.name, pieces, None))),
+        )
     }
 
     /// The source a call sends while the client's count is known: the
@@ -242,21 +259,37 @@ impl Script {
         self.proved().unwrap_or(self).source()
     }
 
-    fn new(name: &'static str, source: String) -> Script {
-        let sha1 = fred::util::sha1_hash(&source);
+    const fn new(name: &'static str, pieces: Pieces, twin_pieces: Option<Pieces>) -> Script {
         Script {
             name,
-            source,
-            sha1: sha1.into(),
+            pieces,
+            twin_pieces,
+            made: OnceLock::new(),
+            twin: OnceLock::new(),
             loads: AtomicU64::new(0),
             loading: tokio::sync::Mutex::const_new(()),
-            proved: None,
         }
+    }
+
+    /// The source and its SHA-1, joined and hashed on first use.
+    fn made(&self) -> &Made {
+        self.made.get_or_init(|| {
+            let source = self.pieces.concat();
+            Made {
+                sha1: fred::util::sha1_hash(&source).into(),
+                source,
+            }
+        })
+    }
+
+    /// The SHA-1 that `EVALSHA` names the script by.
+    fn sha1(&self) -> &Str {
+        &self.made().sha1
     }
 
     /// The full source, as sent.
     pub(crate) fn source(&self) -> &str {
-        &self.source
+        &self.made().source
     }
 
     /// The script's name, for logs.
@@ -267,11 +300,9 @@ impl Script {
     /// `SCRIPT LOAD` on the server, or on every primary of a cluster.
     pub(crate) async fn load(&self, client: &FredClient) -> FredResult<()> {
         if client.is_clustered() {
-            client
-                .script_load_cluster::<(), _>(self.source.as_str())
-                .await
+            client.script_load_cluster::<(), _>(self.source()).await
         } else {
-            client.script_load::<(), _>(self.source.as_str()).await
+            client.script_load::<(), _>(self.source()).await
         }
     }
 
@@ -327,7 +358,7 @@ impl Script {
         let send = || {
             boxed_in_place(|| {
                 client.evalsha::<R, _, _, _>(
-                    self.sha1.clone(),
+                    self.sha1().clone(),
                     keys.to_vec(),
                     Value::Array(args.iter().chain(more).cloned().collect()),
                 )
@@ -424,7 +455,7 @@ impl Script {
         keys: Vec<Key>,
         args: Vec<Value>,
     ) -> FredResult<R> {
-        let argv = command_args(Value::String(self.source.as_str().into()), keys, args);
+        let argv = command_args(Value::String(self.source().into()), keys, args);
         let reply = match node {
             Some(node) => {
                 let eval = CustomCommand::new_static("EVAL", ClusterHash::Random, false);
@@ -441,7 +472,7 @@ impl Script {
     /// The arguments of `EVALSHA sha numkeys keys… args…` as a custom
     /// command takes them.
     fn argv(&self, keys: Vec<Key>, args: Vec<Value>) -> Vec<Value> {
-        command_args(Value::String(self.sha1.clone()), keys, args)
+        command_args(Value::String(self.sha1().clone()), keys, args)
     }
 }
 

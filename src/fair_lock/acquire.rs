@@ -10,7 +10,7 @@ use fred::types::Value;
 use parking_lot::Mutex;
 use tokio::time::Instant;
 
-use super::kind::{scripts, waiter_channel, FairKind, LINGER};
+use super::kind::{waiter_channel, FairKind, ACQUIRE, LINGER};
 use super::queue::{self, now_ms, Leave, Queued, THREAD_WAIT};
 use super::Fair;
 use crate::core::acquire::{acquire, acquire_or_adopt, Profile, Spec, Tries};
@@ -166,7 +166,7 @@ impl Tries for FairTries<'_> {
         let names = &self.lock.names;
         Call::new(
             &lease.conn,
-            &scripts().acquire,
+            &ACQUIRE,
             [
                 names.key.clone(),
                 names.queue.clone(),

@@ -1,7 +1,6 @@
 //! The fair lock's keys, scripts, and its `Kind`: how the engine releases
 //! and renews its holds (see the module docs of `fair_lock`).
 
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use fred::types::{Key, Value};
@@ -26,17 +25,6 @@ pub(crate) struct Names {
     pub(super) grants: Key,
 }
 
-/// The fair lock's scripts, hashed once per process.
-#[derive(Debug)]
-pub(super) struct Scripts {
-    pub(super) acquire: Script,
-    pub(super) release: Script,
-    pub(super) force_unlock: Script,
-    pub(super) leave: Script,
-    pub(super) kick: Script,
-    pub(super) refresh: Script,
-}
-
 /// The engine's view of a fair lock's holds.
 #[derive(Debug)]
 pub(super) struct FairKind;
@@ -45,48 +33,54 @@ pub(super) struct FairKind;
 /// ends (see `FairLock::acquire`).
 pub(super) const LINGER: Duration = Duration::from_secs(1);
 
-pub(super) fn scripts() -> &'static Scripts {
-    macro_rules! queued {
-        ($file:literal) => {
-            concat!(include_str!("scripts/queue.lua"), include_str!($file))
-        };
-    }
-    static SCRIPTS: OnceLock<Scripts> = OnceLock::new();
-    SCRIPTS.get_or_init(|| Scripts {
-        // Checks before the record (`Script::recorded_after`); the queue
-        // helpers come first, with the check. The release, whose check
-        // proves a first run by the client's count, has a twin sent
-        // without the record (`Script::proved_after`), as the plain
-        // lock's.
-        acquire: Script::recorded_after(
-            "fair_lock.acquire",
-            queued!("scripts/acquire_check.lua"),
-            include_str!("scripts/acquire.lua"),
-        ),
-        release: Script::proved_after(
-            "fair_lock.release",
-            concat!(
-                include_str!("scripts/queue.lua"),
-                include_str!("scripts/release_check.lua"),
-                include_str!("../core/scripts/release_by_count.lua")
-            ),
-            include_str!("scripts/release.lua"),
-        ),
-        force_unlock: Script::recorded(
-            "fair_lock.force_unlock",
-            queued!("scripts/force_unlock.lua"),
-        ),
-        leave: Script::recorded("fair_lock.leave", queued!("scripts/leave.lua")),
-        kick: Script::plain("fair_lock.kick", queued!("scripts/kick.lua")),
-        refresh: Script::plain("fair_lock.refresh", queued!("scripts/refresh.lua")),
-    })
+/// A fair-lock script: the queue helpers (`scripts/queue.lua`), then `$file`.
+macro_rules! queued {
+    ($file:literal) => {
+        concat!(include_str!("scripts/queue.lua"), include_str!($file))
+    };
 }
+
+/// Join the queue or take the lock. Its check before the record
+/// (`Script::recorded_after`) comes after the queue helpers. Recorded.
+pub(super) static ACQUIRE: Script = Script::recorded_after(
+    "fair_lock.acquire",
+    queued!("scripts/acquire_check.lua"),
+    include_str!("scripts/acquire.lua"),
+);
+/// Give back holds, handing a freed lock to the head waiter. Its check
+/// proves a first run by the client's count, so it has a twin sent without
+/// the record (`Script::proved_after`), as the plain lock's release.
+pub(super) static RELEASE: Script = Script::proved_after(
+    "fair_lock.release",
+    concat!(
+        include_str!("scripts/queue.lua"),
+        include_str!("scripts/release_check.lua"),
+        include_str!("../core/scripts/release_by_count.lua")
+    ),
+    include_str!("scripts/release.lua"),
+);
+/// Free the lock whoever holds it, and hand it to the head waiter.
+/// Recorded.
+pub(super) static FORCE_UNLOCK: Script = Script::recorded(
+    "fair_lock.force_unlock",
+    queued!("scripts/force_unlock.lua"),
+);
+/// A waiter that stopped waiting leaves the queue at once. Recorded.
+pub(super) static LEAVE: Script = Script::recorded("fair_lock.leave", queued!("scripts/leave.lua"));
+/// After a release told a head waiter that was not listening: once its
+/// timeout has passed, hand a still-free lock to the first waiter still
+/// there. Not retried.
+pub(super) static KICK: Script = Script::plain("fair_lock.kick", queued!("scripts/kick.lua"));
+/// A waiting waiter shows it is alive (every 2 s while it waits).
+/// Idempotent, not retried.
+pub(super) static REFRESH: Script =
+    Script::plain("fair_lock.refresh", queued!("scripts/refresh.lua"));
 
 /// The release as a release whose client's count is known sends it: the
 /// twin without the request record (for tests that send a copy of a
 /// release by hand: `__bench::fair_release_script`).
 pub(crate) fn release_source() -> &'static str {
-    scripts().release.sent_source()
+    RELEASE.sent_source()
 }
 
 // === impl Names ===
@@ -184,7 +178,7 @@ impl Kind for FairKind {
         }));
         Call::new(
             &lease.conn,
-            &scripts().release,
+            &RELEASE,
             names.script_keys(),
             args,
             &lease.request_record(),

@@ -202,7 +202,7 @@ use crate::handle::LockHandle;
 use crate::lock::{every_field, hold_count_of, holders_of, remaining_lease_of};
 
 pub(crate) use kind::release_source;
-use kind::{scripts, Names};
+use kind::{Names, FORCE_UNLOCK};
 use queue::{kick_if_unheard, now_ms, GRANT, THREAD_WAIT};
 
 /// A reentrant distributed lock that serves waiters in arrival order,
@@ -418,7 +418,7 @@ impl RawSingle for Fair {
         // sent: it keeps the grant (see `Engine::force_unlock`).
         let reply = engine
             .force_unlock(
-                &scripts().force_unlock,
+                &FORCE_UNLOCK,
                 (&self.names.key, &self.key_str),
                 &self.client.id().to_string(),
                 self.names.script_keys(),

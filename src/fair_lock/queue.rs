@@ -43,7 +43,7 @@ use fred::interfaces::ClientLike;
 use fred::types::{ClusterHash, CustomCommand, Value};
 use tokio::time::Instant;
 
-use super::kind::{scripts, Names};
+use super::kind::{Names, KICK, LEAVE, REFRESH};
 use crate::core::background::{spawn_here, BoxFuture, Job};
 use crate::core::call::{Call, Settled};
 use crate::core::conn::Conn;
@@ -105,7 +105,7 @@ pub(crate) async fn refresh(
         // Boxed, as the publish below: a fred call's future is about
         // 5 KiB, and this loop lives inline in every waiting fair-lock
         // task, which would carry it for the whole wait (6.9 KiB a task).
-        let changed = Box::pin(scripts().refresh.run::<i64>(&conn.redis, &keys, &args)).await;
+        let changed = Box::pin(REFRESH.run::<i64>(&conn.redis, &keys, &args)).await;
         // Refreshed (1), or an error: the next round.
         if let Ok(1) = changed {
             *seen.lock() = Some(sent);
@@ -188,14 +188,7 @@ impl Leave {
         // there and never runs (it could give back a grant that wait
         // adopted: under the turn any nonce counts).
         let rid = *self.rid.get_or_init(|| conn.rid());
-        let call = Call::new(
-            conn,
-            &scripts().leave,
-            keys,
-            args,
-            &self.lease.request_record(),
-            rid,
-        );
+        let call = Call::new(conn, &LEAVE, keys, args, &self.lease.request_record(), rid);
         match call.run(conn, Instant::now()).await {
             Ok(Settled::Ran(reply)) => {
                 conn.forget_record(self.lease.request_record(), rid);
@@ -314,8 +307,7 @@ fn kick_later(conn: &Arc<Conn>, names: Names, timeout: i64) {
             }
             let mut args = vec![now_ms().into(), conn.publish_command().into()];
             args.extend(Names::hand_over_args());
-            let reply = scripts()
-                .kick
+            let reply = KICK
                 .run::<Vec<i64>>(&conn.redis, &names.script_keys(), &args)
                 .await;
             match reply.as_deref() {

@@ -38,7 +38,7 @@
 //! skipped); a dropped guard releases in the background.
 
 use std::future::Future;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use fred::interfaces::KeysInterface;
@@ -163,30 +163,18 @@ pub struct Fenced {
     token_key: Key,
 }
 
-/// The fenced lock's own scripts, hashed once per process.
-#[derive(Debug)]
-struct Scripts {
-    /// Take or re-enter, and take a token. Recorded: re-sent with the same
-    /// request id.
-    acquire: Script,
-    /// Delete the token counter unless the lock is held. Not retried.
-    delete_token: Script,
-}
-
-fn scripts() -> &'static Scripts {
-    static SCRIPTS: OnceLock<Scripts> = OnceLock::new();
-    SCRIPTS.get_or_init(|| Scripts {
-        acquire: Script::recorded_after(
-            "fenced_lock.acquire",
-            include_str!("scripts/acquire_check.lua"),
-            include_str!("scripts/acquire.lua"),
-        ),
-        delete_token: Script::plain(
-            "fenced_lock.delete_token",
-            include_str!("scripts/delete_token.lua"),
-        ),
-    })
-}
+/// Take or re-enter, and take a token. Recorded: re-sent with the same
+/// request id.
+static ACQUIRE: Script = Script::recorded_after(
+    "fenced_lock.acquire",
+    include_str!("scripts/acquire_check.lua"),
+    include_str!("scripts/acquire.lua"),
+);
+/// Delete the token counter unless the lock is held. Not retried.
+static DELETE_TOKEN: Script = Script::plain(
+    "fenced_lock.delete_token",
+    include_str!("scripts/delete_token.lua"),
+);
 
 // === impl Client ===
 
@@ -289,8 +277,7 @@ impl FencedLock {
     /// ```
     pub async fn delete_token(&self) -> Result<bool> {
         self.raw().lock.check()?;
-        let deleted: i64 = scripts()
-            .delete_token
+        let deleted: i64 = DELETE_TOKEN
             .run(
                 self.raw().lock.redis(),
                 &[Key::from(self.key()), self.raw().token_key.clone()],
@@ -327,12 +314,8 @@ impl RawLock for Fenced {
         lease: Option<Duration>,
         wait: Option<Duration>,
     ) -> impl Future<Output = Result<Option<LockGuard>>> + Send + '_ {
-        self.lock.acquire_with(
-            &scripts().acquire,
-            std::slice::from_ref(&self.token_key),
-            lease,
-            wait,
-        )
+        self.lock
+            .acquire_with(&ACQUIRE, std::slice::from_ref(&self.token_key), lease, wait)
     }
 }
 

@@ -41,7 +41,7 @@
 //! blocks on a lost message (the recheck interval bounds every sleep) nor
 //! on a deleted latch (which publishes `1`, not `0`).
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use fred::interfaces::KeysInterface;
@@ -88,24 +88,16 @@ pub struct CountDownLatch {
     channel_key: Key,
 }
 
-/// The latch's scripts, hashed once per process.
-#[derive(Debug)]
-struct Scripts {
-    /// Latched, one latch key per call.
-    try_set_count: Script,
-    count_down: Script,
-}
-
-fn scripts() -> &'static Scripts {
-    static SCRIPTS: OnceLock<Scripts> = OnceLock::new();
-    SCRIPTS.get_or_init(|| Scripts {
-        try_set_count: Script::recorded(
-            "latch.try_set_count",
-            include_str!("scripts/try_set_count.lua"),
-        ),
-        count_down: Script::recorded("latch.count_down", include_str!("scripts/count_down.lua")),
-    })
-}
+/// Set the count if the latch is not set. Recorded, one request record
+/// per call.
+static TRY_SET_COUNT: Script = Script::recorded(
+    "latch.try_set_count",
+    include_str!("scripts/try_set_count.lua"),
+);
+/// Take one off the count; publishes when it reaches zero. Recorded, one
+/// request record per call.
+static COUNT_DOWN: Script =
+    Script::recorded("latch.count_down", include_str!("scripts/count_down.lua"));
 
 /// Any message on a latch channel (`0` or `1`) wakes every waiter.
 fn wake_all(_: &[u8]) -> Wake {
@@ -208,7 +200,7 @@ impl CountDownLatch {
         let count = i64::try_from(count)
             .map_err(|_| Error::invalid(format!("count {count} is over i64::MAX")))?;
         let reply = self
-            .mutate(&scripts().try_set_count, Some(Value::Integer(count)))
+            .mutate(&TRY_SET_COUNT, Some(Value::Integer(count)))
             .await?;
         let set = reply.first() == Some(&1);
         if set {
@@ -235,7 +227,7 @@ impl CountDownLatch {
     /// # Ok(()) }
     /// ```
     pub async fn count_down(&self) -> Result<()> {
-        let reply = self.mutate(&scripts().count_down, None).await?;
+        let reply = self.mutate(&COUNT_DOWN, None).await?;
         if reply.first() == Some(&2) {
             self.publish_apart("0").await?;
         }

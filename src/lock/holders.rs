@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use fred::types::{Key, Value};
 
-use super::scripts;
+use super::HOLDERS;
 use crate::error::{Error, Result};
 use crate::handle::Holder;
 
@@ -23,10 +23,7 @@ pub(crate) async fn holders_of(
     key: &Key,
     owner_part: impl Fn(&str) -> Option<&str>,
 ) -> Result<Vec<Holder>> {
-    let reply: Value = scripts()
-        .holders
-        .run(redis, std::slice::from_ref(key), &[])
-        .await?;
+    let reply: Value = HOLDERS.run(redis, std::slice::from_ref(key), &[]).await?;
     parse(reply, owner_part)
         .ok_or_else(|| Error::protocol("unexpected reply to the holders script"))
 }

@@ -135,23 +135,31 @@ struct Names {
     channel_key: Key,
 }
 
-/// The lock's scripts, hashed once per process.
-#[derive(Debug)]
-struct Scripts {
-    /// Take or re-enter. Recorded: re-sent with the same request id.
-    acquire: Script,
-    /// Give back holds; publishes the unlock message when freed. Recorded.
-    release: Script,
-    /// Delete whoever holds it. Not retried.
-    force_unlock: Script,
-    /// The watchdog's batches: per slot (also one hold's renewal), and
-    /// packed in one argument (a single server, a Redis 7 cluster node).
-    renew: Script,
-    renew_packed: Script,
-    renew_node_packed: Script,
-    /// Read the hash and its TTL (`holders.rs`). Read-only.
-    holders: Script,
-}
+/// Take or re-enter. Recorded: re-sent with the same request id.
+static ACQUIRE: Script = Script::proved_after("lock.acquire", ACQUIRE_CHECK, ACQUIRE_BODY);
+/// Give back holds; publishes the unlock message when freed. Recorded.
+static RELEASE: Script = Script::proved_after("lock.release", RELEASE_CHECK, RELEASE_BODY);
+/// Delete whoever holds it. Not retried.
+static FORCE_UNLOCK: Script = Script::recorded(
+    "lock.force_unlock",
+    include_str!("scripts/force_unlock.lua"),
+);
+/// The watchdog's batch per slot (also one hold's renewal).
+static RENEW: Script = Script::renewal("lock.renew", include_str!("scripts/renew.lua"));
+/// The watchdog's batch packed in one argument (a single server).
+static RENEW_PACKED: Script = Script::renewal(
+    "lock.renew_packed",
+    include_str!("scripts/renew_packed.lua"),
+);
+/// The watchdog's batch packed in one argument, per Redis 7 cluster
+/// node.
+static RENEW_NODE_PACKED: Script = Script::node_renewal(
+    "lock.renew_node_packed",
+    include_str!("scripts/renew_node_packed.lua"),
+);
+/// Read the hash and its TTL (`holders.rs`). Read-only.
+pub(super) static HOLDERS: Script =
+    Script::plain("lock.holders", include_str!("scripts/holders.lua"));
 
 /// The engine's view of the lock's holds, and of the fenced lock's: they
 /// are holds of the same field, and one field must have one lease record
@@ -195,33 +203,11 @@ const RELEASE_BARE: &str = concat!(
     include_str!("scripts/release.lua")
 );
 
-fn scripts() -> &'static Scripts {
-    static SCRIPTS: OnceLock<Scripts> = OnceLock::new();
-    SCRIPTS.get_or_init(|| Scripts {
-        acquire: Script::proved_after("lock.acquire", ACQUIRE_CHECK, ACQUIRE_BODY),
-        release: Script::proved_after("lock.release", RELEASE_CHECK, RELEASE_BODY),
-        force_unlock: Script::recorded(
-            "lock.force_unlock",
-            include_str!("scripts/force_unlock.lua"),
-        ),
-        renew: Script::renewal("lock.renew", include_str!("scripts/renew.lua")),
-        renew_packed: Script::renewal(
-            "lock.renew_packed",
-            include_str!("scripts/renew_packed.lua"),
-        ),
-        renew_node_packed: Script::node_renewal(
-            "lock.renew_node_packed",
-            include_str!("scripts/renew_node_packed.lua"),
-        ),
-        holders: Script::plain("lock.holders", include_str!("scripts/holders.lua")),
-    })
-}
-
 /// Renewal of hash-field leases (Redisson's `LockTask`).
 pub(crate) fn hash_renewal() -> &'static Renewal {
     static RENEWAL: OnceLock<Renewal> = OnceLock::new();
     RENEWAL.get_or_init(|| Renewal {
-        slot: &scripts().renew,
+        slot: &RENEW,
         // Node batches are packed (`Packed::node`).
         node: None,
         entry: |lease, keys, args, _node| {
@@ -229,8 +215,8 @@ pub(crate) fn hash_renewal() -> &'static Renewal {
             args.push(Value::String(lease.field()));
         },
         packed: Some(Packed {
-            script: &scripts().renew_packed,
-            node: &scripts().renew_node_packed,
+            script: &RENEW_PACKED,
+            node: &RENEW_NODE_PACKED,
             entry: |lease, pack| {
                 pack.push(lease.key_bytes());
                 pack.push(lease.field_bytes());
@@ -243,8 +229,7 @@ pub(crate) fn hash_renewal() -> &'static Renewal {
 /// sends them (the twins without the request record, `core/script.rs`),
 /// for the bare-fred baselines of `benches/` and `compare/`.
 pub(crate) fn script_sources() -> (&'static str, &'static str) {
-    let scripts = scripts();
-    (scripts.acquire.sent_source(), scripts.release.sent_source())
+    (ACQUIRE.sent_source(), RELEASE.sent_source())
 }
 
 /// The bodies of the acquire and release scripts, without the request record, for
@@ -374,7 +359,7 @@ impl RawLock for Plain {
         lease: Option<Duration>,
         wait: Option<Duration>,
     ) -> impl Future<Output = Result<Option<LockGuard>>> + Send + '_ {
-        self.acquire_with(&scripts().acquire, &[], lease, wait)
+        self.acquire_with(&ACQUIRE, &[], lease, wait)
     }
 }
 
@@ -408,7 +393,7 @@ impl RawSingle for Plain {
         let engine = self.inner.client.engine();
         let reply = engine
             .force_unlock(
-                &scripts().force_unlock,
+                &FORCE_UNLOCK,
                 (&self.inner.key, self.key_str()),
                 &self.inner.client.id().to_string(),
                 vec![self.inner.key.clone(), self.inner.channel_key.clone()],
@@ -504,7 +489,7 @@ impl Kind for LockKind {
     fn release_call(&self, lease: &Lease, count: u32, ttl_ms: i64, rid: u64) -> Call {
         Call::new(
             &lease.conn,
-            &scripts().release,
+            &RELEASE,
             [lease.key(), lease.channel()],
             [
                 ttl_ms.into(),

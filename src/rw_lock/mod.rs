@@ -240,74 +240,63 @@ struct ReadKind;
 #[derive(Debug)]
 struct WriteKind;
 
-/// The lock's scripts, hashed once per process.
-#[derive(Debug)]
-struct Scripts {
-    /// Recorded (re-sent with the same request id).
-    read_acquire: Script,
-    read_release: Script,
-    write_acquire: Script,
-    write_release: Script,
-    /// Not retried.
-    force_unlock: Script,
-    /// Read-only.
-    is_locked: Script,
-    /// The watchdog's read batches: per slot, and per node (Redis 7
-    /// clusters).
-    renew_read: Script,
-    renew_read_node: Script,
-}
-
-fn scripts() -> &'static Scripts {
-    static SCRIPTS: OnceLock<Scripts> = OnceLock::new();
-    SCRIPTS.get_or_init(|| Scripts {
-        read_acquire: Script::recorded("rw.read_acquire", include_str!("scripts/read_acquire.lua")),
-        read_release: Script::recorded(
-            "rw.read_release",
-            concat!(
-                include_str!("scripts/timeouts.lua"),
-                include_str!("scripts/take_holds.lua"),
-                include_str!("scripts/read_release.lua")
-            ),
-        ),
-        write_acquire: Script::recorded(
-            "rw.write_acquire",
-            include_str!("scripts/write_acquire.lua"),
-        ),
-        write_release: Script::recorded(
-            "rw.write_release",
-            concat!(
-                include_str!("scripts/timeouts.lua"),
-                include_str!("scripts/take_holds.lua"),
-                include_str!("scripts/write_release.lua")
-            ),
-        ),
-        force_unlock: Script::recorded("rw.force_unlock", include_str!("scripts/force_unlock.lua")),
-        is_locked: Script::plain("rw.is_locked", include_str!("scripts/is_locked.lua")),
-        renew_read: Script::renewal(
-            "rw.renew_read",
-            concat!(
-                include_str!("scripts/read_timeouts.lua"),
-                include_str!("scripts/renew_read.lua")
-            ),
-        ),
-        renew_read_node: Script::node_renewal(
-            "rw.renew_read_node",
-            concat!(
-                include_str!("scripts/read_timeouts.lua"),
-                include_str!("scripts/renew_read_node.lua")
-            ),
-        ),
-    })
-}
+/// Take or re-enter a read hold. Recorded: re-sent with the same request id.
+static READ_ACQUIRE: Script =
+    Script::recorded("rw.read_acquire", include_str!("scripts/read_acquire.lua"));
+/// Give back read holds; publishes the unlock message when freed. Recorded.
+static READ_RELEASE: Script = Script::recorded(
+    "rw.read_release",
+    concat!(
+        include_str!("scripts/timeouts.lua"),
+        include_str!("scripts/take_holds.lua"),
+        include_str!("scripts/read_release.lua")
+    ),
+);
+/// Take or re-enter the write hold. Recorded.
+static WRITE_ACQUIRE: Script = Script::recorded(
+    "rw.write_acquire",
+    include_str!("scripts/write_acquire.lua"),
+);
+/// Give back write holds; publishes the unlock message when freed.
+/// Recorded.
+static WRITE_RELEASE: Script = Script::recorded(
+    "rw.write_release",
+    concat!(
+        include_str!("scripts/timeouts.lua"),
+        include_str!("scripts/take_holds.lua"),
+        include_str!("scripts/write_release.lua")
+    ),
+);
+/// Delete whoever holds it. Not retried.
+static FORCE_UNLOCK: Script =
+    Script::recorded("rw.force_unlock", include_str!("scripts/force_unlock.lua"));
+/// Whether anyone holds it. Read-only.
+static IS_LOCKED: Script = Script::plain("rw.is_locked", include_str!("scripts/is_locked.lua"));
+/// The watchdog's batch of read leases per slot (also one hold's
+/// renewal).
+static RENEW_READ: Script = Script::renewal(
+    "rw.renew_read",
+    concat!(
+        include_str!("scripts/read_timeouts.lua"),
+        include_str!("scripts/renew_read.lua")
+    ),
+);
+/// The watchdog's batch of read leases per Redis 7 cluster node.
+static RENEW_READ_NODE: Script = Script::node_renewal(
+    "rw.renew_read_node",
+    concat!(
+        include_str!("scripts/read_timeouts.lua"),
+        include_str!("scripts/renew_read_node.lua")
+    ),
+);
 
 /// Renewal of read leases: the hash and the owner's timeout keys
 /// (Redisson's `ReadLockTask`).
 fn read_renewal() -> &'static Renewal {
     static RENEWAL: OnceLock<Renewal> = OnceLock::new();
     RENEWAL.get_or_init(|| Renewal {
-        slot: &scripts().renew_read,
-        node: Some(&scripts().renew_read_node),
+        slot: &RENEW_READ,
+        node: Some(&RENEW_READ_NODE),
         entry: |lease, keys, args, node| {
             let prefix = timeout_prefix(&lease.key(), &lease.field());
             if node {
@@ -509,8 +498,7 @@ impl Names {
 
     async fn is_locked(&self, mode: Mode) -> Result<bool> {
         self.check()?;
-        let locked: i64 = scripts()
-            .is_locked
+        let locked: i64 = IS_LOCKED
             .run(
                 self.redis(),
                 std::slice::from_ref(&self.key),
@@ -547,7 +535,7 @@ impl Names {
         let engine = self.client.engine();
         let reply = engine
             .force_unlock(
-                &scripts().force_unlock,
+                &FORCE_UNLOCK,
                 (&self.key, &self.key_str),
                 &self.client.id().to_string(),
                 vec![
@@ -612,7 +600,7 @@ impl Tries for Mode {
         match self {
             Mode::Read => Call::new(
                 &lease.conn,
-                &scripts().read_acquire,
+                &READ_ACQUIRE,
                 [
                     lease.key(),
                     Key::from(timeout_prefix(&lease.key(), &lease.field())),
@@ -627,7 +615,7 @@ impl Tries for Mode {
             ),
             Mode::Write => Call::new(
                 &lease.conn,
-                &scripts().write_acquire,
+                &WRITE_ACQUIRE,
                 [lease.key()],
                 [lease_ms.into(), Value::String(lease.field())],
                 &lease.request_record(),
@@ -678,7 +666,7 @@ impl Kind for ReadKind {
             Key::from(timeout_prefix(&lease.key(), &lease.field())),
             holders_prefix(lease),
         ];
-        release_call(&scripts().read_release, keys, lease, count, ttl_ms, rid)
+        release_call(&READ_RELEASE, keys, lease, count, ttl_ms, rid)
     }
 
     fn renewal(&self) -> &'static Renewal {
@@ -703,7 +691,7 @@ impl Kind for ReadKind {
 impl Kind for WriteKind {
     fn release_call(&self, lease: &Lease, count: u32, ttl_ms: i64, rid: u64) -> Call {
         let keys = [lease.key(), lease.channel(), holders_prefix(lease)];
-        release_call(&scripts().write_release, keys, lease, count, ttl_ms, rid)
+        release_call(&WRITE_RELEASE, keys, lease, count, ttl_ms, rid)
     }
 
     fn renewal(&self) -> &'static Renewal {

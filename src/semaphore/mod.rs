@@ -144,21 +144,44 @@ pub struct Semaphore {
     channel_key: Key,
 }
 
-/// The semaphore's scripts, hashed once per process.
-#[derive(Debug)]
-struct Scripts {
-    /// Take one permit. Recorded: re-sent with the same request id.
-    acquire: Script,
-    /// Give one permit back; publishes the new count. Recorded.
-    release: Script,
-    /// The watchdog's batches (per slot).
-    renew: Script,
-    /// Read the free count after reclaiming. Not retried.
-    available: Script,
-    /// Recorded, one request record per call.
-    try_set_permits: Script,
-    add_permits: Script,
-}
+/// Take one permit. Recorded: re-sent with the same request id.
+static ACQUIRE: Script = Script::recorded(
+    "semaphore.acquire",
+    concat!(
+        include_str!("scripts/reclaim.lua"),
+        include_str!("scripts/acquire.lua")
+    ),
+);
+/// Give one permit back; publishes the new count. Recorded.
+static RELEASE: Script = Script::recorded(
+    "semaphore.release",
+    concat!(
+        include_str!("scripts/reclaim.lua"),
+        include_str!("scripts/release.lua")
+    ),
+);
+/// The watchdog's batch per slot (also one permit's renewal).
+static RENEW: Script = Script::renewal("semaphore.renew", include_str!("scripts/renew.lua"));
+/// Read the free count after reclaiming. Not retried.
+static AVAILABLE: Script = Script::plain(
+    "semaphore.available",
+    concat!(
+        include_str!("scripts/reclaim.lua"),
+        include_str!("scripts/available.lua")
+    ),
+);
+/// Set the free count if the semaphore is not set. Recorded, one
+/// request record per call.
+static TRY_SET_PERMITS: Script = Script::recorded(
+    "semaphore.try_set_permits",
+    include_str!("scripts/try_set_permits.lua"),
+);
+/// Add to the free count (a negative delta takes permits away).
+/// Recorded, one request record per call.
+static ADD_PERMITS: Script = Script::recorded(
+    "semaphore.add_permits",
+    include_str!("scripts/add_permits.lua"),
+);
 
 /// The engine's view of a permit.
 #[derive(Debug)]
@@ -167,47 +190,11 @@ struct PermitKind;
 /// Owners of permits: one per permit, unique in the process.
 static NEXT_OWNER: AtomicU64 = AtomicU64::new(1);
 
-fn scripts() -> &'static Scripts {
-    static SCRIPTS: OnceLock<Scripts> = OnceLock::new();
-    SCRIPTS.get_or_init(|| Scripts {
-        acquire: Script::recorded(
-            "semaphore.acquire",
-            concat!(
-                include_str!("scripts/reclaim.lua"),
-                include_str!("scripts/acquire.lua")
-            ),
-        ),
-        release: Script::recorded(
-            "semaphore.release",
-            concat!(
-                include_str!("scripts/reclaim.lua"),
-                include_str!("scripts/release.lua")
-            ),
-        ),
-        renew: Script::renewal("semaphore.renew", include_str!("scripts/renew.lua")),
-        available: Script::plain(
-            "semaphore.available",
-            concat!(
-                include_str!("scripts/reclaim.lua"),
-                include_str!("scripts/available.lua")
-            ),
-        ),
-        try_set_permits: Script::recorded(
-            "semaphore.try_set_permits",
-            include_str!("scripts/try_set_permits.lua"),
-        ),
-        add_permits: Script::recorded(
-            "semaphore.add_permits",
-            include_str!("scripts/add_permits.lua"),
-        ),
-    })
-}
-
 /// Renewal of permits: their scores in the semaphore's zset.
 fn renewal() -> &'static Renewal {
     static RENEWAL: OnceLock<Renewal> = OnceLock::new();
     RENEWAL.get_or_init(|| Renewal {
-        slot: &scripts().renew,
+        slot: &RENEW,
         node: None,
         entry: |lease, keys, args, _node| {
             keys.push(timeout_key_of(lease));
@@ -347,7 +334,7 @@ impl Semaphore {
         let permits = i64::try_from(permits)
             .map_err(|_| Error::invalid(format!("{permits} permits is over i64::MAX")))?;
         let reply = self
-            .mutate(&scripts().try_set_permits, Value::Integer(permits))
+            .mutate(&TRY_SET_PERMITS, Value::Integer(permits))
             .await?;
         Ok(reply.first() == Some(&1))
     }
@@ -376,7 +363,7 @@ impl Semaphore {
         if delta == 0 {
             return self.check();
         }
-        self.mutate(&scripts().add_permits, Value::Integer(delta))
+        self.mutate(&ADD_PERMITS, Value::Integer(delta))
             .await
             .map(drop)
     }
@@ -399,8 +386,7 @@ impl Semaphore {
     /// ```
     pub async fn available_permits(&self) -> Result<u64> {
         self.check()?;
-        let free: i64 = scripts()
-            .available
+        let free: i64 = AVAILABLE
             .run(
                 self.client.engine().redis(),
                 &[
@@ -686,7 +672,7 @@ impl Tries for PermitTries<'_> {
         let expiry = now.saturating_add(lease_ms).saturating_add(1);
         Call::new(
             &lease.conn,
-            &scripts().acquire,
+            &ACQUIRE,
             [lease.key(), self.timeout_key.clone(), lease.channel()],
             [
                 expiry.into(),
@@ -712,7 +698,7 @@ impl Kind for PermitKind {
         // A permit is one hold: `count` is 1, and no TTL is left to keep.
         Call::new(
             &lease.conn,
-            &scripts().release,
+            &RELEASE,
             [lease.key(), timeout_key_of(lease), lease.channel()],
             [
                 id_bytes(&lease.field()),
