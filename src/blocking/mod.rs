@@ -313,7 +313,7 @@ impl Client {
 }
 
 impl crate::ClientBuilder {
-    /// Connects a blocking [`Client`](crate::blocking::Client) with this
+    /// Connects a blocking [`Client`] with this
     /// configuration, on a runtime of its own (feature `blocking`).
     ///
     /// Returns [`Error::InvalidArgument`] if called inside a tokio runtime

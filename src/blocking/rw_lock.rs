@@ -1,5 +1,5 @@
 //! The blocking read-write lock: its two halves are blocking
-//! [`LockHandle`](super::LockHandle)s.
+//! [`LockHandle`]s.
 
 use std::sync::Arc;
 

@@ -64,7 +64,7 @@
 //! release's reply says it granted, and to which field.
 //!
 //! If that field belongs to a client of this process (another task of the
-//! same service, on the same or another [`Client`](crate::Client)), the
+//! same service, on the same or another [`Client`]), the
 //! releasing client hands the waiter the same message itself before its
 //! `unlock()` returns: Redis writes the release's reply before the
 //! published message, so on a busy machine the message would reach even
@@ -178,7 +178,7 @@
 //! (they exclude each other), but a plain lock's release tells no queued
 //! waiter: use one kind per name. One owner cannot hold one name through
 //! both kinds at once: while it holds one, an acquire of the other returns
-//! [`Error::InvalidArgument`](crate::Error::InvalidArgument), sending
+//! [`Error::InvalidArgument`], sending
 //! nothing (their holder field is one, so the client could not count the
 //! holds apart).
 

@@ -23,7 +23,7 @@
 //! (`core/takes.rs`).
 //!
 //! The fenced lock is this lock with another acquire script (it also takes
-//! a token): it acquires through [`Lock::acquire_with`], and its holds are
+//! a token): it acquires through [`Plain::acquire_with`], and its holds are
 //! released, renewed and force-unlocked exactly as these.
 //!
 //! # Waiting, dropping, cancelling
@@ -301,8 +301,8 @@ impl Plain {
     }
 
     /// The wait loop (see the module docs), sending `script` for each try:
-    /// a recorded script with `acquire.lua`'s KEYS[1], ARGV and reply,
-    /// `extra_keys` after KEYS[1], and optionally a fencing token after the
+    /// a recorded script with `acquire.lua`'s `KEYS[1]`, ARGV and reply,
+    /// `extra_keys` after `KEYS[1]`, and optionally a fencing token after the
     /// count in its reply (the fenced lock's). Holds taken either way are
     /// holds of the same field, counted in one lease record with one turn
     /// and one request record, so they may be mixed freely by one owner. `wait:
@@ -446,7 +446,7 @@ static LOCK_PROFILE: Profile = Profile {
 };
 
 /// How a lock's tries are sent (see `core::acquire::Tries`): its acquire
-/// script and the keys after KEYS[1].
+/// script and the keys after `KEYS[1]`.
 struct LockTries<'a> {
     script: &'static Script,
     extra_keys: &'a [Key],

@@ -133,7 +133,7 @@
 //! carrying an older token than one it has seen. A paused holder's late
 //! write is then refused, whatever the lock believed. A RedLock hands out
 //! no tokens, since N servers have no common counter. A
-//! [`FencedLock`](crate::FencedLock) does ([`LockGuard::token`]). Where
+//! [`FencedLock`] does ([`LockGuard::token`]). Where
 //! correctness matters more than avoiding duplicate work, use fencing. Redisson itself deprecated its RedLock in
 //! favour of replica-synced and fenced locks (redisson #2669, #5965).
 //!
