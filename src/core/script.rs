@@ -503,3 +503,62 @@ pub(crate) fn on_node(
 fn is_noscript(e: &fred::error::Error) -> bool {
     e.details().starts_with("NOSCRIPT")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each constructor joins its pieces in the order Redis must read them
+    /// (a `#!lua` flags line first, the helpers before the code that calls
+    /// them), and names the script by the SHA-1 of exactly that source.
+    #[test]
+    fn sources_are_joined_in_order_and_named_by_their_sha1() {
+        static PLAIN: Script = Script::plain("t.plain", "return 1");
+        static RENEWAL: Script = Script::renewal("t.renewal", "return 2");
+        static NODE: Script = Script::node_renewal("t.node", "return 3");
+        static RECORDED: Script = Script::recorded("t.recorded", "B");
+        static AFTER: Script = Script::recorded_after("t.after", "C", "B");
+        static PROVED: Script = Script::proved_after("t.proved", "C", "B");
+
+        assert_eq!(PLAIN.source(), "return 1");
+        assert_eq!(RENEWAL.source(), format!("{RENEW_BATCH}return 2"));
+        assert_eq!(
+            NODE.source(),
+            format!("#!lua flags=allow-cross-slot-keys\n{RENEW_BATCH}return 3")
+        );
+        assert_eq!(
+            RECORDED.source(),
+            format!(
+                "local read_record, write_record = true, true\n{RECORD_PROLOGUE}B{RECORD_EPILOGUE}"
+            )
+        );
+        let recorded_after = format!("C{RECORD_EARLY}{RECORD_PROLOGUE}B{RECORD_EPILOGUE}");
+        assert_eq!(AFTER.source(), recorded_after);
+        assert_eq!(PROVED.source(), recorded_after);
+        for script in [&PLAIN, &RENEWAL, &NODE, &RECORDED, &AFTER, &PROVED] {
+            assert_eq!(script.sha1(), &fred::util::sha1_hash(script.source()));
+        }
+    }
+
+    /// Only `proved_after` has a twin: the check, then the twin's gate and
+    /// epilogue instead of the record's; it is what a call sends while the
+    /// client's count is known, and it is made once.
+    #[test]
+    fn only_a_proved_script_has_a_twin_made_once() {
+        static AFTER: Script = Script::recorded_after("t.after", "C", "B");
+        static PROVED: Script = Script::proved_after("t.proved", "C", "B");
+
+        assert!(AFTER.proved().is_none());
+        assert_eq!(AFTER.sent_source(), AFTER.source());
+        let twin = PROVED.proved().expect("a twin");
+        assert_eq!(
+            twin.source(),
+            format!("C{PROVED_EARLY}{PROVED_GATE}B{PROVED_EPILOGUE}")
+        );
+        assert_eq!(twin.name(), "t.proved");
+        assert!(twin.proved().is_none());
+        assert_eq!(PROVED.sent_source(), twin.source());
+        assert!(std::ptr::eq(twin, PROVED.proved().expect("a twin")));
+        assert_ne!(twin.sha1(), PROVED.sha1());
+    }
+}
