@@ -22,6 +22,7 @@ mod hot;
 mod json;
 mod monitor;
 mod operators;
+mod paired;
 mod plot;
 mod primitives;
 mod python;
@@ -274,6 +275,14 @@ async fn run() {
             .and_then(|v| v.parse().ok())
             .unwrap_or(2_000);
         primitives::run(&server, rounds_or(3), pairs).await;
+        return;
+    }
+    if std::env::var_os("LEASEHOLD_COMPARE_ONLY").is_some_and(|v| v == "throughput-paired") {
+        let clients = std::env::var("LEASEHOLD_COMPARE_CLIENTS")
+            .ok()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(CLIENTS);
+        paired::run(&server, rounds_or(60), clients).await;
         return;
     }
     // No Python peer in the throughput A/B: it need not set up the venv.
