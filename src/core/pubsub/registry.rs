@@ -336,10 +336,6 @@ mod tests {
         assert!(!shared.channels.contains_key("c"));
     }
 
-    /// A message that comes while only a pin holds the channel (no
-    /// waiter: e.g. the unlock a lingering owner's own release announced)
-    /// is no news to a waiter that joins later, whose first try comes
-    /// after it joined: it keeps no permit, so that waiter's first wait
     /// Channel "c" confirmed by Redis, joined through `registry` as a
     /// waiter that arrives after the pin.
     fn join_confirmed(shared: &Arc<Shared>, registry: &PubSub) -> Subscription {
@@ -350,6 +346,10 @@ mod tests {
             .expect("the pin kept the channel")
     }
 
+    /// A message that comes while only a pin holds the channel (no
+    /// waiter: e.g. the unlock a lingering owner's own release announced)
+    /// is no news to a waiter that joins later, whose first try comes
+    /// after it joined: it keeps no permit, so that waiter's first wait
     /// parks instead of trying again at once.
     #[tokio::test]
     async fn a_message_to_a_pinned_channel_keeps_no_permit() {
