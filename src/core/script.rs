@@ -238,9 +238,9 @@ impl Script {
         check: &'static str,
         body: &'static str,
     ) -> Script {
-        let pieces = [check, RECORD_EARLY, RECORD_PROLOGUE, body, RECORD_EPILOGUE];
-        let twin = [check, PROVED_EARLY, PROVED_GATE, body, PROVED_EPILOGUE];
-        Script::new(name, pieces, Some(twin))
+        let mut script = Script::recorded_after(name, check, body);
+        script.twin_pieces = Some([check, PROVED_EARLY, PROVED_GATE, body, PROVED_EPILOGUE]);
+        script
     }
 
     /// The twin sent without the request record, if the script has one.
