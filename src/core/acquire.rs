@@ -28,7 +28,7 @@
 //! the span (events of the parked wait itself do not).
 
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use fred::types::Key;
@@ -202,7 +202,7 @@ pub(crate) fn acquire_or_adopt<'a, T: Tries + 'a, H: Handoff + 'a>(
             handoff,
             lease,
             observed: None,
-            companion: None,
+            companion: OnceLock::new(),
         },
     )
 }
@@ -218,9 +218,10 @@ struct Acquiring<'a, T, H> {
     lease: Option<Duration>,
     /// Made at the start.
     observed: Option<Observed>,
-    /// The channel takes are announced on, if the spec announces them
-    /// (made at the start).
-    companion: Option<Box<str>>,
+    /// The channel takes are announced on, if the spec announces them:
+    /// made when the wait first needs it (it subscribes), never on an
+    /// acquire whose first try succeeds.
+    companion: OnceLock<Option<Box<str>>>,
 }
 
 // === impl Spec ===
@@ -265,9 +266,6 @@ impl<T: Tries, H: Handoff> wait::Attempts for Acquiring<'_, T, H> {
             self.spec.owner = (self.spec.profile.owner_at_first_poll)();
         }
         self.observed = Some(Observed::start(self.spec.key, self.spec.owner));
-        if self.spec.profile.announces_takes {
-            self.companion = taken_channel(self.spec.channel).map(Box::from);
-        }
         Ok(())
     }
 
@@ -280,7 +278,14 @@ impl<T: Tries, H: Handoff> wait::Attempts for Acquiring<'_, T, H> {
     }
 
     fn companion(&self) -> Option<&str> {
-        self.companion.as_deref()
+        self.companion
+            .get_or_init(|| {
+                let announces = self.spec.profile.announces_takes;
+                announces
+                    .then(|| taken_channel(self.spec.channel))
+                    .flatten()
+            })
+            .as_deref()
     }
 
     fn attempt(
@@ -311,7 +316,7 @@ impl<T: Tries, H: Handoff> wait::Attempts for Acquiring<'_, T, H> {
             &|| this.spec.lease_names(owner),
         );
         // Where to announce a take, if the wait loop asks for it.
-        let announce = this.companion.as_deref().filter(|_| announce);
+        let announce = if announce { this.companion() } else { None };
         let attempt = move || async move {
             let lease = lease?;
             match granted {

@@ -82,9 +82,14 @@ const FIRST_RTT: Duration = Duration::from_millis(1);
 /// The companion channel of a lock's unlock channel `unlock`
 /// (`redisson_lock__channel:<tail>`): `leasehold_lock__taken:<tail>`, in
 /// the same hash slot. `None` for a channel of another form.
-pub(crate) fn taken_channel(unlock: &str) -> Option<String> {
+pub(crate) fn taken_channel(unlock: &str) -> Option<Box<str>> {
+    const HEAD: &str = "leasehold_lock__taken";
     let tail = unlock.strip_prefix("redisson_lock__channel")?;
-    Some(format!("leasehold_lock__taken{tail}"))
+    // Sized once: no reallocation on the way to the box.
+    let mut name = String::with_capacity(HEAD.len() + tail.len());
+    name.push_str(HEAD);
+    name.push_str(tail);
+    Some(name.into_boxed_str())
 }
 
 /// What a channel with a companion knows of the takes announced there.
