@@ -120,8 +120,6 @@ use fred::interfaces::{ClientLike, LuaInterface, TransactionInterface};
 use fred::types::config::{Options, Server};
 use fred::types::{ClusterHash, CustomCommand, FromValue, Key, Value};
 
-use super::boxed::boxed_in_place;
-
 type FredResult<T> = Result<T, fred::error::Error>;
 
 /// A Lua script: its source and the SHA-1 that `EVALSHA` names it by.
@@ -349,20 +347,21 @@ impl Script {
         // reference-counted, so a copy is one vector, not their bytes.
         // (`Value::Array` hands fred the vector as it is.)
         //
-        // fred's future is boxed where it is made: it is several KiB, and
-        // every layer above that moves its own future (an `.await` of a
-        // returned future, a `Box::pin` of a try) would copy it whole,
-        // which costs far more than the one allocation (BENCHMARKS.md,
-        // "Code figures moved out of comments"). Built in its box
-        // ([`boxed_in_place`]), not copied there.
+        // fred's future (about 5 KiB) is not boxed: it is built in place in
+        // the caller's future, which the hot callers box once where it is
+        // made (a try, `Acquiring::attempt`; a release, `Hold::release`).
+        // A box of its own cost more than the copies it saved: an
+        // allocation too large for the allocator's per-thread cache
+        // (glibc's tcache stops at 1 KiB) takes its arena's lock, and
+        // freed on the other worker thread it is contended for: about 0.6
+        // more `futex` calls per lock + unlock on 64 tasks, and 6 % of the
+        // throughput (BENCHMARKS.md, "Session of 2026-11-28, fifth").
         let send = || {
-            boxed_in_place(|| {
-                client.evalsha::<R, _, _, _>(
-                    self.sha1().clone(),
-                    keys.to_vec(),
-                    Value::Array(args.iter().chain(more).cloned().collect()),
-                )
-            })
+            client.evalsha::<R, _, _, _>(
+                self.sha1().clone(),
+                keys.to_vec(),
+                Value::Array(args.iter().chain(more).cloned().collect()),
+            )
         };
         self.loading(client, send).await
     }
