@@ -683,7 +683,7 @@ async fn throughput_ab(server: &RedisServer) {
 }
 
 /// CPU time (ns) of every thread of this process.
-fn cpu_ns() -> u64 {
+pub fn cpu_ns() -> u64 {
     let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
         return 0;
     };

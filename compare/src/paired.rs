@@ -10,7 +10,9 @@
 //! (the order alternating), on clients that stay connected, so the two
 //! sides of a ratio see nearly the same machine. The report gives the
 //! median of the per-pair ratios with a bootstrap 95 % interval, and the
-//! ratio of the summed rates.
+//! ratio of the summed rates; then each side's client CPU time per lock +
+//! unlock, summed over its phases (the two sides' phases see nearly the
+//! same machine, so this ratio moves less than the 1 s rounds' readings).
 //!
 //! `LEASEHOLD_COMPARE_ROUNDS` pairs (default 60, about 40 s);
 //! `LEASEHOLD_COMPARE_CLIENTS` clients per side (default 4).
@@ -19,7 +21,7 @@ use std::time::Duration;
 
 use crate::contender::{Handle, Kind};
 use crate::server::RedisServer;
-use crate::throughput_on;
+use crate::{cpu_ns, throughput_on};
 
 /// One phase of one side.
 const PHASE: Duration = Duration::from_millis(250);
@@ -44,12 +46,17 @@ pub async fn run(server: &RedisServer, pairs: usize, clients: usize) {
     }
     let mut ratios = Vec::with_capacity(pairs);
     let mut sums = [0.0f64; 2];
+    // Per side: lock + unlock pairs, and the client's CPU ns.
+    let mut work = [(0u64, 0u64); 2];
     for pair in 0..pairs {
         let mut rates = [0.0f64; 2];
         let order = if pair % 2 == 0 { [0, 1] } else { [1, 0] };
         for i in order {
+            let cpu = cpu_ns();
             let (ops, took) = throughput_on(&handles[i], sides[i], PHASE, pair).await;
             rates[i] = ops as f64 / took.as_secs_f64();
+            work[i].0 += ops as u64;
+            work[i].1 += cpu_ns().saturating_sub(cpu);
         }
         sums[0] += rates[0];
         sums[1] += rates[1];
@@ -76,6 +83,12 @@ pub async fn run(server: &RedisServer, pairs: usize, clients: usize) {
         sums[1] / pairs as f64,
         sums[0] / sums[1]
     );
+    let cpu_us = |(ops, ns): (u64, u64)| ns as f64 / 1_000.0 / ops.max(1) as f64;
+    let (lease, bare) = (cpu_us(work[0]), cpu_us(work[1]));
+    println!();
+    println!("| client CPU µs / pair: leasehold / raw bare | ratio |");
+    println!("| --- | ---: |");
+    println!("| {lease:.1} / {bare:.1} | {:.2} |", lease / bare);
 }
 
 fn median(values: &mut [f64]) -> f64 {
