@@ -55,7 +55,7 @@ pub async fn run(server: &RedisServer, pairs: usize, clients: usize) {
             let cpu = cpu_ns();
             let (ops, took) = throughput_on(&handles[i], sides[i], PHASE, pair).await;
             rates[i] = ops as f64 / took.as_secs_f64();
-            work[i].0 += ops as u64;
+            work[i].0 += ops;
             work[i].1 += cpu_ns().saturating_sub(cpu);
         }
         sums[0] += rates[0];
