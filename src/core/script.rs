@@ -352,10 +352,9 @@ impl Script {
         // made (a try, `Acquiring::attempt`; a release, `Hold::release`).
         // A box of its own cost more than the copies it saved: an
         // allocation too large for the allocator's per-thread cache
-        // (glibc's tcache stops at 1 KiB) takes its arena's lock, and
-        // freed on the other worker thread it is contended for: about 0.6
-        // more `futex` calls per lock + unlock on 64 tasks, and 6 % of the
-        // throughput (BENCHMARKS.md, "Session of 2026-11-28, fifth").
+        // (glibc's stops at 1 KiB) takes its arena's lock, and freed on
+        // the other worker thread it is contended for (BENCHMARKS.md,
+        // "Session of 2026-11-28, fifth").
         let send = || {
             client.evalsha::<R, _, _, _>(
                 self.sha1().clone(),
