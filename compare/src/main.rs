@@ -157,6 +157,15 @@ fn rounds_or(default: usize) -> usize {
         .unwrap_or(default)
 }
 
+/// `LEASEHOLD_COMPARE_CLIENTS`, or `default`: the clients of the
+/// many-client throughput row, or of each side of the paired run.
+fn clients_or(default: usize) -> usize {
+    std::env::var("LEASEHOLD_COMPARE_CLIENTS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(default)
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -278,11 +287,7 @@ async fn run() {
         return;
     }
     if std::env::var_os("LEASEHOLD_COMPARE_ONLY").is_some_and(|v| v == "throughput-paired") {
-        let clients = std::env::var("LEASEHOLD_COMPARE_CLIENTS")
-            .ok()
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(CLIENTS);
-        paired::run(&server, rounds_or(60), clients).await;
+        paired::run(&server, rounds_or(60), clients_or(CLIENTS)).await;
         return;
     }
     // No Python peer in the throughput A/B: it need not set up the venv.
@@ -650,10 +655,7 @@ async fn throughput_ab(server: &RedisServer) {
     let phase = Duration::from_secs(1);
     // `LEASEHOLD_COMPARE_CLIENTS=N`: N clients instead of `CLIENTS` in the
     // second row (to see how each side scales with connections).
-    let many = std::env::var("LEASEHOLD_COMPARE_CLIENTS")
-        .ok()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(CLIENTS);
+    let many = clients_or(CLIENTS);
     let mut by_clients = [Multi::default(), Multi::default()];
     for round in 0..rounds {
         for (multi, clients) in by_clients.iter_mut().zip([1, many]) {
