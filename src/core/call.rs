@@ -423,6 +423,13 @@ impl Call {
     }
 }
 
+/// A script argument that is a string known at compile time (the publish
+/// command, `""`): fred sends its bytes as they are, where `&str`'s `into()`
+/// copies them into a new allocation on every call.
+pub(crate) fn static_arg(s: &'static str) -> Value {
+    Value::String(fred::bytes_utils::Str::from_static(s))
+}
+
 /// A whole-number script argument. The small ones every lock call sends
 /// (hold counts, `0`, `-1`) go as static strings: fred would otherwise
 /// format each integer on each send (its encoder counts the digits with a
@@ -469,6 +476,13 @@ mod tests {
         }
         assert_eq!(int_arg(-1), Value::String("-1".into()));
         assert_eq!(int_arg(10), Value::Integer(10));
+    }
+
+    #[test]
+    fn static_strings_go_as_their_bytes() {
+        for s in ["", "publish", "spublish"] {
+            assert_eq!(static_arg(s), Value::from(s));
+        }
     }
 
     #[test]

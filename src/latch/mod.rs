@@ -48,6 +48,7 @@ use fred::interfaces::KeysInterface;
 use fred::types::{Key, Value};
 
 use crate::client::Client;
+use crate::core::call::static_arg;
 
 use crate::core::pubsub::Wake;
 use crate::core::script::Script;
@@ -338,7 +339,7 @@ impl CountDownLatch {
             keys.push(self.channel_key.clone());
         }
         let mut args: Vec<Value> = arg.into_iter().collect();
-        args.push(engine.publish_command().into());
+        args.push(static_arg(engine.publish_command()));
         engine
             .run_once(
                 script,

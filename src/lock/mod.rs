@@ -54,7 +54,7 @@ use futures_util::FutureExt;
 
 use crate::client::Client;
 use crate::core::acquire::{acquire, Profile, Spec, Tries};
-use crate::core::call::{int_arg, Call};
+use crate::core::call::{int_arg, static_arg, Call};
 use crate::core::key_then_channel;
 use crate::core::kind::{AcquireReply, Kind};
 use crate::core::lease::Lease;
@@ -397,7 +397,7 @@ impl RawSingle for Plain {
                 (&self.inner.key, self.key_str()),
                 &self.inner.client.id().to_string(),
                 vec![self.inner.key.clone(), self.inner.channel_key.clone()],
-                vec!["0".into(), engine.publish_command().into()],
+                vec!["0".into(), static_arg(engine.publish_command())],
             )
             .await?;
         Ok(reply.first() == Some(&1))
@@ -475,7 +475,7 @@ impl Tries for LockTries<'_> {
                     -1
                 }),
                 // acquire.lua: how to announce a take (core/takes.rs).
-                publish.into(),
+                static_arg(publish),
             ],
             &lease.request_record(),
             rid,
@@ -495,7 +495,7 @@ impl Kind for LockKind {
                 ttl_ms.into(),
                 Value::String(lease.field()),
                 int_arg(i64::from(count)),
-                lease.conn.publish_command().into(),
+                static_arg(lease.conn.publish_command()),
                 // release_check.lua: the count this owner's field holds
                 // now, if nothing of the client is unknown (0: read the
                 // record as always).

@@ -83,7 +83,7 @@ use tokio::time::Instant;
 
 use crate::client::Client;
 use crate::core::acquire::{acquire, Profile, Spec, Tries};
-use crate::core::call::{Call, Reply};
+use crate::core::call::{static_arg, Call, Reply};
 use crate::core::kind::{AcquireReply, Kind, ReleaseReply};
 use crate::core::lease::Lease;
 use crate::core::pubsub::wake_count;
@@ -396,7 +396,7 @@ impl Semaphore {
                 ],
                 &[
                     now_ms().into(),
-                    self.client.engine().publish_command().into(),
+                    static_arg(self.client.engine().publish_command()),
                 ],
             )
             .await?;
@@ -619,7 +619,7 @@ impl Semaphore {
                 &self.key_str,
                 &self.client.id().to_string(),
                 vec![self.key.clone(), self.channel_key.clone()],
-                vec![arg, engine.publish_command().into()],
+                vec![arg, static_arg(engine.publish_command())],
             )
             .await
     }
@@ -677,7 +677,7 @@ impl Tries for PermitTries<'_> {
             [
                 expiry.into(),
                 now.into(),
-                lease.conn.publish_command().into(),
+                static_arg(lease.conn.publish_command()),
                 self.member.clone(),
             ],
             &lease.request_record(),
@@ -703,7 +703,7 @@ impl Kind for PermitKind {
             [
                 id_bytes(&lease.field()),
                 now_ms().into(),
-                lease.conn.publish_command().into(),
+                static_arg(lease.conn.publish_command()),
             ],
             &lease.request_record(),
             rid,
