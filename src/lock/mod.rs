@@ -397,7 +397,7 @@ impl RawSingle for Plain {
                 (&self.inner.key, self.key_str()),
                 &self.inner.client.id().to_string(),
                 vec![self.inner.key.clone(), self.inner.channel_key.clone()],
-                vec!["0".into(), static_arg(engine.publish_command())],
+                vec![static_arg("0"), static_arg(engine.publish_command())],
             )
             .await?;
         Ok(reply.first() == Some(&1))
