@@ -5,10 +5,10 @@
 //! (fred's command future, about 5 KiB, is built inline in them, not boxed
 //! on its own: `script.rs`), so on the hot path the copy was a large share
 //! of the client's memory traffic (BENCHMARKS.md). Writing the result of
-//! the call into fresh uninitialised memory instead (`Box::write` into `Box::new_uninit`)
-//! lets the compiler hand the box to the call as its return slot, and the
-//! future is built in place. No `unsafe` is involved: if the compiler does
-//! not see it, the copy is made as before.
+//! the call into fresh uninitialised memory instead (`Box::write` into
+//! `Box::new_uninit`) lets the compiler hand the box to the call as its
+//! return slot, and the future is built in place. No `unsafe` is involved:
+//! if the compiler does not see it, the copy is made as before.
 
 use std::future::Future;
 use std::pin::Pin;

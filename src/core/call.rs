@@ -437,7 +437,7 @@ pub(crate) fn static_arg(s: &'static str) -> Value {
 pub(crate) fn int_arg(n: i64) -> Value {
     const SMALL: [&str; 11] = ["-1", "0", "1", "2", "3", "4", "5", "6", "7", "8", "9"];
     match n {
-        -1..=9 => Value::String(fred::bytes_utils::Str::from_static(SMALL[(n + 1) as usize])),
+        -1..=9 => static_arg(SMALL[(n + 1) as usize]),
         _ => Value::Integer(n),
     }
 }

@@ -469,6 +469,12 @@ impl Conn {
         }
     }
 
+    /// [`publish_command`](Self::publish_command) as a script argument
+    /// (a static string: nothing copied per call).
+    pub(crate) fn publish_arg(&self) -> fred::types::Value {
+        super::call::static_arg(self.publish_command())
+    }
+
     /// The request record TTL in milliseconds, as scripts take it.
     pub(crate) fn record_ttl_ms(&self) -> i64 {
         self.settings.record_ttl.as_millis().min(i64::MAX as u128) as i64

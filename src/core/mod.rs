@@ -333,14 +333,15 @@ impl Engine {
     }
 
     /// What a script publishes with (`SPUBLISH` on a cluster with sharded
-    /// pub/sub, `PUBLISH` otherwise): the one place that chooses.
-    pub(crate) fn publish_command(&self) -> &'static str {
-        self.conn.publish_command()
+    /// pub/sub, `PUBLISH` otherwise), as its argument: `Conn::publish_command`
+    /// chooses.
+    pub(crate) fn publish_arg(&self) -> fred::types::Value {
+        self.conn.publish_arg()
     }
 
     /// Publishes `message` on `channel` from the client (for a channel a
     /// script may not touch: another slot on a cluster), with the command
-    /// [`publish_command`](Self::publish_command) names.
+    /// `Conn::publish_command` names.
     pub(crate) async fn publish(&self, channel: String, message: &'static str) -> Result<()> {
         use fred::interfaces::PubsubInterface;
         if self.conn.sharded {

@@ -6,7 +6,7 @@ use std::time::Duration;
 use fred::types::{Key, Value};
 
 use super::queue::{kick_if_unheard, now_ms, GRANT, THREAD_WAIT};
-use crate::core::call::{int_arg, static_arg, Call, Reply};
+use crate::core::call::{int_arg, Call, Reply};
 use crate::core::handoff;
 use crate::core::kind::Kind;
 use crate::core::lease::Lease;
@@ -164,7 +164,7 @@ impl Kind for FairKind {
             ttl_ms.into(),
             Value::String(lease.field()),
             int_arg(i64::from(count)),
-            static_arg(lease.conn.publish_command()),
+            lease.conn.publish_arg(),
             now_ms().into(),
         ];
         args.extend(Names::hand_over_args());

@@ -193,7 +193,6 @@ use std::time::Duration;
 use fred::interfaces::KeysInterface;
 
 use crate::client::Client;
-use crate::core::call::static_arg;
 use crate::core::prefix_name;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
@@ -413,7 +412,7 @@ impl RawSingle for Fair {
     async fn force_unlock(&self) -> Result<bool> {
         self.check()?;
         let engine = self.client.engine();
-        let mut args = vec![now_ms().into(), static_arg(engine.publish_command())];
+        let mut args = vec![now_ms().into(), engine.publish_arg()];
         args.extend(Names::hand_over_args());
         // The waiter the script hands the lock to held nothing when it was
         // sent: it keeps the grant (see `Engine::force_unlock`).

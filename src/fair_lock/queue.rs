@@ -45,7 +45,7 @@ use tokio::time::Instant;
 
 use super::kind::{Names, KICK, LEAVE, REFRESH};
 use crate::core::background::{spawn_here, BoxFuture, Job};
-use crate::core::call::{static_arg, Call, Settled};
+use crate::core::call::{Call, Settled};
 use crate::core::conn::Conn;
 use crate::core::lease::LeaseRef;
 use crate::core::Engine;
@@ -163,7 +163,7 @@ impl Leave {
         let mut args = vec![
             Value::String(self.lease.field()),
             now_ms().into(),
-            static_arg(conn.publish_command()),
+            conn.publish_arg(),
             counted.into(),
         ];
         args.extend(Names::hand_over_args());
@@ -305,7 +305,7 @@ fn kick_later(conn: &Arc<Conn>, names: Names, timeout: i64) {
             if conn.is_closed() {
                 return;
             }
-            let mut args = vec![now_ms().into(), static_arg(conn.publish_command())];
+            let mut args = vec![now_ms().into(), conn.publish_arg()];
             args.extend(Names::hand_over_args());
             let reply = KICK
                 .run::<Vec<i64>>(&conn.redis, &names.script_keys(), &args)

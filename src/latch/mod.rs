@@ -48,7 +48,6 @@ use fred::interfaces::KeysInterface;
 use fred::types::{Key, Value};
 
 use crate::client::Client;
-use crate::core::call::static_arg;
 
 use crate::core::pubsub::Wake;
 use crate::core::script::Script;
@@ -339,7 +338,7 @@ impl CountDownLatch {
             keys.push(self.channel_key.clone());
         }
         let mut args: Vec<Value> = arg.into_iter().collect();
-        args.push(static_arg(engine.publish_command()));
+        args.push(engine.publish_arg());
         engine
             .run_once(
                 script,

@@ -397,7 +397,7 @@ impl RawSingle for Plain {
                 (&self.inner.key, self.key_str()),
                 &self.inner.client.id().to_string(),
                 vec![self.inner.key.clone(), self.inner.channel_key.clone()],
-                vec![static_arg("0"), static_arg(engine.publish_command())],
+                vec![static_arg("0"), engine.publish_arg()],
             )
             .await?;
         Ok(reply.first() == Some(&1))
@@ -495,7 +495,7 @@ impl Kind for LockKind {
                 ttl_ms.into(),
                 Value::String(lease.field()),
                 int_arg(i64::from(count)),
-                static_arg(lease.conn.publish_command()),
+                lease.conn.publish_arg(),
                 // release_check.lua: the count this owner's field holds
                 // now, if nothing of the client is unknown (0: read the
                 // record as always).

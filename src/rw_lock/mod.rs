@@ -119,7 +119,7 @@ use fred::types::{Key, Value};
 
 use crate::client::Client;
 use crate::core::acquire::{acquire, Profile, Spec, Tries};
-use crate::core::call::{static_arg, Call};
+use crate::core::call::Call;
 use crate::core::kind::Kind;
 use crate::core::lease::Lease;
 use crate::core::names::LeaseNames;
@@ -546,7 +546,7 @@ impl Names {
                 vec![
                     mode.as_str().into(),
                     mode.message().into(),
-                    static_arg(engine.publish_command()),
+                    engine.publish_arg(),
                 ],
             )
             .await?;
@@ -651,7 +651,7 @@ fn release_call(
             ttl_ms.into(),
             Value::String(lease.field()),
             i64::from(count).into(),
-            static_arg(lease.conn.publish_command()),
+            lease.conn.publish_arg(),
         ],
         &lease.request_record(),
         rid,

@@ -83,7 +83,7 @@ use tokio::time::Instant;
 
 use crate::client::Client;
 use crate::core::acquire::{acquire, Profile, Spec, Tries};
-use crate::core::call::{static_arg, Call, Reply};
+use crate::core::call::{Call, Reply};
 use crate::core::kind::{AcquireReply, Kind, ReleaseReply};
 use crate::core::lease::Lease;
 use crate::core::pubsub::wake_count;
@@ -394,10 +394,7 @@ impl Semaphore {
                     self.timeout_key.clone(),
                     self.channel_key.clone(),
                 ],
-                &[
-                    now_ms().into(),
-                    static_arg(self.client.engine().publish_command()),
-                ],
+                &[now_ms().into(), self.client.engine().publish_arg()],
             )
             .await?;
         Ok(free.max(0) as u64)
@@ -619,7 +616,7 @@ impl Semaphore {
                 &self.key_str,
                 &self.client.id().to_string(),
                 vec![self.key.clone(), self.channel_key.clone()],
-                vec![arg, static_arg(engine.publish_command())],
+                vec![arg, engine.publish_arg()],
             )
             .await
     }
@@ -677,7 +674,7 @@ impl Tries for PermitTries<'_> {
             [
                 expiry.into(),
                 now.into(),
-                static_arg(lease.conn.publish_command()),
+                lease.conn.publish_arg(),
                 self.member.clone(),
             ],
             &lease.request_record(),
@@ -703,7 +700,7 @@ impl Kind for PermitKind {
             [
                 id_bytes(&lease.field()),
                 now_ms().into(),
-                static_arg(lease.conn.publish_command()),
+                lease.conn.publish_arg(),
             ],
             &lease.request_record(),
             rid,
