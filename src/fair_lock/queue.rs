@@ -114,11 +114,8 @@ pub(crate) async fn refresh(
             // Not queued while waiting (purged): nobody will tell this
             // waiter its turn, so it re-checks now (and queues again).
             tracing::debug!(field = %field, "fair lock: waiter purged from the queue; re-checking");
-            let publish = CustomCommand::new_static(
-                if conn.sharded { "SPUBLISH" } else { "PUBLISH" },
-                ClusterHash::FirstKey,
-                false,
-            );
+            let publish =
+                CustomCommand::new_static(conn.publish_command(), ClusterHash::FirstKey, false);
             let _ = Box::pin(
                 conn.redis
                     .custom::<Value, Value>(publish, vec![own_channel.into(), "0".into()]),
