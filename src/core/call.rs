@@ -284,6 +284,25 @@ impl Call {
         let give_up = first_sent + conn.settings.record_ttl / 2;
         let mut pauses = Backoff::new(RESEND_FIRST, RESEND_MAX);
         loop {
+            // A sweep failed earlier (`fence.rs`, "dirty"): a replaced
+            // connection may still deliver a copy of a twin sent on it,
+            // which reads no record. Nothing is sent until it is dead.
+            if conn.fence.dirty() {
+                if let Err(e) = conn.fence.sweep(&conn.redis).await {
+                    let error = fred::error::Error::new(
+                        fred::error::ErrorKind::IO,
+                        format!("not sent: a replaced connection could not be killed yet ({e})"),
+                    );
+                    let pause = pauses.next();
+                    if conn.is_closed() || Instant::now() + pause >= give_up {
+                        conn.unsettled();
+                        return Err(error);
+                    }
+                    tracing::debug!(script = self.script.name(), rid = self.rid, error = %error, "waiting for the fence");
+                    tokio::time::sleep(pause).await;
+                    continue;
+                }
+            }
             let copy = self.sent.swap(true, Ordering::Relaxed);
             let sweeps = conn.fence.sweeps();
             let twin = match self.script.proved() {

@@ -241,13 +241,13 @@ impl Conn {
             Some(forced) => forced,
             None => clustered && v7,
         };
+        let conn = Conn::new(redis, clustered, sharded, v7, settings, named);
+        // Bounded like the connect: a server that does not answer leaves
+        // the fence untrusted (records kept), which is safe.
+        let _ = tokio::time::timeout(timeout, conn.fence.probe(&conn.redis)).await;
         opened.0.clear();
         opened.1 = None;
-        Ok((
-            Conn::new(redis, clustered, sharded, v7, settings, named),
-            subscriber,
-            task,
-        ))
+        Ok((conn, subscriber, task))
     }
 
     /// A one-off command connection with the same configuration, for work
@@ -337,7 +337,14 @@ impl Conn {
     /// a call of this client ended with an unknown outcome or a replaced
     /// connection could not be killed. Then a copy of an older request
     /// may still reach Redis, and only the record tells it apart.
+    ///
+    /// Never while the fence is not known to work (`fence.rs`, "When the
+    /// fence is not known to work"): a copy of any earlier request may
+    /// then reach Redis for as long as its record lives.
     pub(crate) fn records_optional(&self) -> bool {
+        if !self.fence.trusted() {
+            return false;
+        }
         // Read on every lock call: the clock only once something was unsettled.
         let until = self.unsettled_until.load(Ordering::Relaxed);
         until == 0 || now_ms() >= until
@@ -352,8 +359,14 @@ impl Conn {
 
     /// Hands over the request record `record`, which request `rid` wrote,
     /// once its call has ended for good: it is deleted soon (`forget.rs`).
+    ///
+    /// While the fence is not known to work, nothing is deleted early: the
+    /// record keeps its TTL, which is then what bounds a late copy
+    /// (`fence.rs`).
     pub(crate) fn forget_record(&self, record: Key, rid: u64) {
-        self.forget.push(record, rid);
+        if self.fence.trusted() {
+            self.forget.push(record, rid);
+        }
     }
 
     /// What deleting request records has made Redis do so far.

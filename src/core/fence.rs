@@ -37,20 +37,36 @@
 //! request record then only has to live as long as its call, which is what
 //! lets records be deleted once their reply is in (`forget.rs`).
 //!
-//! # Limits
+//! # When the fence is not known to work
 //!
-//! * A user without the `CLIENT KILL` permission (an ACL without
-//!   `@admin`/`@dangerous`): the kill is refused, a warning is logged once,
-//!   and the bound is the record's TTL again. Without `CLIENT LIST`, or
-//!   without `CLIENT SETNAME` (the client then connects with unnamed
-//!   connections), only the connection the fence last saw is killed, by
-//!   its id: one fred made and dropped between two sweeps is not.
-//! * A server that left a cluster's map cannot be reached to kill its old
-//!   connection; its slots moved away, so its copies find keys that are not
-//!   served there any more.
-//! * If the kill itself fails (the server unreachable again), the reply is
-//!   still returned (it is the truth about the first run) and the next
-//!   call's check sweeps again.
+//! Everything above holds only while the fence can do its job. It is
+//! *trusted* only if the client's connections carry its name and the user
+//! may both list and kill clients: [`Fence::probe`] asks the server once
+//! at connect (`CLIENT LIST TYPE master`, `CLIENT KILL ID <i64::MAX>`: neither
+//! lists nor kills anything of anyone), and a refusal met later by a sweep
+//! takes the trust away for good (an ACL changed under a running client).
+//! An untrusted fence cannot promise that a copy is dead once its call
+//! returned, so the client falls back to what needs no fence:
+//!
+//! * no request is sent as a twin without its record, and no check skips
+//!   the record (`Conn::records_optional` is false): every mutation reads
+//!   and writes its request record, so a late copy of an older request
+//!   finds a newer request id there and never runs;
+//! * no record is deleted early (`forget.rs` is off): each keeps its TTL
+//!   (`ClientBuilder::request_record_ttl`), and **that TTL is the bound**:
+//!   a copy held back in the network for longer than it may run again.
+//!
+//! A sweep that fails for another reason (the server unreachable for a
+//! moment) leaves the fence *dirty*: the replaced connection may still
+//! deliver a copy of a twin sent on it, and a twin reads no record. Until
+//! a sweep succeeds, every call sweeps before it is sent and sends nothing
+//! while the sweep fails ([`Fence::dirty`]); records are required for a
+//! record TTL after it (`Conn::unsettled`), and none is deleted while the
+//! fence is dirty.
+//!
+//! A server that left a cluster's map cannot be reached to kill its old
+//! connection; its slots moved away, so its copies find keys that are not
+//! served there any more.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -73,8 +89,16 @@ pub(crate) struct Fence {
     seen: parking_lot::Mutex<HashMap<Server, i64, foldhash::fast::RandomState>>,
     /// One sweep at a time.
     sweeping: tokio::sync::Mutex<()>,
-    /// `CLIENT KILL` was refused (no permission): warned once.
+    /// `CLIENT LIST` or `CLIENT KILL` was refused (no permission): warned
+    /// once.
     refused: AtomicBool,
+    /// The fence is known to work (see the module docs): the connections
+    /// are named and the user may list and kill clients. Set by
+    /// [`probe`](Fence::probe); cleared for good by a refusal.
+    trusted: AtomicBool,
+    /// A sweep failed: a replaced connection may still be open on the
+    /// server. Set and cleared by [`sweep`](Fence::sweep).
+    dirty: AtomicBool,
     /// The client's connections carry its name (`CLIENT SETNAME` was
     /// allowed): a sweep finds them by it. Otherwise it kills the
     /// connection it last saw, by id.
@@ -93,12 +117,72 @@ impl Fence {
 
     /// A fence that has seen `redis`'s current connections; `named`: they
     /// carry the client's name.
+    /// It is not trusted until [`probe`](Self::probe) says so.
     pub(crate) fn new(redis: &FredClient, named: bool) -> Fence {
         Fence {
             seen: parking_lot::Mutex::new(redis.connection_ids().into_iter().collect()),
             named,
             ..Fence::default()
         }
+    }
+
+    /// Whether the fence is known to work: a reply returned after a sweep
+    /// means every other connection of the client is dead on the server.
+    /// If not, requests always carry their records and records keep their
+    /// TTL (see the module docs).
+    pub(crate) fn trusted(&self) -> bool {
+        self.trusted.load(Ordering::Acquire)
+    }
+
+    /// Whether a sweep failed and none has succeeded since: a replaced
+    /// connection may still be open on the server.
+    pub(crate) fn dirty(&self) -> bool {
+        self.dirty.load(Ordering::Acquire)
+    }
+
+    /// Asks each server `redis` is connected to whether this user may list
+    /// and kill clients, without listing or killing anything of anyone
+    /// (`CLIENT LIST TYPE master`: the connection to this server's own
+    /// primary, if any; `CLIENT KILL ID` of an id no connection has), and
+    /// trusts the fence only if every server allows both and the
+    /// connections are named. An answer other than a reply or a refusal
+    /// (a timeout) counts as a refusal: the fence is trusted only when
+    /// known to work.
+    ///
+    /// Cancel safe: dropped, the fence stays untrusted.
+    pub(crate) async fn probe(&self, redis: &FredClient) {
+        let mut works = self.named;
+        let client = || CustomCommand::new_static("CLIENT", ClusterHash::Random, false);
+        let servers: Vec<Server> = redis.connection_ids().into_keys().collect();
+        for server in servers {
+            if !works {
+                break;
+            }
+            let on_server = on_node(redis, &server);
+            let list = Box::pin(on_server.custom::<Value, Value>(
+                client(),
+                vec!["LIST".into(), "TYPE".into(), "master".into()],
+            ))
+            .await;
+            let kill = Box::pin(on_server.custom::<Value, Value>(
+                client(),
+                vec!["KILL".into(), "ID".into(), Value::Integer(i64::MAX)],
+            ))
+            .await;
+            for (what, answer) in [("CLIENT LIST", list), ("CLIENT KILL", kill)] {
+                // An id nobody has: 0 killed, or "No such client".
+                if let Err(e) = answer {
+                    if refused(&e) || !e.details().contains("No such client") {
+                        tracing::warn!(%server, error = %e, "{what} not allowed: the client cannot kill a connection it gave up on, so every request carries its request record and records are kept for their TTL (ClientBuilder::request_record_ttl)");
+                        works = false;
+                    }
+                }
+            }
+        }
+        if !self.named {
+            tracing::warn!("connections are not named (CLIENT SETNAME refused): every request carries its request record and records are kept for their TTL");
+        }
+        self.trusted.store(works, Ordering::Release);
     }
 
     /// Whether fred has replaced (or added) a command connection since the
@@ -131,9 +215,13 @@ impl Fence {
             self.swept.fetch_add(1, Ordering::AcqRel);
         }
         for (server, old, current) in moved {
-            self.sweep_server(redis, &server, old, current).await?;
+            if let Err(e) = self.sweep_server(redis, &server, old, current).await {
+                self.dirty.store(true, Ordering::Release);
+                return Err(e);
+            }
             self.seen.lock().insert(server, current);
         }
+        self.dirty.store(false, Ordering::Release);
         Ok(())
     }
 
@@ -157,7 +245,10 @@ impl Fence {
             .await;
             match list {
                 Ok(list) => ours(&list, redis.id(), current),
-                Err(e) if refused(&e) => by_id(),
+                Err(e) if refused(&e) => {
+                    self.distrust(&e);
+                    by_id()
+                }
                 Err(e) => return Err(e),
             }
         } else {
@@ -170,15 +261,24 @@ impl Fence {
                     tracing::debug!(%server, id, current, "killed a replaced command connection on the server");
                 }
                 Err(e) if refused(&e) => {
-                    if !self.refused.swap(true, Ordering::Relaxed) {
-                        tracing::warn!(error = %e, "CLIENT KILL refused: a copy of a request stuck on a replaced connection may run later than its call (bounded by the request record's TTL only)");
-                    }
+                    // Nothing more can be done: records are kept instead.
+                    self.distrust(&e);
                     return Ok(());
                 }
                 Err(e) => return Err(e),
             }
         }
         Ok(())
+    }
+}
+
+impl Fence {
+    /// A sweep met a refusal: the fence is not trusted any more.
+    fn distrust(&self, e: &fred::error::Error) {
+        self.trusted.store(false, Ordering::Release);
+        if !self.refused.swap(true, Ordering::Relaxed) {
+            tracing::warn!(error = %e, "CLIENT LIST or CLIENT KILL refused: a copy of a request stuck on a replaced connection may run later than its call; every request now carries its request record and records are kept for their TTL");
+        }
     }
 }
 

@@ -179,9 +179,18 @@ impl Inner {
                 }
                 continue;
             }
+            // The fence stopped being trusted since these were handed
+            // over (a refusal): they keep their TTL.
+            if !fence.trusted() {
+                tracing::debug!(
+                    records = batch.len(),
+                    "records kept: the fence is not known to work"
+                );
+                continue;
+            }
             // A connection replaced since a reply was trusted, and not yet
             // killed (its kill failed): a copy may still be on it.
-            if fence.moved(redis) {
+            if fence.moved(redis) || fence.dirty() {
                 if let Err(e) = fence.sweep(redis).await {
                     tracing::debug!(error = %e, records = batch.len(), "records kept: a replaced connection could not be killed");
                     continue;
