@@ -208,6 +208,24 @@ impl Client {
         self.inner.engine.redis()
     }
 
+    /// What the client learned about its server at connect: its kind and
+    /// version, whether it may evict a held lock, sharded pub/sub, `WAIT`,
+    /// and whether the client can kill a connection it gave up on (see
+    /// [`ServerInfo`](crate::ServerInfo)).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn f() -> leasehold::Result<()> {
+    /// let client = leasehold::Client::connect("redis://127.0.0.1:6379").await?;
+    /// let info = client.server_info();
+    /// println!("{} {:?}", info.kind, info.version);
+    /// # Ok(()) }
+    /// ```
+    pub fn server_info(&self) -> &crate::ServerInfo {
+        self.inner.engine.server_info()
+    }
+
     /// Number of unlock channels this client is subscribed to: one per lock
     /// that at least one of its tasks is waiting for.
     ///
@@ -756,6 +774,7 @@ impl ClientBuilder {
             message_capacity,
             record_ttl,
             rids: Default::default(),
+            key_prefix: self.key_prefix.clone(),
         };
         let client_record = self.client_record.unwrap_or(true);
         if self.detect_deadlocks && !client_record {

@@ -88,6 +88,15 @@ pub enum Error {
     #[error("redis error: {0}")]
     Redis(#[from] fred::error::Error),
 
+    /// The server, or the user the client connects as, cannot run what was
+    /// asked safely, and nothing was sent that changes anything: a
+    /// permission the user lacks (the lock channels, scripts, the key
+    /// prefix), a server older than a primitive needs, or a server kind
+    /// that cannot run lock scripts atomically. The message names what is
+    /// missing.
+    #[error("unsupported: {0}")]
+    Unsupported(String),
+
     /// Fewer replicas than required acknowledged an acquire in time
     /// ([`ClientBuilder::wait_for_replicas`](crate::ClientBuilder::wait_for_replicas)).
     /// The hold was given back: the caller does not hold the lock.

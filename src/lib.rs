@@ -148,6 +148,7 @@ mod owner;
 mod rw_lock;
 mod semaphore;
 
+pub use crate::core::caps::{ServerInfo, ServerKind};
 pub use crate::core::registry::{client_records, deadlocks_on};
 pub use crate::core::stats::Stats;
 pub use crate::core::watchdog::Watchdog;

@@ -303,26 +303,15 @@ async fn requirepass_server() {
 /// A user that may not name its connections, nor list or kill clients
 /// (a managed Redis that restricts `CLIENT`): the client still connects
 /// and locks (connections are not named; a replaced one is killed by its
-/// id where that is allowed, and otherwise the bound is the record's TTL).
+/// id where that is allowed; the fence is not trusted, so requests carry
+/// their records and records keep their TTL: `tests/unchecked.rs`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_user_without_client_setname_still_locks() {
     let server = RedisServer::start_with(&["--requirepass", "s3cret"]).with_password("s3cret");
-    assert_eq!(
-        server.cmd(&[
-            "ACL",
-            "SETUSER",
-            "app",
-            "on",
-            ">pw",
-            "~*",
-            "&*",
-            "+@all",
-            "-client|setname",
-            "-client|list",
-            "-client|kill",
-        ]),
-        "OK"
-    );
+    let mut rules = vec!["ACL", "SETUSER", "app", "on", ">pw", "~*", "&*", "+@all"];
+    let denied = support::fixture::deny_client_subcommands(&["setname", "list", "kill"]);
+    rules.extend(denied.iter().map(String::as_str));
+    assert_eq!(server.cmd(&rules), "OK");
     let port = server.port();
     within(
         Duration::from_secs(60),

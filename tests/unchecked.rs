@@ -8,17 +8,18 @@ use leasehold_testkit as support;
 use std::time::Duration;
 
 use leasehold::{Client, FairLock, Owner};
-use support::fixture::{calls, client_with, eventually, numsub, within};
+use support::fixture::{calls, client_with, deny_client_subcommands, eventually, numsub, within};
 use support::{Proxy, RedisServer};
 
 const HANG: Duration = Duration::from_secs(60);
 
 /// A server with a password and a user `app` (password `pw`) with every
-/// permission but `denied` (ACL rules such as `-client|kill`).
+/// permission but the `CLIENT` subcommands `denied` (such as `kill`).
 fn server_with_user(denied: &[&str]) -> RedisServer {
     let server = RedisServer::start_with(&["--requirepass", "s3cret"]).with_password("s3cret");
     let mut rules = vec!["ACL", "SETUSER", "app", "on", ">pw", "~*", "&*", "+@all"];
-    rules.extend_from_slice(denied);
+    let denied = deny_client_subcommands(denied);
+    rules.extend(denied.iter().map(String::as_str));
     assert_eq!(server.cmd(&rules), "OK", "ACL SETUSER {denied:?}");
     server
 }
@@ -115,7 +116,7 @@ async fn a_late_release_copy_frees_nothing_with_the_fence() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_late_release_copy_frees_nothing_without_the_fence() {
     assert!(
-        late_release_copy_survives(&["-client|list", "-client|kill"], 3).await,
+        late_release_copy_survives(&["list", "kill"], 3).await,
         "a late copy of a release freed a hold taken after it"
     );
 }
@@ -124,7 +125,7 @@ async fn a_late_release_copy_frees_nothing_without_the_fence() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_late_release_copy_frees_nothing_without_client_kill() {
     assert!(
-        late_release_copy_survives(&["-client|kill"], 3).await,
+        late_release_copy_survives(&["kill"], 3).await,
         "a late copy of a release freed a hold taken after it"
     );
 }
@@ -144,7 +145,7 @@ fn queue(server: &RedisServer, lock: &FairLock) -> Vec<String> {
 /// may not list or kill clients.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_late_leave_copy_gives_back_no_later_grant_without_the_fence() {
-    let server = server_with_user(&["-client|list", "-client|kill"]);
+    let server = server_with_user(&["list", "kill"]);
     let proxy = Proxy::start(&server.addr()).await;
     let holder = app_direct(&server).await;
     let url = format!("redis://app:pw@{}", proxy.addr());

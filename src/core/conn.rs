@@ -24,10 +24,11 @@ use std::time::Duration;
 use fred::clients::{Client as FredClient, SubscriberClient};
 use fred::interfaces::ClientLike;
 use fred::types::config::{Config, ReconnectPolicy, Server};
-use fred::types::{Builder, ClusterHash, CustomCommand, Key};
+use fred::types::{Builder, ClusterHash, CustomCommand, Key, Value};
 
 use super::background::spawn_here;
 use super::backoff::Backoff;
+use super::caps::ServerInfo;
 use super::fence::Fence;
 use super::forget::{Forget, Forgotten, Route};
 use super::reset::{now_ms, once_a_second, Resets, BASE};
@@ -43,8 +44,9 @@ pub(crate) struct Conn {
     pub(crate) clustered: bool,
     /// Channels use sharded pub/sub (SPUBLISH / SSUBSCRIBE).
     pub(crate) sharded: bool,
-    /// The server takes script flags (`#!lua flags=…`, Redis 7+).
-    pub(crate) script_flags: bool,
+    /// Renewal and record batches go to a cluster node as one keyless
+    /// script (no `#!lua` flags are needed for it on any server).
+    pub(crate) node_batches: bool,
     pub(crate) settings: Settings,
     /// Set when the client closes the connection for good (shutdown):
     /// nothing is sent again after that.
@@ -68,6 +70,8 @@ pub(crate) struct Conn {
     /// outcome, or a replaced connection could not be killed (see
     /// [`Conn::records_optional`]). 0: never set.
     unsettled_until: AtomicU64,
+    /// What the server can do, probed at connect (`caps.rs`).
+    pub(crate) info: ServerInfo,
 }
 
 /// Connection settings kept to build a fresh connection later (the
@@ -81,6 +85,117 @@ pub(crate) struct Settings {
     pub(crate) record_ttl: Duration,
     /// Request ids of this client; shared by its fresh connections.
     pub(crate) rids: Arc<AtomicU64>,
+    /// The client's key prefix: the permission probes at connect name a
+    /// key and a channel under it (`caps.rs`).
+    pub(crate) key_prefix: String,
+}
+
+/// Whether the server answers `PUBSUB SHARDNUMSUB` (sharded pub/sub is
+/// there), within `timeout`.
+async fn sharded_pubsub_answers(redis: &FredClient, timeout: Duration) -> bool {
+    let probe = redis.custom::<Value, Value>(
+        CustomCommand::new_static("PUBSUB", ClusterHash::Random, false),
+        vec!["SHARDNUMSUB".into()],
+    );
+    matches!(tokio::time::timeout(timeout, probe).await, Ok(Ok(_)))
+}
+
+/// The server's kind, version and memory settings from `INFO` (unknown
+/// if refused or unanswered within `timeout`).
+async fn probe_server(redis: &FredClient, timeout: Duration) -> ServerInfo {
+    let info = redis.custom::<String, Value>(
+        CustomCommand::new_static("INFO", ClusterHash::Random, false),
+        Vec::new(),
+    );
+    match tokio::time::timeout(timeout, info).await {
+        Ok(Ok(text)) => ServerInfo::from_info(&text),
+        Ok(Err(e)) => {
+            tracing::debug!(error = %e, "INFO refused: the server's kind and version are unknown");
+            ServerInfo::unknown()
+        }
+        Err(_) => ServerInfo::unknown(),
+    }
+}
+
+/// Whether `WAIT 0 0` is answered (it returns at once: no replica is
+/// asked for).
+async fn wait_answers(redis: &FredClient, timeout: Duration) -> bool {
+    let wait = redis.custom::<Value, Value>(
+        CustomCommand::new_static("WAIT", ClusterHash::Random, false),
+        vec![Value::Integer(0), Value::Integer(0)],
+    );
+    matches!(tokio::time::timeout(timeout, wait).await, Ok(Ok(_)))
+}
+
+/// Refuses a user that may not do what every lock needs, naming what it
+/// lacks: run scripts, write keys under the client's prefix and the
+/// request records beside them, publish on the lock channels. Each probe changes nothing: `EVALSHA` of a script
+/// nobody loaded (`NOSCRIPT`), `PEXPIRE` of a key that does not exist, a
+/// `0` published on the channel of a lock named `leasehold:probe`. Only a
+/// refusal (`NOPERM`) fails; any other answer passes.
+async fn check_permissions(
+    redis: &FredClient,
+    sharded: bool,
+    prefix: &str,
+    timeout: Duration,
+) -> crate::Result<()> {
+    let key = format!("{prefix}leasehold:probe");
+    let channel = format!("redisson_lock__channel:{{{key}}}");
+    let record: String = super::concat(super::record_parts(&key, "probe"));
+    let slot = fred::util::redis_keyslot(key.as_bytes());
+    let publish = if sharded { "SPUBLISH" } else { "PUBLISH" };
+    let probes: [(&str, &'static str, Vec<Value>, ClusterHash, &str); 4] = [
+        (
+            "run Lua scripts (EVALSHA)",
+            "EVALSHA",
+            vec![
+                "0000000000000000000000000000000000000000".into(),
+                Value::Integer(0),
+            ],
+            ClusterHash::Random,
+            "every lock change is a script",
+        ),
+        (
+            "write keys under the key prefix (PEXPIRE)",
+            "PEXPIRE",
+            vec![key.as_str().into(), Value::Integer(1)],
+            ClusterHash::Custom(slot),
+            "locks are keys under the prefix",
+        ),
+        (
+            "write request records (PEXPIRE leasehold_latch:{…})",
+            "PEXPIRE",
+            vec![record.as_str().into(), Value::Integer(1)],
+            ClusterHash::Custom(slot),
+            "every lock script reads and writes its request record beside the lock, at \
+             leasehold_latch:{<lock key>}:… (grant ~leasehold_latch:* too)",
+        ),
+        (
+            if sharded {
+                "publish on the lock channels (SPUBLISH redisson_lock__channel:…)"
+            } else {
+                "publish on the lock channels (PUBLISH redisson_lock__channel:…)"
+            },
+            publish,
+            vec![channel.as_str().into(), "0".into()],
+            ClusterHash::Custom(slot),
+            "a release would delete the lock and then fail at its PUBLISH, and waiters \
+             would never be woken (grant the channels: &redisson_* or allchannels)",
+        ),
+    ];
+    for (what, command, args, hash, why) in probes {
+        let cmd = CustomCommand::new_static(command, hash, false);
+        let answer = tokio::time::timeout(timeout, redis.custom::<Value, Value>(cmd, args)).await;
+        if let Ok(Err(e)) = answer {
+            if e.details().contains("NOPERM") {
+                return Err(crate::Error::Unsupported(format!(
+                    "the Redis user may not {what}: {why} ({})",
+                    e.details()
+                )));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Closes fred clients that a dropped `connect` had started (fred's
@@ -104,7 +219,7 @@ impl Conn {
         redis: FredClient,
         clustered: bool,
         sharded: bool,
-        script_flags: bool,
+        node_batches: bool,
         settings: Settings,
         named: bool,
     ) -> Conn {
@@ -112,7 +227,7 @@ impl Conn {
         let resets = Arc::<Resets>::default();
         let route = Route {
             clustered,
-            per_node: script_flags,
+            per_node: node_batches,
         };
         let forget = Forget::new(&redis, route, fence.clone(), resets.clone());
         Conn {
@@ -120,7 +235,7 @@ impl Conn {
             redis,
             clustered,
             sharded,
-            script_flags,
+            node_batches,
             settings,
             closed: AtomicBool::new(false),
             last_refresh: AtomicU64::new(0),
@@ -129,6 +244,7 @@ impl Conn {
             forget,
             resets,
             unsettled_until: AtomicU64::new(0),
+            info: ServerInfo::unknown(),
         }
     }
 
@@ -146,6 +262,7 @@ impl Conn {
             message_capacity: 16,
             record_ttl: Duration::from_secs(60),
             rids: Arc::new(AtomicU64::new(1)),
+            key_prefix: String::new(),
         };
         Conn::new(redis, false, false, true, settings, false)
     }
@@ -231,7 +348,6 @@ impl Conn {
             }
         };
         let clustered = redis.is_clustered();
-        let v7 = redis.server_version().is_none_or(|v| v.major >= 7);
         let sharded = match sharded {
             Some(true) if !clustered => {
                 return Err(crate::Error::invalid(
@@ -239,12 +355,36 @@ impl Conn {
                 ))
             }
             Some(forced) => forced,
-            None => clustered && v7,
+            // As Redisson decides it: a cluster whose nodes answer
+            // `PUBSUB SHARDNUMSUB` (Redis 7+, Valkey) publishes with
+            // SPUBLISH, so Java and Rust waiters hear each other.
+            None => clustered && sharded_pubsub_answers(&redis, timeout).await,
         };
-        let conn = Conn::new(redis, clustered, sharded, v7, settings, named);
+        let info = probe_server(&redis, timeout).await;
+        if let Some(why) = info.refusal() {
+            return Err(crate::Error::Unsupported(why));
+        }
+        check_permissions(&redis, sharded, &settings.key_prefix, timeout).await?;
+        let wait = wait_answers(&redis, timeout).await;
+        let mut conn = Conn::new(redis, clustered, sharded, clustered, settings, named);
         // Bounded like the connect: a server that does not answer leaves
         // the fence untrusted (records kept), which is safe.
         let _ = tokio::time::timeout(timeout, conn.fence.probe(&conn.redis)).await;
+        conn.info = ServerInfo {
+            sharded_pubsub: sharded,
+            wait,
+            fence: conn.fence.trusted(),
+            ..info
+        };
+        if conn.info.can_evict_locks() {
+            tracing::warn!(
+                maxmemory = conn.info.maxmemory,
+                policy = conn.info.maxmemory_policy.as_deref(),
+                "the server may evict keys with a TTL under memory pressure: a held lock can be \
+                 evicted and its holder is told only at the next renewal; use \
+                 maxmemory-policy noeviction (or volatile-* with no lock keys at risk)"
+            );
+        }
         opened.0.clear();
         opened.1 = None;
         Ok((conn, subscriber, task))
@@ -280,7 +420,7 @@ impl Conn {
             redis,
             self.clustered,
             self.sharded,
-            self.script_flags,
+            self.node_batches,
             self.settings.clone(),
             false,
         ))
@@ -552,8 +692,18 @@ mod tests {
     #[test]
     fn an_unknown_outcome_makes_records_required() {
         let conn = Conn::offline();
+        conn.fence.trust_for_test();
         assert!(conn.records_optional());
         conn.unsettled();
+        assert!(!conn.records_optional());
+    }
+
+    /// A fence not known to work (not probed, refused, unnamed
+    /// connections): requests always read their records.
+    #[test]
+    fn an_untrusted_fence_makes_records_required() {
+        let conn = Conn::offline();
+        assert!(!conn.fence.trusted());
         assert!(!conn.records_optional());
     }
 }

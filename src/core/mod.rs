@@ -65,6 +65,7 @@ pub(crate) mod background;
 pub(crate) mod backoff;
 pub(crate) mod boxed;
 pub(crate) mod call;
+pub(crate) mod caps;
 pub(crate) mod conn;
 pub(crate) mod fence;
 pub(crate) mod forget;
@@ -267,6 +268,13 @@ impl Engine {
     pub(crate) async fn start(options: Options) -> Result<Arc<Engine>> {
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
         let (conn, subscriber, task) = Conn::connect(options.settings, options.sharded).await?;
+        if options.replicas.is_some() && !conn.info.wait {
+            conn.close().await;
+            return Err(Error::Unsupported(
+                "wait_for_replicas needs WAIT, which the server refuses or does not have"
+                    .to_owned(),
+            ));
+        }
         let conn = Arc::new(conn);
         runtime.spawn(Conn::supervise(Arc::downgrade(&conn), task));
         let runtime_alive = Arc::new(AtomicBool::new(true));
@@ -319,6 +327,17 @@ impl Engine {
 
     // --- The engine's API: what primitives and the client use. Its fields
     // are private; the engine's own modules use them directly. ---
+
+    /// What the server can do, probed at connect (`caps.rs`).
+    pub(crate) fn server_info(&self) -> &caps::ServerInfo {
+        &self.conn.info
+    }
+
+    /// `Err(Error::Unsupported)` if the server is known to be too old for
+    /// `feature`.
+    pub(crate) fn require(&self, feature: caps::Feature) -> Result<()> {
+        self.conn.info.require(feature)
+    }
 
     /// The command connection's fred client, for reads (`EXISTS`, `PTTL`,
     /// `HGET`, read-only scripts).

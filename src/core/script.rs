@@ -172,9 +172,6 @@ const PROVED_GATE: &str = include_str!("scripts/proved_gate.lua");
 const PROVED_EPILOGUE: &str = include_str!("scripts/proved_epilogue.lua");
 /// The watchdog's batch helpers, before every renewal script.
 const RENEW_BATCH: &str = include_str!("scripts/renew_batch.lua");
-/// The first line of a script sent to a cluster node for keys of several
-/// of its slots (Redis 7.0+).
-const CROSS_SLOT: &str = "#!lua flags=allow-cross-slot-keys";
 
 impl Script {
     /// A script sent as it is.
@@ -190,11 +187,14 @@ impl Script {
         Script::new(name, [RENEW_BATCH, source, "", "", ""], None)
     }
 
-    /// A renewal script sent to a Redis 7 cluster node itself, whatever
-    /// the slots of its keys (none declared): [`renewal`](Self::renewal)
-    /// with the flag that lets a script touch keys of several slots.
+    /// A renewal script sent to a cluster node itself, whatever the slots
+    /// of its keys (none declared). Like [`renewal`](Self::renewal), it
+    /// has no `#!lua` line: a script without one may touch keys of several
+    /// slots its node serves (Redis 6.2 to 7.4, Valkey 8), and runs where a
+    /// flagged one is refused up front (a node over `maxmemory`, a
+    /// `min-replicas` shortage, `MISCONF`: `PEXPIRE` may still run there).
     pub(crate) const fn node_renewal(name: &'static str, source: &'static str) -> Script {
-        Script::new(name, [CROSS_SLOT, "\n", RENEW_BATCH, source, ""], None)
+        Script::new(name, [RENEW_BATCH, source, "", "", ""], None)
     }
 
     /// A mutation: `body` defines `local function body()`, which returns an
@@ -507,7 +507,7 @@ mod tests {
     use super::*;
 
     /// Each constructor joins its pieces in the order Redis must read them
-    /// (a `#!lua` flags line first, the helpers before the code that calls
+    /// (no `#!lua` flags line in any of them; the helpers before the code that calls
     /// them), and names the script by the SHA-1 of exactly that source.
     #[test]
     fn sources_are_joined_in_order_and_named_by_their_sha1() {
@@ -520,10 +520,7 @@ mod tests {
 
         assert_eq!(PLAIN.source(), "return 1");
         assert_eq!(RENEWAL.source(), format!("{RENEW_BATCH}return 2"));
-        assert_eq!(
-            NODE.source(),
-            format!("#!lua flags=allow-cross-slot-keys\n{RENEW_BATCH}return 3")
-        );
+        assert_eq!(NODE.source(), format!("{RENEW_BATCH}return 3"));
         assert_eq!(
             RECORDED.source(),
             format!(

@@ -357,7 +357,10 @@ impl Fair {
         if self.name.is_empty() {
             return Err(Error::invalid("lock name is empty"));
         }
-        Ok(())
+        // The queue's scripts use LPOS (Redis 6.0.6).
+        self.client
+            .engine()
+            .require(crate::core::caps::Feature::Lpos)
     }
 }
 

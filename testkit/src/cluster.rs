@@ -504,8 +504,11 @@ impl RedisCluster {
 /// explicitly, afresh on each start attempt: the default (port + 10000) is
 /// out of range for ports above 55535, which the harness's ephemeral ports
 /// often are, and any picked port can be taken by a connection meanwhile.
+///
+/// Before Redis 7.0 there is no `--cluster-port`: the bus is at port +
+/// 10000, so the node's port is picked below 55536 with that one free too.
 fn start_node() -> RedisServer {
-    RedisServer::start_with(&[
+    let mut args = vec![
         "--cluster-enabled",
         "yes",
         // Relative to `--dir`, i.e. the server's own temp dir.
@@ -513,13 +516,17 @@ fn start_node() -> RedisServer {
         "nodes.conf",
         "--cluster-node-timeout",
         "1000",
-        "--cluster-port",
-        crate::server::FRESH_PORT,
         // A primary waits 5 s by default before a diskless full sync, to
         // batch replicas; nothing to batch here.
         "--repl-diskless-sync-delay",
         "0",
-    ])
+    ];
+    if crate::server::server_major() >= 7 {
+        args.extend(["--cluster-port", crate::server::FRESH_PORT]);
+    } else {
+        args.push(crate::server::BUS_AT_DEFAULT);
+    }
+    RedisServer::start_with(&args)
 }
 
 /// Healthy replicas of the primary listening on `port`.

@@ -150,3 +150,23 @@ pub fn abba(
     };
     [cross(a.clone(), x, y), cross(b.clone(), y, x)]
 }
+
+/// ACL rules that deny the `CLIENT` subcommands in `denied` (e.g.
+/// `["kill", "list"]`) and allow every other one the tests' clients use, in
+/// the syntax of the server the harness starts: `-client|kill` from Redis
+/// 7.0, `-client +client|id …` before (6.2 cannot take a subcommand away).
+pub fn deny_client_subcommands(denied: &[&str]) -> Vec<String> {
+    if crate::server::server_major() >= 7 {
+        return denied.iter().map(|d| format!("-client|{d}")).collect();
+    }
+    const ALL: [&str; 9] = [
+        "id", "setname", "getname", "list", "kill", "info", "reply", "tracking", "unpause",
+    ];
+    std::iter::once("-client".to_owned())
+        .chain(
+            ALL.iter()
+                .filter(|s| !denied.contains(s))
+                .map(|s| format!("+client|{s}")),
+        )
+        .collect()
+}

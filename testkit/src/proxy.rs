@@ -65,6 +65,9 @@ struct Shared {
     stalled: watch::Sender<bool>,
     /// Chunks held back so far.
     held: AtomicUsize,
+    /// Scripts sent with no key are refused by the server (see
+    /// `refuse_keyless_scripts`).
+    refuse_keyless: AtomicBool,
 }
 
 impl Shared {
@@ -125,9 +128,24 @@ impl Proxy {
             stall_on: std::sync::Mutex::new(None),
             stalled: watch::channel(false).0,
             held: AtomicUsize::new(0),
+            refuse_keyless: AtomicBool::new(false),
         });
         tokio::spawn(accept_loop(listener, Arc::clone(&shared)));
         Proxy { addr, shared }
+    }
+
+    /// Makes the server refuse every script sent with no declared key, as
+    /// ElastiCache Serverless does ("Lua scripts without any input keys are
+    /// not supported"): an `EVALSHA`/`EVAL` whose key count is `0` is
+    /// renamed on its way to a command of the same length that takes fewer
+    /// arguments (`EVALSHA` to `PUBLISH`, `EVAL` to `ECHO`), so the server
+    /// answers it with a clean arity error in its place among the replies
+    /// (an unknown command's error would quote its arguments, binary ones
+    /// included). A keyless `EVALSHA` with no argument would publish `0` on
+    /// a channel named after the SHA: harmless.
+    /// Every other command passes unchanged.
+    pub fn refuse_keyless_scripts(&self) {
+        self.shared.refuse_keyless.store(true, Ordering::SeqCst);
     }
 
     /// `"127.0.0.1:PORT"` of the proxy's listener.
@@ -384,6 +402,9 @@ async fn pump(
                 client_gone.send_replace(true);
                 break;
             }
+            if dir == Direction::Up && shared.refuse_keyless.load(Ordering::SeqCst) {
+                rename_keyless_scripts(&mut buf[..n]);
+            }
             let due = match shared.mode() {
                 Mode::Pass => Instant::now(),
                 Mode::Delay(d) => Instant::now() + d,
@@ -423,4 +444,60 @@ async fn pump(
         let _ = to.shutdown().await;
     };
     tokio::join!(reader, writer);
+}
+
+/// Renames, in place, every `EVALSHA` (`$7`) or `EVAL` (`$4`) command in
+/// `chunk` whose key count is `0`, so the server refuses it (see
+/// `Proxy::refuse_keyless_scripts`). A command split across two chunks is
+/// left as it is (loopback writes of a script call come whole).
+fn rename_keyless_scripts(chunk: &mut [u8]) {
+    let mut at = 0;
+    while at < chunk.len() {
+        let rest = &chunk[at..];
+        let (name_len, replacement): (usize, &[u8]) =
+            if rest.len() >= 13 && rest[..13].eq_ignore_ascii_case(b"$7\r\nEVALSHA\r\n") {
+                (13, b"$7\r\nPUBLISH\r\n")
+            } else if rest.len() >= 10 && rest[..10].eq_ignore_ascii_case(b"$4\r\nEVAL\r\n") {
+                (10, b"$4\r\nECHO\r\n")
+            } else {
+                at += 1;
+                continue;
+            };
+        // The script (or its SHA) as a bulk string, then the key count.
+        let after = &rest[name_len..];
+        let keys_at = bulk_end(after).map(|end| &after[end..]);
+        if keys_at.is_some_and(|k| k.starts_with(b"$1\r\n0\r\n")) {
+            chunk[at..at + name_len].copy_from_slice(replacement);
+        }
+        at += name_len;
+    }
+}
+
+/// The length of the RESP bulk string (`$<n>\r\n<n bytes>\r\n`) at the
+/// start of `bytes`, if it is whole there.
+fn bulk_end(bytes: &[u8]) -> Option<usize> {
+    let header = bytes.strip_prefix(b"$")?;
+    let line = header.iter().position(|b| *b == b'\r')?;
+    let n: usize = std::str::from_utf8(&header[..line]).ok()?.parse().ok()?;
+    let end = 1 + line + 2 + n + 2;
+    (bytes.len() >= end).then_some(end)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::rename_keyless_scripts;
+
+    #[test]
+    fn only_keyless_scripts_are_renamed() {
+        let mut keyless = b"*4\r\n$7\r\nEVALSHA\r\n$3\r\nabc\r\n$1\r\n0\r\n$1\r\nx\r\n".to_vec();
+        rename_keyless_scripts(&mut keyless);
+        assert!(keyless.windows(7).any(|w| w == b"PUBLISH"));
+        let mut keyed = b"*4\r\n$7\r\nevalsha\r\n$3\r\nabc\r\n$1\r\n1\r\n$1\r\nk\r\n".to_vec();
+        let before = keyed.clone();
+        rename_keyless_scripts(&mut keyed);
+        assert_eq!(keyed, before);
+        let mut eval = b"*3\r\n$4\r\nEVAL\r\n$8\r\nreturn 1\r\n$1\r\n0\r\n".to_vec();
+        rename_keyless_scripts(&mut eval);
+        assert!(eval.windows(4).any(|w| w == b"ECHO"));
+    }
 }

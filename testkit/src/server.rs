@@ -31,6 +31,45 @@ static COUNTER: AtomicU64 = AtomicU64::new(0);
 /// each start attempt.
 pub const FRESH_PORT: &str = "{fresh-port}";
 
+/// Passed in `extra_args`, this marker (removed before the server starts)
+/// picks the server's port below 55536 with the port 10000 above it free
+/// too: a cluster bus port at its default (`port + 10000`), for servers
+/// without `--cluster-port` (before Redis 7.0).
+pub const BUS_AT_DEFAULT: &str = "{bus-at-port-plus-10000}";
+
+/// The major version of the server binary the harness starts (`redis-server
+/// --version`, or the binary `LEASEHOLD_REDIS_SERVER` names): 7 for
+/// 7.0.15, 8 for Valkey 8.0.1. Read once.
+pub fn server_major() -> u32 {
+    static MAJOR: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *MAJOR.get_or_init(|| {
+        let binary = std::env::var_os(BINARY_ENV).unwrap_or_else(|| "redis-server".into());
+        let out = Command::new(&binary)
+            .arg("--version")
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default();
+        out.split_whitespace()
+            .find_map(|w| w.strip_prefix("v="))
+            .and_then(|v| v.split('.').next())
+            .and_then(|m| m.parse().ok())
+            .unwrap_or(7)
+    })
+}
+
+/// A free port below 55536 whose `port + 10000` is free too.
+fn free_port_with_bus() -> u16 {
+    for _ in 0..1000 {
+        let port = 20_000 + (std::process::id() as u16 ^ free_port()) % 35_000;
+        let both = TcpListener::bind(("127.0.0.1", port))
+            .and_then(|_| TcpListener::bind(("127.0.0.1", port + 10_000)));
+        if both.is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port pair (port, port + 10000) below 55536");
+}
+
 /// The process is killed (SIGKILL), reaped and its temp dir removed on drop.
 #[derive(Debug)]
 pub struct RedisServer {
@@ -67,9 +106,15 @@ impl RedisServer {
             password: None,
         };
         let mut failures = Vec::new();
+        let with_bus = server.extra_args.iter().any(|a| a == BUS_AT_DEFAULT);
+        server.extra_args.retain(|a| a != BUS_AT_DEFAULT);
         let wanted = server.extra_args.clone();
         for attempt in 1..=START_ATTEMPTS {
-            let port = free_port();
+            let port = if with_bus {
+                free_port_with_bus()
+            } else {
+                free_port()
+            };
             server.extra_args = wanted
                 .iter()
                 .map(|a| {

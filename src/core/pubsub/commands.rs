@@ -137,7 +137,37 @@ pub(super) async fn run_ops(
 /// SUBSCRIBEs to): its reply proves the SUBSCRIBE was processed. Sharded:
 /// one SSUBSCRIBE per hash slot, each routed to the slot's node, and fred
 /// resolves it with the server's reply.
+///
+/// A `NOSUB` error is not this subscribe's: Valkey 8.0.0–8.0.1 answer an
+/// `UNSUBSCRIBE` sent outside subscribed mode with an error (valkey#1265,
+/// reverted in 8.0.2), which fred hands to the next command on the
+/// connection. Cleaning up the connection must never fail an acquire, so
+/// the subscribe is sent again (at most twice).
 async fn subscribe_confirmed(
+    subscriber: &SubscriberClient,
+    sharded: bool,
+    names: Vec<Arc<str>>,
+) -> std::result::Result<(), fred::error::Error> {
+    let mut left = 2;
+    loop {
+        match subscribe_once(subscriber, sharded, names.clone()).await {
+            Err(e) if left > 0 && is_stray_unsubscribe_error(&e) => {
+                tracing::debug!(error = %e, "a stray UNSUBSCRIBE error: subscribing again");
+                left -= 1;
+            }
+            other => return other,
+        }
+    }
+}
+
+/// An error reply meant for an `UNSUBSCRIBE` / `SUNSUBSCRIBE` sent outside
+/// subscribed mode (Valkey 8.0.0–8.0.1).
+fn is_stray_unsubscribe_error(e: &fred::error::Error) -> bool {
+    let details = e.details();
+    details.starts_with("NOSUB") || details.contains("not in subscribed mode")
+}
+
+async fn subscribe_once(
     subscriber: &SubscriberClient,
     sharded: bool,
     names: Vec<Arc<str>>,

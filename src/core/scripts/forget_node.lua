@@ -1,6 +1,5 @@
-#!lua flags=allow-cross-slot-keys
 -- forget_node: forget.lua for the records one Redis Cluster node serves,
--- in one call, whatever their hash slots (Redis 7.0+). No key is
+-- in one call, whatever their hash slots. No key is
 -- declared: the call is sent to the node itself (core/script.rs).
 --
 -- ARGV  record 1, request id 1, record 2, request id 2, ... (a record is

@@ -6,10 +6,9 @@
 //!
 //! # Guarantees
 //!
-//! * **A whole node per call where the server can.** On a cluster whose
-//!   scripts may declare flags (Redis 7+), and for a kind with a node
+//! * **A whole node per call.** On a cluster, for a kind with a node
 //!   script, leases are grouped by the node their slot is on; otherwise
-//!   (older servers, or a slot with no known node) by slot.
+//!   (a slot with no known node) by slot.
 //! * **A bounded argument.** A chunk sent packed (a single server or a
 //!   node, for a kind with packed scripts) has its entries packed as they
 //!   are added, and takes no more once its argument reaches 512 KiB: it
@@ -119,7 +118,7 @@ fn target(conn: &Conn, key: &[u8], renewal: &Renewal) -> Target {
         return Target::Server;
     }
     let slot = fred::util::redis_keyslot(key);
-    if conn.script_flags && renewal.per_node() {
+    if conn.node_batches && renewal.per_node() {
         conn.node_of(slot).map_or(Target::Slot(slot), Target::Node)
     } else {
         Target::Slot(slot)

@@ -15,14 +15,15 @@
 //!   its argument reaches 512 KiB, to stay under any server's
 //!   `proto-max-bulk-len`. A packed batch that fails is sent again with
 //!   its keys declared.
-//! * **A Redis 7+ cluster**: one batch per *node* (`renew_node_packed.lua`
-//!   for the hash locks, `renew_read_node.lua` for read locks, which
-//!   declare `allow-cross-slot-keys`), so 10,000 leases spread over every
+//! * **A cluster** (any version): one batch per *node*
+//!   (`renew_node_packed.lua` for the hash locks, `renew_read_node.lua` for
+//!   read locks; no `#!lua` flags line, which a node over `maxmemory`
+//!   would refuse up front), so 10,000 leases spread over every
 //!   slot still cost about `leases / batch_size` calls per node. It
 //!   declares no key and is sent to the node itself, so no redirection can
 //!   bounce it; the entries the node no longer serves (a slot moved away,
-//!   or moving) are sent again as one call per slot, all at once. A node batch that fails is sent once more. Older servers get
-//!   per-slot batches, likewise sent concurrently. Per-slot calls follow
+//!   or moving) are sent again as one call per slot, all at once. A node batch that fails is sent once more. A slot
+//!   with no known node gets per-slot batches, likewise sent concurrently. Per-slot calls follow
 //!   redirections as every script call does (`script.rs`): a slot on the
 //!   move costs a transaction, never a reply handed to the wrong request.
 //!

@@ -16,6 +16,11 @@
 //!   TTLs of the fields it finds, so one whose reply is lost or garbled is
 //!   sent once more (a packed one with its keys declared, per slot); then
 //!   it is given up (`verdict.rs`).
+//! * **No batch shape can cost a lease.** A node batch the server refuses
+//!   with an error (a keyless script where keys must be declared, a
+//!   script it will not run now) goes again in the same cycle as per-slot
+//!   calls with their keys declared; and no per-slot call carries more
+//!   than [`MAX_ARGS`] arguments.
 //! * **Bounded.** Each call's verdict is awaited until half the interval
 //!   from the chunk's start, and entries sent again elsewhere get a bound
 //!   of their own (`verdict.rs`: a late reply still counts until the next
@@ -35,6 +40,12 @@ use super::renewal::ttl_ms;
 use super::verdict::{apply, give_up, verdict, BatchEnd};
 use crate::core::lease::Sent;
 use crate::core::script::Script;
+use crate::error::server_code;
+
+/// The most arguments (keys included) one per-slot call carries, with the
+/// command, script and key count: ElastiCache Serverless refuses a request
+/// of more than 3,999 arguments.
+const MAX_ARGS: usize = 3_990;
 
 /// How a whole batch goes in one call.
 enum Whole {
@@ -139,7 +150,12 @@ pub(super) async fn send_batch(
             BatchEnd::Late => return extra,
             BatchEnd::Failed(e) if !last => {
                 tracing::debug!(error = %e, leases = batch.len(), "batch failed: sending it again");
-                if let Whole::Packed(..) = whole {
+                // A server that answered with an error refused the batch's
+                // shape (a keyless script on ElastiCache Serverless, a
+                // script a node will not run now): the same leases go
+                // again in this cycle as per-slot calls with their keys
+                // declared, which such a server runs.
+                if matches!(whole, Whole::Packed(..)) || server_code(&e).is_some() {
                     return extra + per_slot(vec![batch], ttl, interval, until, Route::Plain).await;
                 }
                 extra += 1;
@@ -191,9 +207,25 @@ async fn per_slot(
             migrating.extend(slots.keys().copied().filter(stale));
         }
     }
-    let calls = slots.len() as u64;
+    // Each slot's leases cut into calls of at most MAX_ARGS arguments.
+    let mut calls_per_slot: Vec<(u16, Vec<Sent>)> = Vec::with_capacity(slots.len());
+    for (slot, mut leases) in slots {
+        let per_lease = {
+            let (mut keys, mut args) = (Vec::new(), Vec::new());
+            (leases[0].lease.kind.renewal().entry)(&leases[0].lease, &mut keys, &mut args, false);
+            (keys.len() + args.len()).max(1)
+        };
+        let most = ((MAX_ARGS - 2) / per_lease).max(1);
+        while leases.len() > most {
+            let rest = leases.split_off(most);
+            calls_per_slot.push((slot, leases));
+            leases = rest;
+        }
+        calls_per_slot.push((slot, leases));
+    }
+    let calls = calls_per_slot.len() as u64;
     let mut set = JoinSet::new();
-    for (slot, leases) in slots {
+    for (slot, leases) in calls_per_slot {
         let in_transaction = migrating.contains(&slot);
         set.spawn(async move {
             let renewal = leases[0].lease.kind.renewal();

@@ -1,0 +1,291 @@
+//! What the server can do, learned once at connect: the one place in the
+//! engine that asks (nothing else reads a version).
+//!
+//! # What is probed, and how
+//!
+//! * **Kind and version** (`INFO server`): Redis, Valkey (`valkey_version`,
+//!   or `server_name:valkey`), Dragonfly (`dragonfly_version`), Garnet,
+//!   KeyDB. Used for minimum versions ([`Feature`]) and for the kinds that
+//!   cannot run lock scripts safely (see [`ServerInfo::refusal`]).
+//! * **Eviction** (`INFO memory`): a `maxmemory` with a policy that may
+//!   evict keys with a TTL (`allkeys-*`, `volatile-*`) can take a held
+//!   lock; every lock key carries a TTL.
+//! * **Sharded pub/sub**: a cluster whose nodes answer
+//!   `PUBSUB SHARDNUMSUB` (as Redisson decides it; `conn.rs`).
+//! * **`WAIT`**: `WAIT 0 0` answers at once where the command exists and
+//!   is allowed.
+//! * **The fence** (`CLIENT LIST` / `CLIENT KILL`): `fence.rs`.
+//!
+//! `INFO` may be refused (an ACL without `@dangerous`): the kind and
+//! version are then unknown, and nothing is refused for them.
+//!
+//! Learned at connect; a failover to a server of another version is not
+//! probed again (the deployments we know run one version per cluster).
+
+use std::fmt;
+
+/// The server software a client is connected to, from its `INFO`.
+///
+/// # Example
+///
+/// ```no_run
+/// # async fn f() -> leasehold::Result<()> {
+/// let client = leasehold::Client::connect("redis://127.0.0.1:6379").await?;
+/// if client.server_info().kind == leasehold::ServerKind::Valkey {
+///     println!("running on Valkey");
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ServerKind {
+    /// Redis.
+    Redis,
+    /// Valkey.
+    Valkey,
+    /// Dragonfly: scripts may touch undeclared keys only when it runs with
+    /// `--default_lua_flags=allow-undeclared-keys`.
+    Dragonfly,
+    /// Microsoft Garnet: Lua runs without atomicity unless it runs with
+    /// `--lua-transaction-mode`, which a client cannot see; refused.
+    Garnet,
+    /// KeyDB.
+    KeyDb,
+    /// `INFO` was refused or named none of the above.
+    Unknown,
+}
+
+/// What a client learned about its server at connect
+/// ([`Client::server_info`](crate::Client::server_info)).
+///
+/// # Example
+///
+/// ```no_run
+/// # async fn f() -> leasehold::Result<()> {
+/// let client = leasehold::Client::connect("redis://127.0.0.1:6379").await?;
+/// let info = client.server_info();
+/// if info.can_evict_locks() {
+///     eprintln!("maxmemory-policy {:?} may evict a held lock", info.maxmemory_policy);
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ServerInfo {
+    /// The server software.
+    pub kind: ServerKind,
+    /// Its version (major, minor, patch), if `INFO` was allowed.
+    pub version: Option<(u32, u32, u32)>,
+    /// `maxmemory` in bytes (0: no limit), if known.
+    pub maxmemory: Option<u64>,
+    /// `maxmemory-policy`, if known.
+    pub maxmemory_policy: Option<String>,
+    /// Unlock messages go with `SPUBLISH` (a cluster with sharded pub/sub).
+    pub sharded_pubsub: bool,
+    /// The server answers `WAIT` (for
+    /// [`ClientBuilder::wait_for_replicas`](crate::ClientBuilder::wait_for_replicas)).
+    pub wait: bool,
+    /// The client can kill a connection it gave up on (`CLIENT LIST` and
+    /// `CLIENT KILL` allowed, connections named): request records are then
+    /// deleted once their calls end. Otherwise they keep their TTL.
+    pub fence: bool,
+}
+
+/// A command or behaviour a primitive needs from the server, with the
+/// version that brought it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Feature {
+    /// `LPOS` (the fair lock's queue): Redis 6.0.6.
+    Lpos,
+}
+
+impl Feature {
+    /// The first Redis version with it, and what needs it.
+    fn needs(self) -> ((u32, u32, u32), &'static str) {
+        match self {
+            Feature::Lpos => ((6, 0, 6), "the fair lock (LPOS)"),
+        }
+    }
+}
+
+impl ServerInfo {
+    /// A server nothing is known of (`INFO` refused).
+    pub(crate) fn unknown() -> ServerInfo {
+        ServerInfo {
+            kind: ServerKind::Unknown,
+            version: None,
+            maxmemory: None,
+            maxmemory_policy: None,
+            sharded_pubsub: false,
+            wait: false,
+            fence: false,
+        }
+    }
+
+    /// Reads the kind, version and memory settings from an `INFO` reply
+    /// (the default sections: server and memory among them).
+    pub(crate) fn from_info(info: &str) -> ServerInfo {
+        let field = |name: &str| {
+            info.lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+                .map(|v| v.trim().to_owned())
+        };
+        let lower = info.to_ascii_lowercase();
+        let (kind, version) = if let Some(v) = field("dragonfly_version") {
+            (ServerKind::Dragonfly, Some(v))
+        } else if lower.contains("garnet") {
+            (
+                ServerKind::Garnet,
+                field("garnet_version").or(field("redis_version")),
+            )
+        } else if let Some(v) = field("valkey_version") {
+            (ServerKind::Valkey, Some(v))
+        } else if field("server_name").as_deref() == Some("valkey") {
+            (ServerKind::Valkey, field("redis_version"))
+        } else if lower.contains("keydb") {
+            (ServerKind::KeyDb, field("redis_version"))
+        } else if let Some(v) = field("redis_version") {
+            (ServerKind::Redis, Some(v))
+        } else {
+            (ServerKind::Unknown, None)
+        };
+        ServerInfo {
+            kind,
+            version: version.as_deref().and_then(parse_version),
+            maxmemory: field("maxmemory").and_then(|v| v.parse().ok()),
+            maxmemory_policy: field("maxmemory_policy"),
+            ..ServerInfo::unknown()
+        }
+    }
+
+    /// Whether the server may evict a held lock under memory pressure: a
+    /// `maxmemory` is set and its policy may evict keys with a TTL (every
+    /// lock key has one). Unknown settings count as not.
+    pub fn can_evict_locks(&self) -> bool {
+        let limited = self.maxmemory.is_some_and(|m| m > 0);
+        let evicts = self
+            .maxmemory_policy
+            .as_deref()
+            .is_some_and(|p| p.starts_with("allkeys-") || p.starts_with("volatile-"));
+        limited && evicts
+    }
+
+    /// Why a client must not run on this server at all, if it must not.
+    pub(crate) fn refusal(&self) -> Option<String> {
+        match self.kind {
+            ServerKind::Garnet => Some(
+                "Garnet runs Lua scripts without atomicity unless started with \
+                 --lua-transaction-mode, which a client cannot check: leasehold's locks \
+                 would not be safe there"
+                    .to_owned(),
+            ),
+            _ => None,
+        }
+    }
+
+    /// `Err(Error::Unsupported)` if the server is known to be older than
+    /// `feature` needs; `Ok` when it is new enough or its version unknown.
+    pub(crate) fn require(&self, feature: Feature) -> crate::Result<()> {
+        let (min, what) = feature.needs();
+        match self.version {
+            Some(v) if self.kind == ServerKind::Redis || self.kind == ServerKind::KeyDb => {
+                if v < min {
+                    return Err(crate::Error::Unsupported(format!(
+                        "{what} needs Redis {}.{}.{} or later; the server is {}.{}.{}",
+                        min.0, min.1, min.2, v.0, v.1, v.2
+                    )));
+                }
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+impl fmt::Display for ServerKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ServerKind::Redis => "Redis",
+            ServerKind::Valkey => "Valkey",
+            ServerKind::Dragonfly => "Dragonfly",
+            ServerKind::Garnet => "Garnet",
+            ServerKind::KeyDb => "KeyDB",
+            ServerKind::Unknown => "unknown server",
+        })
+    }
+}
+
+/// `"7.0.15"` → `(7, 0, 15)`; missing parts are 0.
+fn parse_version(v: &str) -> Option<(u32, u32, u32)> {
+    let mut parts = v.trim_start_matches('v').split('.').map(|p| {
+        p.chars()
+            .take_while(char::is_ascii_digit)
+            .collect::<String>()
+            .parse::<u32>()
+            .ok()
+    });
+    let major = parts.next()??;
+    let minor = parts.next().flatten().unwrap_or(0);
+    let patch = parts.next().flatten().unwrap_or(0);
+    Some((major, minor, patch))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_and_versions_are_read_from_info() {
+        let redis = "# Server\r\nredis_version:7.0.15\r\n# Memory\r\nmaxmemory:0\r\nmaxmemory_policy:noeviction\r\n";
+        let info = ServerInfo::from_info(redis);
+        assert_eq!(info.kind, ServerKind::Redis);
+        assert_eq!(info.version, Some((7, 0, 15)));
+        assert!(!info.can_evict_locks());
+
+        let valkey = "redis_version:7.2.4\r\nserver_name:valkey\r\nvalkey_version:8.0.1\r\n";
+        let info = ServerInfo::from_info(valkey);
+        assert_eq!(
+            (info.kind, info.version),
+            (ServerKind::Valkey, Some((8, 0, 1)))
+        );
+
+        let dragonfly = "redis_version:6.2.11\r\ndragonfly_version:df-v1.25.0\r\n";
+        let info = ServerInfo::from_info(dragonfly);
+        assert_eq!(info.kind, ServerKind::Dragonfly);
+
+        let garnet = "redis_version:7.2.5\r\ngarnet_version:1.0.44\r\n";
+        let info = ServerInfo::from_info(garnet);
+        assert_eq!(info.kind, ServerKind::Garnet);
+        assert!(info.refusal().is_some());
+
+        let keydb = "redis_version:6.3.4\r\nexecutable:/usr/bin/keydb-server\r\n";
+        assert_eq!(ServerInfo::from_info(keydb).kind, ServerKind::KeyDb);
+        assert_eq!(ServerInfo::from_info("").kind, ServerKind::Unknown);
+    }
+
+    #[test]
+    fn eviction_needs_a_limit_and_a_policy_that_evicts_keys_with_a_ttl() {
+        let mut info = ServerInfo::from_info("maxmemory:1000\r\nmaxmemory_policy:volatile-lru\r\n");
+        assert!(info.can_evict_locks());
+        info.maxmemory_policy = Some("allkeys-lfu".into());
+        assert!(info.can_evict_locks());
+        info.maxmemory_policy = Some("noeviction".into());
+        assert!(!info.can_evict_locks());
+        info.maxmemory_policy = Some("volatile-ttl".into());
+        info.maxmemory = Some(0);
+        assert!(!info.can_evict_locks(), "no limit: nothing is evicted");
+    }
+
+    #[test]
+    fn minimum_versions_are_enforced_only_where_known() {
+        let old = ServerInfo::from_info("redis_version:6.0.5\r\n");
+        let e = old.require(Feature::Lpos).unwrap_err();
+        assert!(e.to_string().contains("6.0.6"), "{e}");
+        assert!(ServerInfo::from_info("redis_version:6.0.6\r\n")
+            .require(Feature::Lpos)
+            .is_ok());
+        assert!(ServerInfo::unknown().require(Feature::Lpos).is_ok());
+        assert_eq!(parse_version("7.4"), Some((7, 4, 0)));
+        assert_eq!(parse_version("x"), None);
+    }
+}
