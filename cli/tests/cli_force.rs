@@ -300,3 +300,45 @@ async fn a_forced_fair_unlock_hands_the_lock_to_the_head_waiter() {
     a.shutdown().await.unwrap();
     let _ = w.shutdown().await;
 }
+
+/// On a cluster: the force unlock wakes a waiter on the channel the
+/// library's clients listen on (the tool's client chooses publish or
+/// spublish as every leasehold client does), promptly (its recheck
+/// interval is 60 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forced_unlock_on_a_cluster_wakes_the_waiter() {
+    let cluster = support::cluster::RedisCluster::start(3, 0);
+    let url = cluster.url();
+    let a = Client::builder().url(&url).build().await.unwrap();
+    let b = Client::builder()
+        .url(&url)
+        .recheck_interval(Duration::from_secs(60))
+        .build()
+        .await
+        .unwrap();
+    let held = a.lock("c:x").lock().await.unwrap();
+    let lock = b.lock("c:x");
+    let waiting = tokio::spawn(async move { lock.lock().await });
+    eventually(HANG, "B subscribed", || b.subscribed_channels() > 0).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let started = tokio::time::Instant::now();
+    let out = force(&url, "c:x").await;
+    assert!(out.status.success(), "{}", said(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("freed lock `c:x`"),
+        "{}",
+        said(&out)
+    );
+    let guard = within(HANG, "B is woken and takes the lock", waiting)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "B was woken by the message, not by a re-check"
+    );
+    drop(held);
+    guard.unlock().await.unwrap();
+    a.shutdown().await.unwrap();
+    b.shutdown().await.unwrap();
+}
