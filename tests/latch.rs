@@ -335,7 +335,7 @@ async fn delete_wakes_waiters_and_runs_once() {
 }
 
 /// On a cluster a name with braces puts Redisson's latch channel in
-/// another slot than the key: set, count-down and wake-ups still work
+/// another slot than the key: set, count-down, delete and wake-ups still work
 /// (our scripts leave the channel out and the client publishes).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn brace_names_work_on_a_cluster() {
@@ -364,6 +364,25 @@ async fn brace_names_work_on_a_cluster() {
             .await
             .unwrap()
             .unwrap();
+        // A delete wakes a waiter the same way.
+        assert!(latch.try_set_count(1).await.unwrap(), "{name}");
+        let l = latch.clone();
+        let waiter = tokio::spawn(async move { l.wait().await });
+        eventually(Duration::from_secs(20), "waiter subscribed", || {
+            let reply = cluster.cmd_on_key(&channel, &["PUBSUB", "SHARDNUMSUB", &channel]);
+            reply.lines().nth(1) == Some("1")
+        })
+        .await;
+        assert!(latch.delete().await.unwrap(), "{name}");
+        within(
+            Duration::from_secs(10),
+            "woken by the delete's message",
+            waiter,
+        )
+        .await
+        .unwrap()
+        .unwrap();
+        assert!(!latch.delete().await.unwrap(), "{name}: deleted already");
     }
     c.shutdown().await.unwrap();
 }
