@@ -356,9 +356,11 @@ mod bounds {
         send(sem.with(|_| async {}));
         send(sem.try_acquire_until(tokio::time::Instant::now()));
         send(sem.add_permits(1));
+        send(sem.force_release_all());
         let latch = client.count_down_latch("l");
         send(latch.wait());
         send(latch.count_down());
+        send(latch.delete());
         send(crate::Client::connect(""));
     }
 }

@@ -268,8 +268,74 @@ async fn lost_replies_never_count_down_twice() {
     c.shutdown().await.unwrap();
 }
 
+/// `delete` deletes the count and wakes every waiter (by its message:
+/// the recheck interval is 60 s), says whether there was a count, and the
+/// latch can be set again. A delete held back in the network (answered on
+/// a new connection) whose copy reaches Redis after the latch was set
+/// again deletes nothing; a reply lost with the connection is sent again
+/// and deletes once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_wakes_waiters_and_runs_once() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(&server.addr()).await;
+    let url = proxy.url();
+    let c = client_with(&server, |b| b.url(&url).recheck_interval(NO_RECHECK)).await;
+    let latch = c.count_down_latch("del");
+    assert!(!latch.delete().await.unwrap(), "no count: nothing deleted");
+    assert!(latch.try_set_count(3).await.unwrap());
+    let waiters: Vec<_> = (0..3)
+        .map(|_| {
+            let latch = latch.clone();
+            tokio::spawn(async move { latch.wait().await })
+        })
+        .collect();
+    eventually(HANG, "the waiters subscribed", || {
+        numsub(&server, latch.channel()) >= 1
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let started = Instant::now();
+    assert!(latch.delete().await.unwrap());
+    for w in waiters {
+        within(HANG, "a waiter goes on", w).await.unwrap().unwrap();
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "woken by the message"
+    );
+    assert_eq!(server.cmd(&["EXISTS", "del"]), "0");
+
+    // Held back in the network, then the latch is set again.
+    assert!(latch.try_set_count(1).await.unwrap());
+    proxy.stall_next_matching(b"$7\r\npublish\r\n");
+    assert!(within(HANG, "answered on a new connection", latch.delete())
+        .await
+        .unwrap());
+    assert_eq!(proxy.stalled_count(), 1, "the request was held back");
+    assert!(latch.try_set_count(2).await.unwrap());
+    proxy.release_stalled();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        latch.count().await.unwrap(),
+        2,
+        "a late copy deleted a new count"
+    );
+
+    proxy.drop_replies_once();
+    assert!(within(HANG, "deleted across a cut", latch.delete())
+        .await
+        .unwrap());
+    assert!(latch.try_set_count(4).await.unwrap());
+    proxy.drop_replies_once();
+    assert!(within(HANG, "deleted across a cut", latch.delete())
+        .await
+        .unwrap());
+    assert_eq!(server.cmd(&["EXISTS", "del"]), "0");
+    c.shutdown().await.unwrap();
+}
+
 /// On a cluster a name with braces puts Redisson's latch channel in
-/// another slot than the key: set, count-down and wake-ups still work
+/// another slot than the key: set, count-down, delete and wake-ups still work
 /// (our scripts leave the channel out and the client publishes).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn brace_names_work_on_a_cluster() {
@@ -298,6 +364,25 @@ async fn brace_names_work_on_a_cluster() {
             .await
             .unwrap()
             .unwrap();
+        // A delete wakes a waiter the same way.
+        assert!(latch.try_set_count(1).await.unwrap(), "{name}");
+        let l = latch.clone();
+        let waiter = tokio::spawn(async move { l.wait().await });
+        eventually(Duration::from_secs(20), "waiter subscribed", || {
+            let reply = cluster.cmd_on_key(&channel, &["PUBSUB", "SHARDNUMSUB", &channel]);
+            reply.lines().nth(1) == Some("1")
+        })
+        .await;
+        assert!(latch.delete().await.unwrap(), "{name}");
+        within(
+            Duration::from_secs(10),
+            "woken by the delete's message",
+            waiter,
+        )
+        .await
+        .unwrap()
+        .unwrap();
+        assert!(!latch.delete().await.unwrap(), "{name}: deleted already");
     }
     c.shutdown().await.unwrap();
 }

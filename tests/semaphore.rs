@@ -317,6 +317,103 @@ async fn add_permits_wakes_that_many_waiters() {
     c.shutdown().await.unwrap();
 }
 
+/// `force_release_all` frees every permit out, whoever holds it (this
+/// client's and another client's), wakes a waiter and says how many it
+/// freed; this client's permit reports lost at once, and the other
+/// client's release gives nothing back a second time. With no permit out
+/// it changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn force_release_all_frees_every_permit_and_wakes_waiters() {
+    let server = RedisServer::start();
+    let a = client(&server).await;
+    let b = client(&server).await;
+    let sem = a.semaphore("forced");
+    assert!(sem.try_set_permits(2).await.unwrap());
+    let mine = sem.acquire().await.unwrap();
+    let theirs = b.semaphore("forced").acquire().await.unwrap();
+    let waiter = tokio::spawn({
+        let sem = b.semaphore("forced");
+        async move { sem.acquire().await }
+    });
+    eventually(HANG, "the waiter subscribed", || {
+        numsub(&server, "redisson_sc:{forced}") >= 1
+    })
+    .await;
+    assert_eq!(server_state(&server, "forced"), (0, 2));
+
+    assert_eq!(sem.force_release_all().await.unwrap(), 2);
+    assert!(mine.is_lost(), "this client's permit is lost at once");
+    let woken = within(HANG, "the waiter is woken", waiter)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(server_state(&server, "forced"), (1, 1));
+    // Freed already: gives nothing back.
+    assert!(matches!(theirs.release().await, Err(Error::NotHeld { .. })));
+    drop(mine);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(server_state(&server, "forced"), (1, 1));
+    woken.release().await.unwrap();
+    assert_eq!(server_state(&server, "forced"), (2, 0));
+    assert_eq!(sem.force_release_all().await.unwrap(), 0);
+    assert_eq!(server_state(&server, "forced"), (2, 0));
+    a.shutdown().await.unwrap();
+    b.shutdown().await.unwrap();
+}
+
+/// A `force_release_all` held back in the network (the proxy holds its
+/// request and closes the connection; the client gets its answer on a new
+/// one) whose copy reaches Redis after another permit was taken frees
+/// nothing; a reply lost with the connection is sent again and frees once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn force_release_all_runs_once() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(&server.addr()).await;
+    let url = proxy.url();
+    let c = client_with(&server, |b| b.url(&url)).await;
+    let other = client(&server).await;
+    let sem = c.semaphore("once");
+    assert!(sem.try_set_permits(1).await.unwrap());
+    // The script cached.
+    assert_eq!(sem.force_release_all().await.unwrap(), 0);
+
+    let first = other.semaphore("once").acquire().await.unwrap();
+    proxy.stall_next_matching(b"$7\r\npublish\r\n");
+    assert_eq!(
+        within(
+            HANG,
+            "answered on a new connection",
+            sem.force_release_all()
+        )
+        .await
+        .unwrap(),
+        1
+    );
+    assert_eq!(proxy.stalled_count(), 1, "the request was held back");
+    assert!(matches!(first.release().await, Err(Error::NotHeld { .. })));
+    let second = other.semaphore("once").acquire().await.unwrap();
+    proxy.release_stalled();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        server_state(&server, "once"),
+        (0, 1),
+        "a late copy freed a permit taken after it"
+    );
+    assert!(!second.is_lost());
+
+    proxy.drop_replies_once();
+    assert_eq!(
+        within(HANG, "freed across a cut", sem.force_release_all())
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(server_state(&server, "once"), (1, 0), "freed once");
+    assert!(matches!(second.release().await, Err(Error::NotHeld { .. })));
+    c.shutdown().await.unwrap();
+    other.shutdown().await.unwrap();
+}
+
 /// 20 waiters on 2 clients wait 2 s for a held permit (30 s watchdog
 /// lease): Redis sees a small, fixed number of scripts per waiter and one
 /// subscription per client; then everyone gets the permit in turn.

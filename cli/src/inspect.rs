@@ -33,8 +33,8 @@
 use std::collections::{BTreeMap, HashMap};
 
 use fred::interfaces::{
-    ClientLike, ClusterInterface, HashesInterface, KeysInterface, ListInterface, LuaInterface,
-    PubsubInterface, SortedSetsInterface,
+    ClientLike, ClusterInterface, HashesInterface, KeysInterface, ListInterface, PubsubInterface,
+    SortedSetsInterface,
 };
 use fred::prelude::Client as Redis;
 use fred::types::{Key, Value};
@@ -587,80 +587,55 @@ async fn queue(
     Ok(out)
 }
 
-/// Frees `o`: deletes what holds it and wakes its waiters, as the kind's
-/// force unlock does. Whether anything was freed.
+/// Frees `o` with the library's own force unlock of its kind, through a
+/// leasehold client on the same server (`redis`'s config: one server, a
+/// cluster or Sentinel, as given): a lock, fenced lock or read-write lock
+/// is deleted and its waiters woken; a fair lock is handed to its head
+/// waiter, whose place is kept; a semaphore's permits out all go back
+/// ([`leasehold::Semaphore::force_release_all`]); a latch is deleted
+/// ([`leasehold::CountDownLatch::delete`]). Each runs exactly once (a
+/// request record per call): a copy the network delivers late never frees
+/// what someone took after it. Publish or spublish is the client's choice.
+/// The client keeps no record. Whether anything was freed.
 pub(crate) async fn force_unlock(redis: &Redis, o: &Object) -> Result<bool> {
-    let publish = if redis.is_clustered() {
-        "spublish"
-    } else {
-        "publish"
-    };
-    const DEL_AND_PUBLISH: &str = "if redis.call('del', KEYS[1]) == 1 then \
-        redis.call(ARGV[2], KEYS[2], ARGV[1]) return 1 end return 0";
-    let n = &o.name;
-    let freed: i64 = match o.kind {
-        "lock" | "fenced_lock" => {
-            redis
-                .eval(
-                    DEL_AND_PUBLISH,
-                    vec![n.clone(), prefixed("redisson_lock__channel", n)],
-                    vec!["0", publish],
-                )
-                .await?
-        }
+    let client = leasehold::Client::builder()
+        .config(redis.client_config())
+        .client_record(false)
+        .build()
+        .await?;
+    let freed = force_unlock_with(&client, o).await;
+    let closed = client.shutdown().await;
+    let freed = freed?;
+    closed?;
+    Ok(freed)
+}
+
+async fn force_unlock_with(client: &leasehold::Client, o: &Object) -> leasehold::Result<bool> {
+    let n = o.name.as_str();
+    match o.kind {
+        "lock" => client.lock(n).force_unlock().await,
+        "fenced_lock" => client.fenced_lock(n).force_unlock().await,
+        "fair_lock" => client.fair_lock(n).force_unlock().await,
         "rw_lock" => {
-            redis
-                .eval(
-                    DEL_AND_PUBLISH,
-                    vec![n.clone(), prefixed("redisson_rwlock", n)],
-                    vec!["1", publish],
-                )
-                .await?
+            // The mode seen first; the other if the lock changed mode since.
+            let rw = client.read_write_lock(n);
+            let write_first = o.mode.as_deref() == Some("write");
+            for write in [write_first, !write_first] {
+                let freed = if write {
+                    rw.write().force_unlock().await?
+                } else {
+                    rw.read().force_unlock().await?
+                };
+                if freed {
+                    return Ok(true);
+                }
+            }
+            Ok(false)
         }
-        "fair_lock" => {
-            // The head waiter is told on its own channel; the others
-            // re-check by themselves.
-            let head = o.queue.first().map(|q| q.field.clone()).unwrap_or_default();
-            let channel = format!("{}:{head}", prefixed("redisson_lock__channel", n));
-            redis
-                .eval(
-                    DEL_AND_PUBLISH,
-                    vec![n.clone(), channel],
-                    vec!["0", publish],
-                )
-                .await?
-        }
-        "semaphore" => {
-            const RELEASE_ALL: &str = "local n = redis.call('zcard', KEYS[2]) \
-                if n == 0 then return 0 end \
-                redis.call('del', KEYS[2]) \
-                local v = redis.call('incrby', KEYS[1], n) \
-                redis.call(ARGV[1], KEYS[3], v) return 1";
-            redis
-                .eval(
-                    RELEASE_ALL,
-                    vec![
-                        n.clone(),
-                        suffixed(n, "timeout"),
-                        prefixed("redisson_sc", n),
-                    ],
-                    vec![publish],
-                )
-                .await?
-        }
-        "latch" => {
-            let channel = latch_channel(n);
-            redis
-                .eval(
-                    DEL_AND_PUBLISH,
-                    vec![n.clone(), channel],
-                    vec!["0", publish],
-                )
-                .await?
-        }
-        _ => 0,
-    };
-    Ok(freed == 1)
+        "semaphore" => Ok(client.semaphore(n).force_release_all().await? > 0),
+        "latch" => client.count_down_latch(n).delete().await,
+        _ => Ok(false),
+    }
 }
 
 // === output ===

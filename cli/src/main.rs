@@ -158,6 +158,8 @@ async fn connect(url: &str) -> Result<Redis> {
     let config = Config::from_url(url)?;
     let redis = fred::types::Builder::from_config(config)
         .with_connection_config(|c| c.connection_timeout = Duration::from_secs(5))
+        // No read waits forever on a connection that went silent.
+        .with_performance_config(|p| p.default_command_timeout = Duration::from_secs(10))
         .set_policy(fred::types::config::ReconnectPolicy::new_constant(1, 100))
         .build()?;
     redis.init().await?;

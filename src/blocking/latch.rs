@@ -71,6 +71,20 @@ impl CountDownLatch {
         self.inner.block_on(self.latch.count_down())?
     }
 
+    /// Deletes the latch, waking its waiters; returns whether there was a
+    /// count (see [`CountDownLatch::delete`](crate::CountDownLatch::delete)).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # fn f(client: leasehold::blocking::Client) -> leasehold::Result<()> {
+    /// let deleted = client.count_down_latch("boot").delete()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn delete(&self) -> Result<bool> {
+        self.inner.block_on(self.latch.delete())?
+    }
+
     /// The count left (0 once released, or if never set).
     ///
     /// # Example

@@ -93,6 +93,20 @@ impl Semaphore {
         self.inner.block_on(self.sem.add_permits(delta))?
     }
 
+    /// Frees every permit out, whoever holds it; returns how many were out
+    /// (see [`Semaphore::force_release_all`](crate::Semaphore::force_release_all)).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # fn f(client: leasehold::blocking::Client) -> leasehold::Result<()> {
+    /// let freed = client.semaphore("workers").force_release_all()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn force_release_all(&self) -> Result<u64> {
+        self.inner.block_on(self.sem.force_release_all())?
+    }
+
     /// How many permits are free now.
     ///
     /// # Example

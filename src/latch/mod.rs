@@ -27,9 +27,10 @@
 //! channel out and the client publishes right after the script, as a
 //! separate command; everywhere else the script publishes, atomically.
 //!
-//! Scripts beside this file: `try_set_count.lua` and `count_down.lua`,
-//! latched (one latch key per call: a count-down whose reply was lost is
-//! sent again and never counts twice). The count is read with `GET`.
+//! Scripts beside this file: `try_set_count.lua`, `count_down.lua` and
+//! `delete.lua`, latched (one latch key per call: a count-down whose reply
+//! was lost is sent again and never counts twice, a delete's copy never
+//! deletes a count set after it). The count is read with `GET`.
 //!
 //! # Waiting
 //!
@@ -98,6 +99,9 @@ static TRY_SET_COUNT: Script = Script::recorded(
 /// request record per call.
 static COUNT_DOWN: Script =
     Script::recorded("latch.count_down", include_str!("scripts/count_down.lua"));
+/// Delete the count; publishes when it deleted. Recorded, one request
+/// record per call.
+static DELETE: Script = Script::recorded("latch.delete", include_str!("scripts/delete.lua"));
 
 /// Any message on a latch channel (`0` or `1`) wakes every waiter.
 fn wake_all(_: &[u8]) -> Wake {
@@ -232,6 +236,37 @@ impl CountDownLatch {
             self.publish_apart("0").await?;
         }
         Ok(())
+    }
+
+    /// Deletes the latch, as Redisson's `delete`: the count is gone
+    /// (the latch can be set again) and, if there was one, `1` is
+    /// published on the channel, so every waiter re-reads the count,
+    /// finds none and goes on. Returns whether there was a count to
+    /// delete. Runs once even if fred re-sends it after a reconnect: a
+    /// copy arriving later never deletes a count set after the first run.
+    ///
+    /// # Cancel safety
+    ///
+    /// If the future is dropped once the call was sent, the latch may or
+    /// may not have been deleted (at most once).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+    /// let latch = client.count_down_latch("boot");
+    /// if latch.delete().await? {
+    ///     latch.try_set_count(3).await?; // start over
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn delete(&self) -> Result<bool> {
+        let reply = self.mutate(&DELETE, None).await?;
+        let deleted = reply.first() == Some(&1);
+        if deleted {
+            self.publish_apart("1").await?;
+        }
+        Ok(deleted)
     }
 
     /// The count (0 if the latch is not set or reached zero).

@@ -23,9 +23,10 @@
 //!
 //! Scripts (beside this file): `acquire.lua` and `release.lua` (recorded:
 //! idempotent by request id, see `core/call.rs`), `try_set_permits.lua`
-//! and `add_permits.lua` (recorded, one request record per call), `available.lua`
-//! and the watchdog's `renew.lua`. All but `renew`, `try_set_permits` and
-//! `add_permits` first *reclaim*: permits whose expiry has passed go back
+//! `add_permits.lua` and `force_release_all.lua` (recorded, one request
+//! record per call), `available.lua` and the watchdog's `renew.lua`. All
+//! but `renew`, `try_set_permits`, `add_permits` and `force_release_all`
+//! first *reclaim*: permits whose expiry has passed go back
 //! to the free count (`reclaim.lua`).
 //!
 //! Expiry times are the clients' clocks (`SystemTime`), as in Redisson,
@@ -181,6 +182,12 @@ static TRY_SET_PERMITS: Script = Script::recorded(
 static ADD_PERMITS: Script = Script::recorded(
     "semaphore.add_permits",
     include_str!("scripts/add_permits.lua"),
+);
+/// Free every permit out (an operator's force unlock). Recorded, one
+/// request record per call.
+static FORCE_RELEASE_ALL: Script = Script::recorded(
+    "semaphore.force_release_all",
+    include_str!("scripts/force_release_all.lua"),
 );
 
 /// The engine's view of a permit.
@@ -366,6 +373,54 @@ impl Semaphore {
         self.mutate(&ADD_PERMITS, Value::Integer(delta))
             .await
             .map(drop)
+    }
+
+    /// Frees every permit out, whoever holds it (an operator's tool, as
+    /// [`LockHandle::force_unlock`](crate::LockHandle::force_unlock) is for
+    /// a lock): each goes back to the free count, and waiters are woken.
+    /// Returns how many permits were out (0: none, nothing changed;
+    /// expired permits not yet reclaimed count too). Runs once even if
+    /// fred re-sends it after a reconnect: a copy arriving later never
+    /// frees a permit taken after the first run.
+    ///
+    /// The [`Permit`]s of this client's holders report lost at once;
+    /// holders in other clients learn it at their watchdog's next renewal
+    /// (a permit with a fixed lease, when its lease ends). Their releases
+    /// then give nothing back.
+    ///
+    /// # Cancel safety
+    ///
+    /// If the future is dropped once the call was sent, the permits may or
+    /// may not have been freed (at most once).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+    /// let freed = client.semaphore("workers").force_release_all().await?;
+    /// println!("{freed} permit(s) freed");
+    /// # Ok(()) }
+    /// ```
+    pub async fn force_release_all(&self) -> Result<u64> {
+        self.check()?;
+        let engine = self.client.engine();
+        let reply = engine
+            .force_unlock(
+                &FORCE_RELEASE_ALL,
+                (&self.key, &self.key_str),
+                &self.client.id().to_string(),
+                vec![
+                    self.key.clone(),
+                    self.timeout_key.clone(),
+                    self.channel_key.clone(),
+                ],
+                vec![engine.publish_arg()],
+            )
+            .await?;
+        Ok(match *reply {
+            [1, n, ..] => n.max(0) as u64,
+            _ => 0,
+        })
     }
 
     /// The number of free permits (0 if the semaphore is not set, or if
