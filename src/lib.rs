@@ -135,6 +135,7 @@
 pub mod blocking;
 mod client;
 mod core;
+mod doctor;
 mod error;
 mod fair_lock;
 mod fenced_lock;
@@ -152,6 +153,7 @@ pub use crate::core::registry::{client_records, deadlocks_on};
 pub use crate::core::stats::Stats;
 pub use crate::core::watchdog::Watchdog;
 pub use client::{Client, ClientBuilder};
+pub use doctor::{Check, DoctorOptions, DoctorReport, Status};
 pub use error::{Error, Result, ServerOutcome, ServerResult};
 pub use fair_lock::FairLock;
 pub use fenced_lock::FencedLock;
