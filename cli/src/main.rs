@@ -93,14 +93,15 @@ fn cli() -> Command {
             Command::new("doctor")
                 .about("is this Redis safe for locks? one line per check: ok / warn / fail / skip")
                 .long_about(
-                    "Checks the server for leasehold's locks and prints one line per check \
-                     (`ok|warn|fail|skip  name  found  → advice`): server kind and version, the \
-                     user's permissions (scripts, keys, lock channels, CLIENT LIST/KILL, INFO), \
-                     eviction (maxmemory-policy), persistence, replication and WAIT, a cluster's \
-                     slots and replicas, PING round trip, clock offset; then a live self-test on \
-                     a private lock `leasehold:doctor:{<uuid>}` (lock, re-enter, a waiter woken by \
-                     pub/sub, a watchdog renewal), which leaves no key behind. Nothing else is \
-                     written. A check whose commands are refused is `skip` (not checked).\n\n\
+                    "Checks the server for leasehold's locks; one line per check:\n\
+                     \x20 ok|warn|fail|skip  name  found  → advice\n\n\
+                     server kind and version; the user's permissions (scripts, keys, lock\n\
+                     channels, CLIENT LIST/KILL, INFO); eviction (maxmemory-policy); persistence;\n\
+                     replication and WAIT; a cluster's slots and replicas; PING round trip; clock\n\
+                     offset; then a live self-test on a private lock leasehold:doctor:{<uuid>}\n\
+                     (lock, re-enter, a waiter woken by pub/sub, a watchdog renewal) that leaves\n\
+                     no key behind. Nothing else is written. A check whose commands are refused\n\
+                     is `skip` (not checked).\n\n\
                      Exit status: 0 all ok, 1 a warning or a check not made, 2 a failure.",
                 )
                 .arg(url)

@@ -176,7 +176,7 @@ fn evicting(policy: &str) -> bool {
 
 /// `memory`: can a held lock be evicted?
 pub(super) async fn memory(redis: &FredClient, target: &Target) -> Check {
-    let mut result: Option<Check> = None;
+    let mut per_node: Vec<(String, Check)> = Vec::new();
     for node in &target.nodes {
         let info = node.info.as_ref().ok();
         let mut policy = info
@@ -196,11 +196,6 @@ pub(super) async fn memory(redis: &FredClient, target: &Target) -> Check {
         let (Some(policy), Some(max)) = (policy, max) else {
             continue;
         };
-        let at = if target.nodes.len() > 1 {
-            format!(" on {}", node.label())
-        } else {
-            String::new()
-        };
         let check = if max == 0 {
             let note = if evicting(&policy) {
                 " (setting a maxmemory would make held locks evictable)"
@@ -209,13 +204,13 @@ pub(super) async fn memory(redis: &FredClient, target: &Target) -> Check {
             };
             Check::ok(
                 "memory",
-                format!("maxmemory 0 (no limit), {policy}{at}: nothing is evicted{note}"),
+                format!("maxmemory 0 (no limit), {policy}: nothing is evicted{note}"),
             )
         } else if evicting(&policy) {
             Check::new(
                 "memory",
                 Status::Warn,
-                format!("maxmemory {max} B with {policy}{at}: a held lock can be evicted (every lock key has a TTL)"),
+                format!("maxmemory {} with {policy}: a held lock can be evicted (every lock key has a TTL)", bytes(max)),
             )
             .advise(
                 "set maxmemory-policy noeviction on the Redis that keeps the locks (a full Redis then \
@@ -223,18 +218,44 @@ pub(super) async fn memory(redis: &FredClient, target: &Target) -> Check {
                  lost at its holder's next renewal, after another owner may have taken it",
             )
         } else {
-            Check::ok("memory", format!("maxmemory {max} B, {policy}{at}: nothing held is evicted (a full Redis refuses writes)"))
+            Check::ok(
+                "memory",
+                format!(
+                    "maxmemory {}, {policy}: nothing held is evicted (a full Redis refuses writes)",
+                    bytes(max)
+                ),
+            )
         };
-        if result.as_ref().is_none_or(|r| check.status > r.status) {
-            result = Some(check);
-        }
+        per_node.push((node.label(), check));
     }
-    result.unwrap_or_else(|| {
+    across(per_node).unwrap_or_else(|| {
         Check::not_checked(
             "memory",
             "maxmemory unknown (INFO memory and CONFIG GET refused)",
         )
     })
+}
+
+/// One check from the same check on each node: its text once when every
+/// node agrees (with "on every primary" when there are several), else
+/// the worst, naming its node.
+fn across(mut per_node: Vec<(String, Check)>) -> Option<Check> {
+    let many = per_node.len() > 1;
+    let agree = per_node.windows(2).all(|w| w[0].1 == w[1].1);
+    per_node.sort_by_key(|(_, c)| std::cmp::Reverse(c.status));
+    let (label, mut check) = per_node.into_iter().next()?;
+    if many {
+        let at = if agree {
+            "every primary".to_owned()
+        } else {
+            label
+        };
+        check.found = match check.found.split_once(": ") {
+            Some((what, then)) => format!("{what} on {at}: {then}"),
+            None => format!("{} on {at}", check.found),
+        };
+    }
+    Some(check)
 }
 
 /// `persistence`: what a restart does to held locks.
@@ -246,48 +267,46 @@ pub(super) async fn persistence(redis: &FredClient, target: &Target, client: &Cl
          (the watchdog timeout, {} s here), so no old holder is still at work",
         timeout.as_secs()
     );
-    let mut result: Option<Check> = None;
+    let mut per_node: Vec<(String, Check)> = Vec::new();
     for (node, info) in target.infos() {
-        let at = if target.nodes.len() > 1 {
-            format!(" on {}", node.label())
-        } else {
-            String::new()
-        };
         let check = if info.num("aof_enabled") == Some(1) {
             match config_get(redis, node.server.as_ref(), "appendfsync").await {
                 Ok(Some(fsync)) if fsync == "no" => Check::new(
                     "persistence",
                     Status::Warn,
-                    format!("AOF with appendfsync no{at}: a crash can lose the last ~30 s of lock changes"),
+                    format!(
+                        "AOF with appendfsync no: a crash can lose the last ~30 s of lock changes"
+                    ),
                 )
                 .advise(advice.clone()),
                 Ok(Some(fsync)) => Check::ok(
                     "persistence",
-                    format!("AOF, appendfsync {fsync}{at}: a restart keeps held locks"),
+                    format!("AOF, appendfsync {fsync}: a restart keeps held locks"),
                 ),
                 _ => Check::ok(
                     "persistence",
-                    format!("AOF{at} (appendfsync unknown: CONFIG GET refused): a restart keeps held locks"),
+                    format!(
+                        "AOF (appendfsync unknown: CONFIG GET refused): a restart keeps held locks"
+                    ),
                 ),
             }
         } else {
             let found = match config_get(redis, node.server.as_ref(), "save").await {
                 Ok(Some(save)) if !save.trim().is_empty() => format!(
-                    "RDB snapshots only (save {save}){at}: a restart brings back the last snapshot, \
+                    "RDB snapshots only (save {save}): a restart brings back the last snapshot, \
                      losing locks taken since and bringing back released ones until their TTL"
                 ),
-                Ok(_) => format!("none (no AOF, no RDB){at}: a restart drops every held lock"),
+                Ok(_) => format!("none (no AOF, no RDB): a restart drops every held lock"),
                 Err(_) => format!(
-                    "no AOF{at} (RDB schedule unknown: CONFIG GET refused): a restart loses held locks"
+                    "no AOF (RDB schedule unknown: CONFIG GET refused): a restart loses held locks"
                 ),
             };
             Check::new("persistence", Status::Warn, found).advise(advice.clone())
         };
-        if result.as_ref().is_none_or(|r| check.status > r.status) {
-            result = Some(check);
-        }
+        per_node.push((node.label(), check));
     }
-    result.unwrap_or_else(|| Check::not_checked("persistence", "INFO persistence refused"))
+    across(per_node)
+        .unwrap_or_else(|| Check::not_checked("persistence", "INFO persistence refused"))
 }
 
 /// `replication`: replicas, `min-replicas-to-write`, `WAIT`.
@@ -485,7 +504,10 @@ pub(super) async fn clock(redis: &FredClient, target: &Target, tolerance: Durati
         return Check::not_checked("clock", "no server");
     };
     let at = if target.nodes.len() > 1 {
-        format!(" ({label})")
+        format!(
+            ", the farthest of {} primaries ({label})",
+            target.nodes.len()
+        )
     } else {
         String::new()
     };
@@ -499,6 +521,18 @@ pub(super) async fn clock(redis: &FredClient, target: &Target, tolerance: Durati
     } else {
         Check::ok("clock", found)
     }
+}
+
+/// A byte count in the largest binary unit that divides it evenly-ish.
+fn bytes(n: i64) -> String {
+    const UNITS: [&str; 4] = ["B", "KiB", "MiB", "GiB"];
+    let mut value = n as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit < UNITS.len() - 1 {
+        value /= 1024.0;
+        unit += 1;
+    }
+    format!("{} {}", (value * 10.0).round() / 10.0, UNITS[unit])
 }
 
 fn epoch_ms() -> f64 {

@@ -183,11 +183,29 @@ async fn ask_all(asker: &Asker<'_>, questions: &[Question<'_>]) -> (Vec<String>,
     for (label, command, probe, key) in questions {
         match asker.ask(command, *key, probe.as_deref()).await {
             Answer::Allowed | Answer::Skipped => {}
-            Answer::Refused(why) => refused.push(format!("{label} ({why})")),
+            Answer::Refused(why) => refused.push(format!("{label}: {}", short(&why))),
             Answer::Unknown(why) => unknown.push(format!("{label} ({why})")),
         }
     }
     (refused, unknown)
+}
+
+/// A refusal's reason, without the words every one of them has.
+fn short(why: &str) -> String {
+    let why = why.trim_start_matches("NOPERM ");
+    let why = why
+        .strip_prefix("this user has no permissions to ")
+        .or_else(|| why.strip_prefix("This user has no permissions to "))
+        .unwrap_or(why);
+    if why.contains("channel") {
+        "channel refused".to_owned()
+    } else if why.contains(" key") {
+        "key refused".to_owned()
+    } else if let Some(command) = why.strip_prefix("run the ") {
+        format!("{} refused", command.trim_end_matches(" command"))
+    } else {
+        why.to_owned()
+    }
 }
 
 /// The verdict of a group: `fail_status` if anything was refused.
@@ -267,38 +285,33 @@ pub(super) async fn check(client: &Client, target: &Target) -> Perms {
     let (k, rec) = (p.key.as_str(), p.record.as_str());
     let core: Vec<Question<'_>> = vec![
         (
-            "HINCRBY on the lock",
+            "the lock (HINCRBY)",
             vec!["HINCRBY", k, "f", "1"],
             Some(vec!["PEXPIRE", k, "1"]),
             Some(k),
         ),
+        ("the lock (PEXPIRE)", vec!["PEXPIRE", k, "1"], None, Some(k)),
         (
-            "PEXPIRE on the lock",
-            vec!["PEXPIRE", k, "1"],
-            None,
-            Some(k),
-        ),
-        (
-            "HGET on the lock",
+            "the lock (read)",
             vec!["HGET", k, "f"],
             Some(vec!["EXISTS", k]),
             Some(k),
         ),
-        ("DEL on the lock", vec!["DEL", k], None, Some(k)),
+        ("the lock (DEL)", vec!["DEL", k], None, Some(k)),
         (
-            "SET on the request record",
+            "the request record (write)",
             vec!["SET", rec, "1", "PX", "1"],
             Some(vec!["PEXPIRE", rec, "1"]),
             Some(rec),
         ),
         (
-            "GET on the request record",
+            "the request record (read)",
             vec!["GET", rec],
             Some(vec!["EXISTS", rec]),
             Some(rec),
         ),
         (
-            "EVALSHA with both keys",
+            "EVALSHA declaring both",
             vec!["EVALSHA", RETURN_1_SHA, "2", k, rec],
             None,
             Some(k),
@@ -313,10 +326,14 @@ pub(super) async fn check(client: &Client, target: &Target) -> Perms {
         &unknown,
         Status::Fail,
         &format!(
-            "every lock script declares the lock's key (after the key prefix `{}`) and its request \
-             record `leasehold_latch:…` (not under the prefix): allow read and write on both \
-             (e.g. `~{}*` and `~leasehold_latch:*`)",
-            client.key_prefix(),
+            "every lock script declares the lock's key ({}) and its request record \
+             `leasehold_latch:…` (not under the prefix): allow read and write on both (e.g. \
+             `~{}*` and `~leasehold_latch:*`)",
+            if client.key_prefix().is_empty() {
+                "no key prefix set: the lock's name itself".to_owned()
+            } else {
+                format!("after the key prefix `{}`", client.key_prefix())
+            },
             client.key_prefix()
         ),
     );

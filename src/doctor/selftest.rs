@@ -201,7 +201,7 @@ where
         Ok(Ok(Some(guard))) => {
             let after = freed_at.elapsed();
             let found = format!(
-                "a waiter of another owner was woken {} after the unlock (its own re-check was not due for {}+)",
+                "unlocked twice (1 hold left after the first); a waiter of another owner was woken {} after the unlock (its own re-check was not due for {}+)",
                 ms(after),
                 ms(interval)
             );
