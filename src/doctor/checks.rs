@@ -274,9 +274,8 @@ pub(super) async fn persistence(redis: &FredClient, target: &Target, client: &Cl
                 Ok(Some(fsync)) if fsync == "no" => Check::new(
                     "persistence",
                     Status::Warn,
-                    format!(
-                        "AOF with appendfsync no: a crash can lose the last ~30 s of lock changes"
-                    ),
+                    "AOF with appendfsync no: a crash can lose the last ~30 s of lock changes"
+                        .to_owned(),
                 )
                 .advise(advice.clone()),
                 Ok(Some(fsync)) => Check::ok(
@@ -285,9 +284,8 @@ pub(super) async fn persistence(redis: &FredClient, target: &Target, client: &Cl
                 ),
                 _ => Check::ok(
                     "persistence",
-                    format!(
-                        "AOF (appendfsync unknown: CONFIG GET refused): a restart keeps held locks"
-                    ),
+                    "AOF (appendfsync unknown: CONFIG GET refused): a restart keeps held locks"
+                        .to_owned(),
                 ),
             }
         } else {
@@ -296,10 +294,11 @@ pub(super) async fn persistence(redis: &FredClient, target: &Target, client: &Cl
                     "RDB snapshots only (save {save}): a restart brings back the last snapshot, \
                      losing locks taken since and bringing back released ones until their TTL"
                 ),
-                Ok(_) => format!("none (no AOF, no RDB): a restart drops every held lock"),
-                Err(_) => format!(
+                Ok(_) => "none (no AOF, no RDB): a restart drops every held lock".to_owned(),
+                Err(_) => {
                     "no AOF (RDB schedule unknown: CONFIG GET refused): a restart loses held locks"
-                ),
+                        .to_owned()
+                }
             };
             Check::new("persistence", Status::Warn, found).advise(advice.clone())
         };
@@ -377,10 +376,9 @@ pub(super) async fn cluster(redis: &FredClient) -> Check {
     };
     let state = info.get("cluster_state").unwrap_or("?").to_owned();
     let slots_ok = info.num("cluster_slots_ok").unwrap_or(0);
-    let nodes = match cmd::<String>(redis, None, "CLUSTER", args(&["NODES"])).await {
-        Ok(text) => Some(text),
-        Err(_) => None,
-    };
+    let nodes = cmd::<String>(redis, None, "CLUSTER", args(&["NODES"]))
+        .await
+        .ok();
     let found_slots = format!("cluster_state {state}, {slots_ok}/{SLOTS} slots ok");
     if state != "ok" || slots_ok < SLOTS {
         return Check::new("cluster", Status::Fail, found_slots)

@@ -297,7 +297,7 @@ async fn renewal(client: &Client, key: &str, interval: Duration) -> Check {
 async fn cleanup(client: &Client, target: &Target, perms: &Perms, waiter: &Owner) -> Check {
     let redis = client.redis();
     let p = &perms.private;
-    let records = [Owner::current(), waiter.clone()]
+    let records = [Owner::current(), *waiter]
         .map(|o| crate::core::record_key(&p.key, &client.field(o.id(), "")))
         .map(|k| String::from_utf8_lossy(k.as_bytes()).into_owned());
     let names: Vec<&str> = [&p.key, &p.queue, &p.timeouts, &p.token]
@@ -323,7 +323,7 @@ async fn cleanup(client: &Client, target: &Target, perms: &Perms, waiter: &Owner
         }
         sleep(Duration::from_millis(50)).await;
     }
-    if left.iter().any(|k| *k == p.key) {
+    if left.contains(&p.key) {
         return Check::new(
             CLEANUP,
             Status::Fail,
