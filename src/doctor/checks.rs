@@ -264,7 +264,7 @@ pub(super) async fn persistence(redis: &FredClient, target: &Target, client: &Cl
     let advice = format!(
         "enable AOF (appendonly yes, appendfsync everysec); where a restart can lose data, keep a \
          restarted Redis (or the services) from taking locks for longer than the longest lease \
-         (the watchdog timeout, {} s here), so no old holder is still at work",
+         (the watchdog timeout: 30 s by default, {} s for this client), so no old holder is still at work",
         timeout.as_secs()
     );
     let mut per_node: Vec<(String, Check)> = Vec::new();

@@ -413,11 +413,12 @@ pub(crate) async fn run(client: &Client, options: &DoctorOptions) -> Result<Doct
         let outcome = selftest::run(client, &target, &perms, options.renewal_wait).await;
         // Without `ACL DRYRUN`, SUBSCRIBE is known only once a waiter was
         // woken through it.
-        let wakeup_ok = outcome
+        let wakeup = outcome
             .iter()
-            .any(|c| c.name == selftest::WAKEUP && c.status == Status::Ok);
+            .find(|c| c.name == selftest::WAKEUP)
+            .map(|c| c.status);
         if let Some(channels) = checks.iter_mut().find(|c| c.name == perms::CHANNELS) {
-            perms::settle_subscribe(channels, &perms, wakeup_ok);
+            perms::settle_subscribe(channels, &perms, wakeup);
         }
         checks.extend(outcome);
     }
