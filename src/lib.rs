@@ -294,6 +294,8 @@ mod bounds {
         is_send_sync::<crate::Stats>();
         is_send_sync::<crate::Deadlock>();
         is_send_sync::<crate::ClientRecord>();
+        is_send_sync::<crate::DoctorReport>();
+        is_send_sync::<crate::DoctorOptions>();
         #[cfg(feature = "blocking")]
         {
             is_send_sync::<crate::blocking::Client>();
@@ -341,6 +343,7 @@ mod bounds {
         send(guard.unlock());
         send(client.shutdown());
         send(client.deadlocks());
+        send(client.doctor());
         let multi = crate::MultiLock::new(vec![lock.clone()]);
         send(multi.lock());
         send(multi.try_lock_for(std::time::Duration::ZERO));
