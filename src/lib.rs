@@ -135,6 +135,7 @@
 pub mod blocking;
 mod client;
 mod core;
+mod doctor;
 mod error;
 mod fair_lock;
 mod fenced_lock;
@@ -153,6 +154,7 @@ pub use crate::core::registry::{client_records, deadlocks_on};
 pub use crate::core::stats::Stats;
 pub use crate::core::watchdog::Watchdog;
 pub use client::{Client, ClientBuilder};
+pub use doctor::{Check, DoctorOptions, DoctorReport, Status};
 pub use error::{Error, Result, ServerOutcome, ServerResult};
 pub use fair_lock::FairLock;
 pub use fenced_lock::FencedLock;
@@ -293,6 +295,8 @@ mod bounds {
         is_send_sync::<crate::Stats>();
         is_send_sync::<crate::Deadlock>();
         is_send_sync::<crate::ClientRecord>();
+        is_send_sync::<crate::DoctorReport>();
+        is_send_sync::<crate::DoctorOptions>();
         #[cfg(feature = "blocking")]
         {
             is_send_sync::<crate::blocking::Client>();
@@ -340,6 +344,7 @@ mod bounds {
         send(guard.unlock());
         send(client.shutdown());
         send(client.deadlocks());
+        send(client.doctor());
         let multi = crate::MultiLock::new(vec![lock.clone()]);
         send(multi.lock());
         send(multi.try_lock_for(std::time::Duration::ZERO));

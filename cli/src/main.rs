@@ -7,14 +7,16 @@
 //! leasehold clients [--url URL] [--json]
 //! leasehold unlock --force [--url URL] NAME
 //! leasehold watch [--url URL] [PATTERN]
+//! leasehold doctor [--url URL] [--json] [--key-prefix P] [--no-self-test]   # exit 0 / 1 / 2
 //! ```
 //!
 //! Objects are found by their key layout (see `inspect.rs`), holders'
 //! apps, hosts and pids from the client records leasehold clients keep
 //! (`leasehold:client:{<uuid>}`); a holder without a record (a Redisson
 //! service, a client that died) is shown as foreign. Reads only, apart
-//! from `unlock --force`.
+//! from `unlock --force` and `doctor`'s self-test on its private lock.
 
+mod doctor;
 mod inspect;
 
 use std::process::ExitCode;
@@ -84,8 +86,43 @@ fn cli() -> Command {
         .subcommand(
             Command::new("watch")
                 .about("the inspect table, refreshed in place every second (Ctrl-C ends)")
-                .arg(url)
+                .arg(url.clone())
                 .arg(pattern),
+        )
+        .subcommand(
+            Command::new("doctor")
+                .about("is this Redis safe for locks? one line per check: ok / warn / fail / skip")
+                .long_about(
+                    "Checks the server for leasehold's locks; one line per check:\n\
+                     \x20 ok|warn|fail|skip  name  found  → advice\n\n\
+                     server kind and version; the user's permissions (scripts, keys, lock\n\
+                     channels, CLIENT LIST/KILL, INFO); eviction (maxmemory-policy); persistence;\n\
+                     replication and WAIT; a cluster's slots and replicas; PING round trip; clock\n\
+                     offset; then a live self-test on a private lock leasehold:doctor:{<uuid>}\n\
+                     (lock, re-enter, a waiter woken by pub/sub, a watchdog renewal) that leaves\n\
+                     no key behind. Nothing else is written. A check whose commands are refused\n\
+                     is `skip` (not checked).\n\n\
+                     Exit status: 0 all ok, 1 a warning or a check not made, 2 a failure.",
+                )
+                .arg(url)
+                .arg(
+                    Arg::new("json")
+                        .long("json")
+                        .action(ArgAction::SetTrue)
+                        .help("the report as one JSON document: {\"exit_code\",\"checks\":[{\"name\",\"status\",\"found\",\"advice\"}]}"),
+                )
+                .arg(
+                    Arg::new("key-prefix")
+                        .long("key-prefix")
+                        .value_name("PREFIX")
+                        .help("the key prefix your clients use (ClientBuilder::key_prefix): its keys' permissions are checked"),
+                )
+                .arg(
+                    Arg::new("no-self-test")
+                        .long("no-self-test")
+                        .action(ArgAction::SetTrue)
+                        .help("skip the live self-test: read-only checks only, nothing written"),
+                ),
         )
 }
 
@@ -114,6 +151,15 @@ async fn run(matches: ArgMatches) -> Result<ExitCode> {
     let url = sub
         .get_one::<String>("url")
         .ok_or("no Redis URL: give --url or set REDIS_URL")?;
+    if name == "doctor" {
+        return doctor::doctor(doctor::Args {
+            url,
+            json: sub.get_flag("json"),
+            key_prefix: sub.get_one::<String>("key-prefix").map(String::as_str),
+            self_test: !sub.get_flag("no-self-test"),
+        })
+        .await;
+    }
     let redis = connect(url).await?;
     let json = sub
         .try_get_one::<bool>("json")
