@@ -81,6 +81,8 @@ pub struct ClientBuilder {
     detect_deadlocks: bool,
     client_record: Option<bool>,
     request_record_ttl: Option<Duration>,
+    /// `false`: `build` does not refuse an unsafe server or user.
+    report_only: bool,
 }
 
 #[derive(Debug)]
@@ -559,6 +561,23 @@ impl ClientBuilder {
         self
     }
 
+    /// Builds a client even where [`build`](Self::build) would refuse the
+    /// server or user as unsafe for locks ([`Error::Unsupported`]: a user
+    /// without the lock channels, scripts or the key prefix,
+    /// `wait_for_replicas` without `WAIT`, Garnet), for a tool that reports
+    /// on a deployment (`leasehold doctor`, [`Client::doctor`]). Such a
+    /// client must not be used to take locks. Off by default.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// let b = leasehold::Client::builder().report_only(true);
+    /// ```
+    pub fn report_only(mut self, report_only: bool) -> Self {
+        self.report_only = report_only;
+        self
+    }
+
     /// Whether unlock messages use sharded pub/sub (`SPUBLISH` /
     /// `SSUBSCRIBE`, Redis 7+). By default they do on a Redis Cluster whose
     /// servers support it, as Redisson's default subscription mode does, so
@@ -828,6 +847,7 @@ impl ClientBuilder {
             record_ttl,
             rids: Default::default(),
             key_prefix: self.key_prefix.clone(),
+            refuse_unsafe: !self.report_only,
         };
         let client_record = self.client_record.unwrap_or(true);
         if self.detect_deadlocks && !client_record {

@@ -24,6 +24,7 @@ async fn client_at(url: &str) -> Client {
         .url(url)
         .watchdog_timeout(WATCHDOG)
         .client_record(false)
+        .report_only(true)
         .build()
         .await
         .unwrap_or_else(|e| panic!("connect to {url}: {e}"))

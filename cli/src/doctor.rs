@@ -34,6 +34,8 @@ pub(crate) async fn doctor(args: Args<'_>) -> Result<ExitCode> {
         .watchdog_timeout(WATCHDOG)
         .command_timeout(COMMAND_TIMEOUT)
         .client_record(false)
+        // Report on a user or server a locking client would refuse.
+        .report_only(true)
         .app_name("leasehold-doctor");
     if let Some(prefix) = args.key_prefix {
         builder = builder.key_prefix(prefix);

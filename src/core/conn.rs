@@ -88,6 +88,9 @@ pub(crate) struct Settings {
     /// The client's key prefix: the permission probes at connect name a
     /// key and a channel under it (`caps.rs`).
     pub(crate) key_prefix: String,
+    /// Refuse a server or user unsafe for locks at connect
+    /// (`ClientBuilder::report_only` turns it off).
+    pub(crate) refuse_unsafe: bool,
 }
 
 /// Whether the server answers `PUBSUB SHARDNUMSUB` (sharded pub/sub is
@@ -263,6 +266,7 @@ impl Conn {
             record_ttl: Duration::from_secs(60),
             rids: Arc::new(AtomicU64::new(1)),
             key_prefix: String::new(),
+            refuse_unsafe: true,
         };
         Conn::new(redis, false, false, true, settings, false)
     }
@@ -361,10 +365,12 @@ impl Conn {
             None => clustered && sharded_pubsub_answers(&redis, timeout).await,
         };
         let info = probe_server(&redis, timeout).await;
-        if let Some(why) = info.refusal() {
-            return Err(crate::Error::Unsupported(why));
+        if settings.refuse_unsafe {
+            if let Some(why) = info.refusal() {
+                return Err(crate::Error::Unsupported(why));
+            }
+            check_permissions(&redis, sharded, &settings.key_prefix, timeout).await?;
         }
-        check_permissions(&redis, sharded, &settings.key_prefix, timeout).await?;
         let wait = wait_answers(&redis, timeout).await;
         let mut conn = Conn::new(redis, clustered, sharded, clustered, settings, named);
         // Bounded like the connect: a server that does not answer leaves

@@ -268,7 +268,7 @@ impl Engine {
     pub(crate) async fn start(options: Options) -> Result<Arc<Engine>> {
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
         let (conn, subscriber, task) = Conn::connect(options.settings, options.sharded).await?;
-        if options.replicas.is_some() && !conn.info.wait {
+        if options.replicas.is_some() && !conn.info.wait && conn.settings.refuse_unsafe {
             conn.close().await;
             return Err(Error::Unsupported(
                 "wait_for_replicas needs WAIT, which the server refuses or does not have"
