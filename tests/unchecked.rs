@@ -222,3 +222,183 @@ async fn a_late_leave_copy_gives_back_no_later_grant_without_the_fence() {
         guard.unlock().await.unwrap();
     }
 }
+
+/// Item 5: a release whose outcome stayed unknown (every copy late: the
+/// call and its settle gave up, while the first copy did run) leaves the
+/// client's count one too high. The owner's next unlock, of its other
+/// hold, was then taken for a copy of itself (the field at the count less
+/// one), changed nothing and returned `Ok`: the field kept a hold nobody
+/// has.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_of_unknown_outcome_leaves_no_hold_behind() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(&server.addr()).await;
+    let url = proxy.url();
+    let c = client_with(&server, |b| {
+        b.url(&url)
+            .command_timeout(Duration::from_millis(500))
+            .request_record_ttl(Duration::from_secs(1))
+    })
+    .await;
+    let other = support::fixture::client(&server).await;
+    c.lock("warm").lock().await.unwrap().unlock().await.unwrap();
+    for round in 0..3 {
+        let name = format!("unknown-release-{round}");
+        let lock = c.lock(&name);
+        Owner::new()
+            .scope(async {
+                let outer = lock.lock().await.unwrap();
+                let inner = lock.lock().await.unwrap();
+                proxy.delay(Duration::from_millis(400));
+                let first = within(HANG, "the inner release gives up", inner.unlock()).await;
+                // Late replies, then the record TTL, pass.
+                tokio::time::sleep(Duration::from_secs(2)).await;
+                proxy.pass();
+                tokio::time::sleep(Duration::from_millis(1500)).await;
+                let last = within(HANG, "the outer unlock", outer.unlock()).await;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                let left = server.cmd(&["HGETALL", &name]);
+                let taken = other.lock(&name).try_lock().await.unwrap();
+                assert!(
+                    taken.is_some(),
+                    "round {round}: both holds given back, yet the lock is still held \
+                     (inner unlock: {first:?}, outer unlock: {last:?}; hash: {left:?})"
+                );
+                taken.unwrap().unlock().await.unwrap();
+            })
+            .await;
+    }
+    c.shutdown().await.unwrap();
+}
+
+/// A boxed acquire borrowing its client and name.
+type Take<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
+
+/// Item 3: one owner switches kinds on one name while its release through
+/// the first kind is still on its way (`drop(guard)` releases in the
+/// background). The kinds share the holder field; the new kind must not
+/// count the old kind's hold as its own, or the old release frees the new
+/// hold. `first` takes and drops, `second` takes; returns the rounds that
+/// ended with the second hold gone or the lock taken by another client.
+async fn kind_switch_overlaps(
+    rounds: usize,
+    first: for<'a> fn(&'a Client, &'a str) -> Take<'a, leasehold::LockGuard>,
+    second: for<'a> fn(&'a Client, &'a str) -> Take<'a, leasehold::Result<leasehold::LockGuard>>,
+) -> usize {
+    let server = RedisServer::start();
+    let c = support::fixture::client(&server).await;
+    let other = support::fixture::client(&server).await;
+    let mut bad = 0;
+    for round in 0..rounds {
+        let name = format!("switch-{round}");
+        let ok = Owner::new()
+            .scope(async {
+                let field = field_of(&c);
+                let g = first(&c, &name).await;
+                drop(g);
+                let again = match within(HANG, "the other kind", second(&c, &name)).await {
+                    Ok(g) => g,
+                    // Refused (the old hold still counted): no overlap,
+                    // but the release on its way should have been waited
+                    // for.
+                    Err(leasehold::Error::InvalidArgument(e)) => {
+                        panic!("round {round}: refused instead of waiting: {e}")
+                    }
+                    Err(e) => panic!("round {round}: {e}"),
+                };
+                // The dropped guard's release has landed by now.
+                tokio::time::sleep(Duration::from_millis(150)).await;
+                let held = server.cmd(&["HGET", &name, &field]) == "1";
+                let stolen = other.lock(&name).try_lock().await.unwrap();
+                let ok = held && stolen.is_none() || again.is_lost();
+                if let Some(g) = stolen {
+                    g.unlock().await.unwrap();
+                }
+                drop(again);
+                ok
+            })
+            .await;
+        if !ok {
+            bad += 1;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    c.shutdown().await.unwrap();
+    other.shutdown().await.unwrap();
+    bad
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fair_release_on_its_way_frees_no_plain_hold_of_the_same_owner() {
+    let bad = kind_switch_overlaps(
+        40,
+        |c, n| Box::pin(async move { c.fair_lock(n).lock().await.unwrap() }),
+        |c, n| Box::pin(async move { c.lock(n).lock().await }),
+    )
+    .await;
+    assert_eq!(bad, 0, "rounds with the new hold freed under its guard");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plain_release_on_its_way_frees_no_fair_hold_of_the_same_owner() {
+    let bad = kind_switch_overlaps(
+        40,
+        |c, n| Box::pin(async move { c.lock(n).lock().await.unwrap() }),
+        |c, n| Box::pin(async move { c.fair_lock(n).lock().await }),
+    )
+    .await;
+    assert_eq!(bad, 0, "rounds with the new hold freed under its guard");
+}
+
+/// Item 2: a read hold extended beyond the watchdog timeout beside a
+/// watchdog read hold of the same owner. The read renewal sent each
+/// entry's own TTL (the watchdog timeout while a watchdog hold lives)
+/// while the extended guard's signal was raised to the extension: with the
+/// connection black-holed, a writer got in while the guards said not lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_extended_read_hold_beside_a_watchdog_one_is_told_lost_before_a_writer_gets_in() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(&server.addr()).await;
+    let url = proxy.url();
+    let watchdog = Duration::from_secs(3);
+    let reader = client_with(&server, |b| {
+        b.url(&url)
+            .watchdog_timeout(watchdog)
+            .command_timeout(Duration::from_secs(1))
+    })
+    .await;
+    let writer = support::fixture::client(&server).await;
+    let rw = reader.read_write_lock("extended");
+    let (watched, mut fixed) = Owner::new()
+        .scope(async {
+            let watched = rw.read().lock().await.unwrap();
+            let fixed = rw
+                .read()
+                .lock_with_lease(Duration::from_secs(2))
+                .await
+                .unwrap();
+            (watched, fixed)
+        })
+        .await;
+    fixed.extend(Duration::from_secs(10)).await.unwrap();
+    proxy.blackhole();
+    let started = tokio::time::Instant::now();
+    let w = within(
+        Duration::from_secs(60),
+        "the writer gets in once the read holds expire",
+        writer.read_write_lock("extended").write().lock(),
+    )
+    .await
+    .unwrap();
+    let at = started.elapsed();
+    let (watched_lost, fixed_lost) = (watched.is_lost(), fixed.is_lost());
+    assert!(
+        watched_lost && fixed_lost,
+        "the writer got in after {at:?} while a read guard said not lost \
+         (watchdog guard lost: {watched_lost}, extended guard lost: {fixed_lost})"
+    );
+    w.unlock().await.unwrap();
+    proxy.pass();
+    drop((watched, fixed));
+    reader.shutdown().await.ok();
+}

@@ -307,18 +307,37 @@ impl<T: Tries, H: Handoff> wait::Attempts for Acquiring<'_, T, H> {
         // the try finds the lock busy), so N waiters on one key cost N
         // parked futures, not N records in the key's table.
         let owner = this.spec.owner;
-        let lease = engine.leases.get(
-            &engine.conn,
-            &engine.watchdog,
-            this.spec.key,
-            owner,
-            this.spec.profile.kind,
-            &|| this.spec.lease_names(owner),
-        );
+        let names = move || this.spec.lease_names(owner);
         // Where to announce a take, if the wait loop asks for it.
         let announce = if announce { this.companion() } else { None };
         let attempt = move || async move {
-            let lease = lease?;
+            let kind = this.spec.profile.kind;
+            // A release of this owner through another kind of the same
+            // field still on its way: it lands first (see
+            // `Leases::settling_other_kind`). A dropped guard's release
+            // may not have taken its turn yet: looked at again until the
+            // holds are given back, for up to a command timeout (then
+            // `get` refuses: holds whose outcome stayed unknown).
+            let patience = Instant::now() + engine.conn.settings.command_timeout;
+            while let Some(other) =
+                engine
+                    .leases
+                    .settling_other_kind(this.spec.key, owner, kind, &names)
+            {
+                drop(other.turn().await);
+                if Instant::now() >= patience {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            let lease = engine.leases.get(
+                &engine.conn,
+                &engine.watchdog,
+                this.spec.key,
+                owner,
+                kind,
+                &names,
+            )?;
             match granted {
                 Some(granted) => handoff::adopt(engine, &lease, this.lease, granted)
                     .await

@@ -105,8 +105,12 @@ enum SettleKind {
         ttl: Duration,
         began: u64,
     },
-    /// A release of a hold of this term: applied to the lease.
-    Release { sent: Instant, ttl: Duration },
+    /// A release of `count` holds: applied to the lease.
+    Release {
+        sent: Instant,
+        ttl: Duration,
+        count: u32,
+    },
 }
 
 impl SettleKind {
@@ -130,6 +134,9 @@ struct Unsent {
 struct DroppedRelease {
     hold: HoldParts,
     rid: OnceLock<u64>,
+    /// How many holds it gives back, fixed at its first run (a run again
+    /// sends the same request).
+    count: OnceLock<u32>,
 }
 
 #[derive(Debug)]
@@ -456,7 +463,13 @@ impl Hold {
         }
         let rid = parts.lease.conn.rid();
         let ttl_ms = parts.lease.requirement_ms(parts.term);
-        let call = parts.lease.kind.release_call(&parts.lease, 1, ttl_ms, rid);
+        // The last live hold gives back whatever else is still counted:
+        // holds whose release's outcome stayed unknown (`release_count`).
+        let count = parts.lease.release_count();
+        let call = parts
+            .lease
+            .kind
+            .release_call(&parts.lease, count, ttl_ms, rid);
         let sent = Instant::now();
         parts.lease.begin_call();
         let ttl = Duration::from_millis(ttl_ms as u64);
@@ -464,7 +477,7 @@ impl Hold {
             engine,
             &parts.lease,
             call,
-            SettleKind::Release { sent, ttl },
+            SettleKind::Release { sent, ttl, count },
             turn,
         );
         let outcome = flight.call().run(&engine.conn, sent).await;
@@ -474,7 +487,7 @@ impl Hold {
                 // The turn is kept until the reply is recorded: the next
                 // acquire or release of the owner must see it.
                 let _turn = flight.finish();
-                let reply = parts.lease.apply_release(&reply, 1, sent, ttl);
+                let reply = parts.lease.apply_release(&reply, count, sent, ttl);
                 record_release(&span, Ok(reply));
                 Ok(reply != ReleaseReply::NotHeld)
             }
@@ -515,6 +528,7 @@ impl Drop for Hold {
         self.engine.background.spawn(DroppedRelease {
             hold: parts,
             rid: OnceLock::new(),
+            count: OnceLock::new(),
         });
     }
 }
@@ -680,6 +694,7 @@ impl Drop for Unsent {
             self.engine.background.spawn(DroppedRelease {
                 hold: parts,
                 rid: OnceLock::new(),
+                count: OnceLock::new(),
             });
         }
     }
@@ -722,8 +737,8 @@ impl Job for Settle {
                         AcquireReply::Busy(_) => true,
                     }
                 }
-                (Ok(Settled::Ran(reply)), SettleKind::Release { sent, ttl }) => {
-                    lease.apply_release(&reply, 1, sent, ttl);
+                (Ok(Settled::Ran(reply)), SettleKind::Release { sent, ttl, count }) => {
+                    lease.apply_release(&reply, count, sent, ttl);
                     true
                 }
                 (Ok(Settled::Stale), _) => true,
@@ -755,7 +770,8 @@ impl Job for DroppedRelease {
             } else {
                 Some(lease.turn().await)
             };
-            let _ = give_back(conn, &self.hold, 1, &self.rid, true).await;
+            let count = *self.count.get_or_init(|| lease.release_count());
+            let _ = give_back(conn, &self.hold, count, &self.rid, true).await;
         })
     }
 

@@ -414,6 +414,23 @@ impl Lease {
         s.watched + s.fixed.len() as u32
     }
 
+    /// How many holds a release of one retired hold gives back, under the
+    /// turn: 1 while a live guard remains; once none does, every hold
+    /// still counted. A hold whose release's outcome stayed unknown (the
+    /// call and its settle gave up) is still counted, and may still be in
+    /// Redis: the owner's last release gives it back with its own, so the
+    /// field never keeps a hold nobody has (issue 44, item 5). If that
+    /// release had run after all, the field holds fewer than counted and
+    /// the release script frees what is there.
+    pub(crate) fn release_count(&self) -> u32 {
+        let s = self.state.lock();
+        if s.has_live_holds() {
+            1
+        } else {
+            s.holds.max(1)
+        }
+    }
+
     /// Holds Redis counts for the field as far as this record knows (live
     /// guards and releases not yet done), in the current incarnation.
     pub(crate) fn holds(&self) -> u32 {

@@ -79,21 +79,27 @@ impl Lease {
         }
     }
 
-    /// The TTL a renewal or check should set: the watchdog timeout while a
-    /// watchdog hold lives; for a kind that [renews fixed
-    /// holds](crate::core::kind::Kind::renews_fixed), what is left until the latest fixed
-    /// deadline; 0 (only check) otherwise.
+    /// The TTL a renewal or check should set: what the live holds need.
+    /// The watchdog timeout while a watchdog hold lives; for a kind that
+    /// [renews fixed holds](crate::core::kind::Kind::renews_fixed), at
+    /// least what is left until the latest fixed deadline too (the longer
+    /// of the two: a fixed hold extended beyond the watchdog timeout beside
+    /// a watchdog hold of the same owner needs the key that long, and its
+    /// signal counts on it, issue 44 item 2); 0 (only check) otherwise.
     pub(crate) fn renew_ttl(&self) -> Duration {
         let s = self.state.lock();
-        if s.watched > 0 {
+        let watched = if s.watched > 0 {
             self.watchdog.timeout()
-        } else if self.kind.renews_fixed() {
-            s.fixed.latest().map_or(Duration::ZERO, |d| {
-                d.saturating_duration_since(Instant::now())
-            })
         } else {
             Duration::ZERO
+        };
+        if !self.kind.renews_fixed() {
+            return watched;
         }
+        let fixed = s.fixed.latest().map_or(Duration::ZERO, |d| {
+            d.saturating_duration_since(Instant::now())
+        });
+        watched.max(fixed)
     }
 }
 

@@ -148,12 +148,16 @@ fn refuse_other_kinds(
     owner: u64,
     kind: TypeId,
 ) -> Result<()> {
+    // Counted holds, not only live ones: a release of the other kind still
+    // on its way (or whose outcome stayed unknown) counts in the field too,
+    // and a try of this kind would read it as its own (issue 44, item 3).
+    // The acquire waits for such a release first (`settling_other_kind`).
     let other = entry.iter().find(|l| {
         l.owner == owner
             && l.kind.id() != kind
             && l.key_bytes() == key
             && l.field_bytes() == field
-            && l.live_holds() > 0
+            && l.holds() > 0
     });
     match other {
         None => Ok(()),
@@ -167,6 +171,34 @@ fn refuse_other_kinds(
 }
 
 impl Leases {
+    /// A record of another kind of (`key`, `owner`) sharing the field
+    /// `init` names, whose holds are all given up but still counted: a
+    /// release under way. An acquire waits for its turn (the release has
+    /// then landed, or its outcome is settled) before it takes a record of
+    /// its own kind, which [`get`](Self::get) would otherwise refuse.
+    pub(crate) fn settling_other_kind(
+        self: &Arc<Self>,
+        key: &Key,
+        owner: u64,
+        kind: &'static dyn Kind,
+        init: &(dyn Fn() -> Result<LeaseNames> + Sync),
+    ) -> Option<LeaseRef> {
+        let key = key.as_bytes();
+        let entry = self.map.get(&self.hash(key))?;
+        let id = kind.id();
+        let mut others = entry
+            .iter()
+            .filter(|l| l.owner == owner && l.kind.id() != id && l.key_bytes() == key)
+            .peekable();
+        // The common case: no record of another kind, no names built.
+        others.peek()?;
+        let names = init().ok()?;
+        let other = others.find(|l| {
+            l.field_bytes() == names.field_bytes() && l.holds() > 0 && l.live_holds() == 0
+        })?;
+        Some(LeaseRef::new(other.clone(), Arc::downgrade(self)))
+    }
+
     /// The lease of (`key`, `owner`, `kind`), made with `init` if missing.
     pub(crate) fn get(
         self: &Arc<Self>,

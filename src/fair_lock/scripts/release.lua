@@ -9,7 +9,7 @@
 -- KEYS[6]  the request record of this owner on this lock
 -- ARGV[1]  TTL in milliseconds the key keeps while holds remain
 -- ARGV[2]  owner field
--- ARGV[3]  how many holds to give back (1; all of them on shutdown)
+-- ARGV[3]  how many holds to give back (1; every hold still counted on the owner's last release, or on shutdown)
 -- ARGV[4]  "publish", or "spublish" for sharded pub/sub on a cluster
 -- ARGV[5]  now: the client's clock, epoch milliseconds
 -- ARGV[6]  thread wait in milliseconds (see acquire.lua)

@@ -6,7 +6,7 @@
 -- ARGV[1]  TTL in milliseconds the key keeps while holds remain: the
 --          longest deadline of the owner's remaining live holds
 -- ARGV[2]  owner field
--- ARGV[3]  how many holds to give back (1; all of them on shutdown)
+-- ARGV[3]  how many holds to give back (1; every hold still counted on the owner's last release, or on shutdown)
 -- ARGV[4]  "publish", or "spublish" for sharded pub/sub on a cluster
 -- ARGV[5]  the hold count expected before this release (release_check.lua)
 -- ARGV[6]  record TTL in milliseconds

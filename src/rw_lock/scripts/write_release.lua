@@ -7,7 +7,7 @@
 -- KEYS[4]  the request record of this owner's write lease
 -- ARGV[1]  TTL in milliseconds the owner's remaining write holds need
 -- ARGV[2]  write field
--- ARGV[3]  how many holds to give back (1; all of them on shutdown)
+-- ARGV[3]  how many holds to give back (1; every hold still counted on the owner's last release, or on shutdown)
 -- ARGV[4]  "publish", or "spublish" for sharded pub/sub on a cluster
 -- ARGV[5]  record TTL in milliseconds
 -- ARGV[6]  request id
