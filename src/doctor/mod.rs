@@ -424,3 +424,59 @@ pub(crate) async fn run(client: &Client, options: &DoctorOptions) -> Result<Doct
     }
     Ok(DoctorReport { checks })
 }
+
+// === impl Client ===
+
+impl crate::Client {
+    /// Is this deployment safe for locks? Checks the server this client
+    /// is connected to (kind and version, the user's permissions, eviction,
+    /// persistence, replication, the cluster's slots, round trip, clock)
+    /// and runs a live self-test on a private lock, with the default
+    /// [`DoctorOptions`]; the same report `leasehold doctor` prints. See
+    /// [`doctor_with`](Self::doctor_with).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`doctor_with`](Self::doctor_with).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+    /// let report = client.doctor().await?;
+    /// print!("{report}");
+    /// if report.worst() == leasehold::Status::Fail {
+    ///     eprintln!("this Redis cannot keep our locks:\n{report}");
+    ///     std::process::exit(2);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn doctor(&self) -> Result<DoctorReport> {
+        self.doctor_with(&DoctorOptions::new()).await
+    }
+
+    /// [`doctor`](Self::doctor) with `options`. The checks are read-only;
+    /// the self-test writes only its private lock
+    /// `leasehold:doctor:{<uuid>}` (after the key prefix) and leaves
+    /// nothing behind. Problems found are in the report; an `Err` means
+    /// the client is shut down ([`Error::Shutdown`]).
+    ///
+    /// # Cancel safety
+    ///
+    /// A dropped call stops where it is: the self-test's guards are
+    /// released in the background and its waiter holds nothing; its
+    /// private lock is gone within a few milliseconds (or, if the
+    /// connection is gone too, when its lease ends).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn f(client: leasehold::Client) -> leasehold::Result<()> {
+    /// let options = leasehold::DoctorOptions::new().self_test(false);
+    /// println!("{}", client.doctor_with(&options).await?.to_json());
+    /// # Ok(()) }
+    /// ```
+    pub async fn doctor_with(&self, options: &DoctorOptions) -> Result<DoctorReport> {
+        crate::doctor::run(self, options).await
+    }
+}

@@ -54,7 +54,50 @@ struct TestRun {
     args: Vec<OsString>,
     /// Gets the Java environment ([`FeatureRun::interop`]).
     interop: bool,
+    /// Runs against this server of the matrix (`LEASEHOLD_REDIS_SERVER`
+    /// and `LEASEHOLD_REDIS_CLI` set to its binaries).
+    server: Option<(PathBuf, PathBuf)>,
 }
+
+/// The servers of the compatibility matrix beside Debian's redis-server
+/// (the workspace run): folder under `../shared/servers/` (or
+/// `LEASEHOLD_SERVERS_DIR`), server binary, cli binary. A folder that is
+/// missing is reported and skipped; `LEASEHOLD_SERVER_MATRIX=skip` skips
+/// the matrix.
+const MATRIX: &[(&str, &str, &str)] = &[
+    ("redis-6.2.14", "redis-server", "redis-cli"),
+    ("redis-7.4.1", "redis-server", "redis-cli"),
+    ("valkey-8.0.1", "valkey-server", "valkey-cli"),
+];
+
+/// The tests that say something about the server, run on each server of
+/// the matrix: locks, waits, the watchdog, the lock family, faults and
+/// unknown outcomes, cluster with failover, Sentinel, the probes at
+/// connect, the holes of issue 44, the random history, the doctor.
+const MATRIX_TESTS: &[&str] = &[
+    "mutual_exclusion",
+    "reentrancy",
+    "waiting",
+    "watchdog",
+    "fair_lock",
+    "fair_handoff",
+    "fenced_lock",
+    "rw_lock",
+    "semaphore",
+    "latch",
+    "multi",
+    "redlock",
+    "faults",
+    "unknown_outcome",
+    "reconnect",
+    "cluster",
+    "sentinel",
+    "servers",
+    "unchecked",
+    "hostile_input",
+    "history",
+    "doctor",
+];
 
 /// The feature-gated test runs of `cargo xtask test`, in order. A feature
 /// with its own tests is one more line here.
@@ -252,9 +295,19 @@ fn test(extra: &[OsString]) -> i32 {
     let total = runs.len();
     let started = Instant::now();
     for (i, run) in runs.iter().enumerate() {
-        let header = format!("==> [{}/{total}]", i + 1);
+        let header = match &run.server {
+            Some((server, _)) => format!("==> [{}/{total}] on {}", i + 1, server.display()),
+            None => format!("==> [{}/{total}]", i + 1),
+        };
+        let server_env: Vec<(&str, OsString)>;
         let env = if run.interop {
             interop.as_deref()
+        } else if let Some((server, cli)) = &run.server {
+            server_env = vec![
+                ("LEASEHOLD_REDIS_SERVER", server.clone().into_os_string()),
+                ("LEASEHOLD_REDIS_CLI", cli.clone().into_os_string()),
+            ];
+            Some(&server_env[..])
         } else {
             None
         };
@@ -306,6 +359,7 @@ fn test_runs(extra: &[OsString]) -> Vec<TestRun> {
     let mut runs = vec![TestRun {
         args: workspace,
         interop: false,
+        server: None,
     }];
     for run in FEATURE_RUNS {
         let mut args: Vec<OsString> = vec!["test".into()];
@@ -320,10 +374,45 @@ fn test_runs(extra: &[OsString]) -> Vec<TestRun> {
         runs.push(TestRun {
             args,
             interop: run.interop,
+            server: None,
         });
     }
+    runs.extend(matrix_runs());
     for run in &mut runs {
         run.args.extend(extra.iter().cloned());
+    }
+    runs
+}
+
+/// One run of [`MATRIX_TESTS`] per server of [`MATRIX`] found.
+fn matrix_runs() -> Vec<TestRun> {
+    if env::var_os("LEASEHOLD_SERVER_MATRIX").is_some_and(|v| v == "skip") {
+        println!("xtask: LEASEHOLD_SERVER_MATRIX=skip: the server matrix is NOT run");
+        return Vec::new();
+    }
+    let dir = env::var_os("LEASEHOLD_SERVERS_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("..").join("shared").join("servers"));
+    let mut runs = Vec::new();
+    for (folder, server, cli) in MATRIX {
+        let (server, cli) = (dir.join(folder).join(server), dir.join(folder).join(cli));
+        if !server.is_file() || !cli.is_file() {
+            println!(
+                "xtask: server matrix: {} not found: {folder} is NOT tested",
+                server.display()
+            );
+            continue;
+        }
+        let mut args: Vec<OsString> = vec!["test".into(), "-p".into(), "leasehold".into()];
+        for test in MATRIX_TESTS {
+            args.push("--test".into());
+            args.push((*test).into());
+        }
+        runs.push(TestRun {
+            args,
+            interop: false,
+            server: Some((server, cli)),
+        });
     }
     runs
 }
@@ -885,7 +974,10 @@ mod tests {
     #[test]
     fn test_runs_are_the_workspace_then_each_feature_with_extra_args_on_each() {
         let runs = test_runs(&["--".into(), "--nocapture".into()]);
-        assert_eq!(runs.len(), 1 + FEATURE_RUNS.len());
+        let plain = runs.iter().filter(|run| run.server.is_none()).count();
+        assert_eq!(plain, 1 + FEATURE_RUNS.len());
+        // The matrix runs (servers found beside the repository) come last.
+        assert!(runs[plain..].iter().all(|run| run.server.is_some()));
         assert_eq!(
             strings(&runs[0].args),
             [
@@ -909,6 +1001,14 @@ mod tests {
                 "--nocapture"
             ]
         );
+    }
+
+    #[test]
+    fn every_matrix_test_is_a_test_file() {
+        for test in MATRIX_TESTS {
+            let file = workspace_root().join("tests").join(format!("{test}.rs"));
+            assert!(file.is_file(), "{} is missing", file.display());
+        }
     }
 
     #[test]
