@@ -13,6 +13,12 @@
 //! overrode), and nothing but the fencing counters and latch keys may be
 //! left in Redis at the end.
 //!
+//! One more client connects as an ACL user that may not `CLIENT LIST` /
+//! `CLIENT KILL` (its fence is not trusted: every request carries its
+//! record and records keep their TTL), and one task of every client
+//! switches kinds on the same names, taking the fair lock or the plain
+//! lock at random (they share the holder field; issue 44, items 1 and 3).
+//!
 //! `LEASEHOLD_HISTORY_SECS` (default 12) sets the length,
 //! `LEASEHOLD_HISTORY_SEED` replays a run (the seed is printed; timing still
 //! varies), and `LEASEHOLD_HISTORY_FORCE_UNLOCK=0` leaves force-unlocks out
@@ -26,11 +32,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use leasehold::fred::interfaces::KeysInterface;
-use leasehold::{Client, LockGuard, Owner};
+use leasehold::raw::RawLock;
+use leasehold::{Client, LockGuard, LockHandle, Owner};
 use support::history::{check_with, Override, Section};
 use support::{Proxy, RedisServer};
 use tokio::time::Instant;
 
+/// Clients as the default user; one more connects as a restricted user.
 const CLIENTS: usize = 3;
 const TASKS_PER_CLIENT: usize = 4;
 const LOCKS: usize = 3;
@@ -72,12 +80,31 @@ fn lock_name(i: usize) -> String {
     format!("hist:{i}")
 }
 
+/// One acquire of `lock`, in the way `how` picks.
+async fn acquire<R: RawLock<Guard = LockGuard>>(
+    lock: &LockHandle<R>,
+    how: u64,
+    wait: Duration,
+    lease: Duration,
+) -> leasehold::Result<Option<LockGuard>> {
+    match how {
+        0 => lock.lock().await.map(Some),
+        1 => lock.try_lock_for(wait).await,
+        2 => lock.lock_with_lease(lease).await.map(Some),
+        _ => lock.try_lock_with_lease(wait, lease).await,
+    }
+}
+
 /// One task's loop until `stop`. `fence` is a client on a direct
 /// connection: the fencing token is instrumentation, not under test.
+/// `switcher`: the task takes the fair lock or the plain lock of a name at
+/// random.
+#[allow(clippy::too_many_arguments)]
 async fn worker(
     client: Client,
     fence: Client,
     label: String,
+    switcher: bool,
     mut rng: Rng,
     log: Arc<Log>,
     stop: Arc<AtomicBool>,
@@ -90,17 +117,16 @@ async fn worker(
         if !rng.chance(40) {
             name = lock_name(rng.below(LOCKS as u64) as usize);
         }
-        let lock = client.lock(&name);
+        let fair = switcher && rng.chance(50);
         let lease = rng.ms(150, 600);
         let wait = rng.ms(0, 400);
         let how = rng.below(4);
         let requested = Instant::now();
         let acquire = async {
-            match how {
-                0 => lock.lock().await.map(Some),
-                1 => lock.try_lock_for(wait).await,
-                2 => lock.lock_with_lease(lease).await.map(Some),
-                _ => lock.try_lock_with_lease(wait, lease).await,
+            if fair {
+                acquire(&client.fair_lock(&name), how, wait, lease).await
+            } else {
+                acquire(&client.lock(&name), how, wait, lease).await
             }
         };
         let got = if rng.chance(15) {
@@ -129,6 +155,7 @@ async fn worker(
             fence: &fence,
             owner: &owner,
             log: &log,
+            fair,
         };
         worker.section(&name, guard, requested, &mut rng).await;
     }
@@ -140,6 +167,8 @@ struct Worker<'a> {
     fence: &'a Client,
     owner: &'a str,
     log: &'a Log,
+    /// The section's guard is a fair lock's (re-entered as one).
+    fair: bool,
 }
 
 impl Worker<'_> {
@@ -166,11 +195,18 @@ impl Worker<'_> {
         }
         // Re-entry now and then: the same owner takes the lock again.
         if rng.chance(20) && !guard.is_lost() {
-            if let Ok(Some(inner)) = client
-                .lock(name)
-                .try_lock_for(Duration::from_millis(50))
-                .await
-            {
+            let inner = if self.fair {
+                client
+                    .fair_lock(name)
+                    .try_lock_for(Duration::from_millis(50))
+                    .await
+            } else {
+                client
+                    .lock(name)
+                    .try_lock_for(Duration::from_millis(50))
+                    .await
+            };
+            if let Ok(Some(inner)) = inner {
                 tokio::time::sleep(rng.ms(0, 5)).await;
                 if rng.chance(50) {
                     let _ = inner.unlock().await;
@@ -273,12 +309,31 @@ async fn random_history_keeps_mutual_exclusion() {
     let mut rng = Rng(seed);
 
     let server = Arc::new(RedisServer::start());
+    // A user that may not list or kill clients (issue 44, item 1).
+    let mut rules = vec![
+        "ACL",
+        "SETUSER",
+        "restricted",
+        "on",
+        ">pw",
+        "~*",
+        "&*",
+        "+@all",
+    ];
+    let denied = support::fixture::deny_client_subcommands(&["list", "kill"]);
+    rules.extend(denied.iter().map(String::as_str));
+    assert_eq!(server.cmd(&rules), "OK");
     let mut proxies = Vec::new();
     let mut clients = Vec::new();
-    for _ in 0..CLIENTS {
+    for c in 0..=CLIENTS {
         let proxy = Proxy::start(&server.addr()).await;
+        let url = if c == CLIENTS {
+            format!("redis://restricted:pw@{}", proxy.addr())
+        } else {
+            proxy.url()
+        };
         let client = Client::builder()
-            .url(&proxy.url())
+            .url(&url)
             .watchdog_timeout(Duration::from_secs(1))
             .command_timeout(Duration::from_secs(1))
             .recheck_interval(Duration::from_secs(2))
@@ -295,12 +350,17 @@ async fn random_history_keeps_mutual_exclusion() {
     let stop = Arc::new(AtomicBool::new(false));
 
     let mut tasks = Vec::new();
+    assert!(
+        !clients[CLIENTS].server_info().fence,
+        "the restricted user's fence is not trusted"
+    );
     for (c, client) in clients.iter().enumerate() {
-        for _ in 0..TASKS_PER_CLIENT {
+        for t in 0..TASKS_PER_CLIENT {
             tasks.push(tokio::spawn(worker(
                 client.clone(),
                 admin.clone(),
                 format!("c{c}"),
+                t == 0,
                 Rng(rng.next() | 1),
                 log.clone(),
                 stop.clone(),

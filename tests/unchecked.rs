@@ -402,3 +402,55 @@ async fn an_extended_read_hold_beside_a_watchdog_one_is_told_lost_before_a_write
     drop((watched, fixed));
     reader.shutdown().await.ok();
 }
+
+/// Item 7 (found by reading): one owner's waiting `lock()` on a fair lock
+/// and a concurrent `try_lock()` of the same owner race the grant the
+/// holder's release hands the waiter. Neither guard may be lost at birth:
+/// the owner holds the lock (twice, re-entrantly, or once if the try was
+/// refused). Many rounds, the try sent at varying points around the
+/// release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fair_try_beside_a_waiting_lock_of_the_same_owner_is_not_lost_at_birth() {
+    let server = RedisServer::start();
+    let holder = support::fixture::client(&server).await;
+    let c = support::fixture::client(&server).await;
+    let mut lost = Vec::new();
+    for round in 0..40u64 {
+        let name = format!("fair-race-{round}");
+        let held = holder.fair_lock(&name).lock().await.unwrap();
+        let owner = Owner::new();
+        let fair = c.fair_lock(&name);
+        let waiting = tokio::spawn(owner.scope({
+            let fair = fair.clone();
+            async move { fair.lock().await }
+        }));
+        eventually(HANG, "the waiter is queued", || {
+            queue(&server, &fair).len() == 1
+        })
+        .await;
+        let pause = Duration::from_micros((round * 37) % 900);
+        let tried = tokio::spawn(owner.scope({
+            let fair = fair.clone();
+            async move {
+                tokio::time::sleep(pause).await;
+                fair.try_lock().await
+            }
+        }));
+        held.unlock().await.unwrap();
+        let waited = within(HANG, "the waiter gets the lock", waiting)
+            .await
+            .unwrap()
+            .unwrap();
+        let tried = within(HANG, "the try", tried).await.unwrap().unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        if waited.is_lost() || tried.as_ref().is_some_and(|g| g.is_lost()) {
+            lost.push((round, waited.is_lost(), tried.as_ref().map(|g| g.is_lost())));
+        }
+        drop(tried);
+        drop(waited);
+    }
+    assert!(
+        lost.is_empty(),
+        "guards lost at birth (round, waiter lost, try lost): {lost:?}"
+    );
+}

@@ -313,31 +313,8 @@ impl<T: Tries, H: Handoff> wait::Attempts for Acquiring<'_, T, H> {
         let attempt = move || async move {
             let kind = this.spec.profile.kind;
             // A release of this owner through another kind of the same
-            // field still on its way: it lands first (see
-            // `Leases::settling_other_kind`). A dropped guard's release
-            // may not have taken its turn yet: looked at again until the
-            // holds are given back, for up to a command timeout (then
-            // `get` refuses: holds whose outcome stayed unknown).
-            let patience = Instant::now() + engine.conn.settings.command_timeout;
-            while let Some(other) =
-                engine
-                    .leases
-                    .settling_other_kind(this.spec.key, owner, kind, &names)
-            {
-                drop(other.turn().await);
-                if Instant::now() >= patience {
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(2)).await;
-            }
-            let lease = engine.leases.get(
-                &engine.conn,
-                &engine.watchdog,
-                this.spec.key,
-                owner,
-                kind,
-                &names,
-            )?;
+            // field still on its way lands first (`Engine::lease_of`).
+            let lease = engine.lease_of(this.spec.key, owner, kind, &names).await?;
             match granted {
                 Some(granted) => handoff::adopt(engine, &lease, this.lease, granted)
                     .await

@@ -34,7 +34,7 @@
 //! | `rw.read_release`, `rw.write_release`, `semaphore.release` | recorded (the lease's record) | replay |
 //! | `lock.force_unlock`, `fair_lock.force_unlock`, `rw.force_unlock` | recorded (a record per call, [`Call::run_once`]) | replay: a copy never frees a lock taken after the first run |
 //! | `fair_lock.leave` | recorded (the lease's record; its rid taken under the turn, after the wait's tries) | replay; a copy that arrives after a later wait of the same owner tried never runs, so it cannot give back a grant that wait adopted |
-//! | `latch.count_down`, `latch.try_set_count`, `semaphore.try_set_permits`, `semaphore.add_permits` | recorded (a record per call) | replay |
+//! | `latch.count_down`, `latch.try_set_count`, `latch.delete`, `semaphore.try_set_permits`, `semaphore.add_permits`, `semaphore.force_release_all` | recorded (a record per call) | replay |
 //! | `lock.renew`, `lock.renew_packed`, `lock.renew_node_packed`, `rw.renew_read`, `rw.renew_read_node`, `semaphore.renew` | plain | a renewal only raises the TTL of a field that still exists; a late copy raises it to at most send time + watchdog timeout, which the holder's own signal never counts beyond |
 //! | `fenced_lock.delete_token` | plain | deletes a counter only when no lock is held on the name; a second run finds nothing |
 //! | `semaphore.available` (reclaims expired permits) | plain | reclaiming what has expired twice finds nothing the second time |
@@ -55,7 +55,11 @@
 //! (`fence.rs`), so no byte still on its way to one of them is read. A
 //! record is therefore needed only while its call lasts; once the call's
 //! owner is done with it, the record is deleted (`forget.rs`). A record
-//! whose call's outcome stayed unknown keeps its TTL.
+//! whose call's outcome stayed unknown keeps its TTL. All of this holds
+//! only while the fence is trusted (`fence.rs`, "When the fence is not
+//! known to work"): otherwise every call is sent recorded and no record
+//! is deleted early, so a late copy meets a newer request id for as long
+//! as the record lives.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;

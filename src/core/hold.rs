@@ -252,8 +252,21 @@ pub(crate) async fn count_granted(
 ) -> Result<Hold> {
     let turn = lease.turn().await;
     let began = lease.begin_call();
-    let taken = Taken { began, fresh: true };
-    let hold = Hold::counted(engine, lease, 1, term, (since, ttl), taken, None);
+    // Holds this record counts now were taken after the grant, on the
+    // field it made: the owner's tries are refused until the grant (a
+    // refusal ends the incarnation, `Lease::busy_seen`), and a try of the
+    // owner that ran after it found the granted field and counted it (a
+    // re-entry: count 2 on a field of 1). So the grant joins them instead
+    // of ending them as a fresh field would (issue 44, item 7: a try
+    // beside the waiting `lock()` was lost at birth).
+    let before = lease.holds();
+    let (count, fresh) = if before > 0 {
+        (before.saturating_add(1), false)
+    } else {
+        (1, true)
+    };
+    let taken = Taken { began, fresh };
+    let hold = Hold::counted(engine, lease, count, term, (since, ttl), taken, None);
     let hold = hold.unless_shut_down().await?;
     drop(turn);
     Ok(hold)

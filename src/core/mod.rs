@@ -384,15 +384,63 @@ impl Engine {
 
     /// The lease record of (`key`, `owner`, `kind`) in this client, made
     /// with `init` the first time (see `lease::Leases::get`).
-    pub(crate) fn lease_of(
+    ///
+    /// A release of the same owner through another kind that shares the
+    /// field, still on its way (`lease::Got::Settling`), lands first: a
+    /// dropped guard's release may not have taken its turn yet, so the
+    /// table is asked again until those holds are given back, for up to a
+    /// command timeout; then the owner is refused (holds whose release's
+    /// outcome stayed unknown).
+    ///
+    /// Cancel safe: it only waits.
+    pub(crate) async fn lease_of(
         &self,
         key: &fred::types::Key,
         owner: u64,
         kind: &'static dyn kind::Kind,
         init: &(dyn Fn() -> Result<names::LeaseNames> + Sync),
     ) -> Result<lease::LeaseRef> {
-        self.leases
+        let mut patience = None;
+        loop {
+            let got = self
+                .leases
+                .get(&self.conn, &self.watchdog, key, owner, kind, init)?;
+            let other = match got {
+                lease::Got::Lease(lease) => return Ok(lease),
+                lease::Got::Settling(other) => other,
+            };
+            let until = *patience.get_or_insert_with(|| {
+                tokio::time::Instant::now() + self.conn.settings.command_timeout
+            });
+            if tokio::time::Instant::now() >= until {
+                return Err(Error::invalid(format!(
+                    "the current owner still counts holds of `{}` through another lock kind \
+                     whose release did not land: use one kind per name",
+                    String::from_utf8_lossy(key.as_bytes())
+                )));
+            }
+            drop(other.turn().await);
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+
+    /// [`lease_of`](Self::lease_of) now, without waiting: `None` while
+    /// another kind's release is on its way (this kind then holds nothing),
+    /// or if the names are refused.
+    pub(crate) fn lease_now(
+        &self,
+        key: &fred::types::Key,
+        owner: u64,
+        kind: &'static dyn kind::Kind,
+        init: &(dyn Fn() -> Result<names::LeaseNames> + Sync),
+    ) -> Option<lease::LeaseRef> {
+        match self
+            .leases
             .get(&self.conn, &self.watchdog, key, owner, kind, init)
+        {
+            Ok(lease::Got::Lease(lease)) => Some(lease),
+            _ => None,
+        }
     }
 
     /// Runs a recorded `script` that changes no lease (a count) to a

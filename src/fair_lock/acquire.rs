@@ -80,10 +80,12 @@ impl Fair {
         let pin = engine.pin(&own_channel, wake_or_grant).await;
         // Dropped from here on, the waiter leaves the queue (and gives
         // back a grant it did not adopt).
-        let lease_ref = engine.lease_of(&self.names.key, owner.id(), &FairKind, &|| {
-            self.spec(owner.id(), &field, &own_channel)
-                .lease_names(owner.id())
-        })?;
+        let lease_ref = engine
+            .lease_of(&self.names.key, owner.id(), &FairKind, &|| {
+                self.spec(owner.id(), &field, &own_channel)
+                    .lease_names(owner.id())
+            })
+            .await?;
         let field_str = lease_ref.field();
         let mut queued = Queued::new(
             engine.clone(),

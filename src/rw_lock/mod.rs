@@ -489,11 +489,12 @@ impl Names {
     fn reads_held(&self, owner: Owner) -> bool {
         let engine = self.client.engine();
         let field = self.client.field(owner.id(), Mode::Read.suffix());
-        let lease = engine.lease_of(&self.key, owner.id(), &ReadKind, &|| {
+        let lease = engine.lease_now(&self.key, owner.id(), &ReadKind, &|| {
             self.lease_init(&field)
         });
-        // A name too long for a record has no holds.
-        lease.is_ok_and(|lease| lease.live_holds() > 0)
+        // A name too long for a record has no holds; nor does a read record
+        // while another kind's release of the field is on its way.
+        lease.is_some_and(|lease| lease.live_holds() > 0)
     }
 
     async fn is_locked(&self, mode: Mode) -> Result<bool> {

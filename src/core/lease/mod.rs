@@ -73,4 +73,4 @@ mod tests;
 pub(crate) use lease_ref::{LeaseRef, Taken, Turn};
 pub(crate) use record::{Lease, Term};
 pub(crate) use sent::Sent;
-pub(crate) use table::{Leases, IDLE_RECORDS};
+pub(crate) use table::{Got, Leases, IDLE_RECORDS};

@@ -109,6 +109,9 @@ pub(super) struct State {
     pub(super) fixed: Deadlines,
     /// Bumped by every acquire and release sent.
     pub(super) gen: u64,
+    /// Retired holds whose release is still to land: their parts live
+    /// (`retire` counts one, `release_done` takes it away).
+    pub(super) pending: u32,
 }
 
 impl State {
@@ -204,6 +207,7 @@ impl Lease {
                 watched: 0,
                 fixed: Deadlines::default(),
                 gen: 0,
+                pending: 0,
             }),
         }
     }
@@ -314,6 +318,7 @@ impl Lease {
     /// lost. Redisson likewise stops renewing only once the unlock is done.
     pub(crate) fn retire(&self, term: Term) {
         let mut s = self.state.lock();
+        s.pending = s.pending.saturating_add(1);
         match term {
             Term::Watchdog => s.watched = s.watched.saturating_sub(1),
             Term::Fixed(deadline) => {
@@ -327,7 +332,8 @@ impl Lease {
     /// watchdog hold is left.
     pub(crate) fn release_done(&self) {
         let deregister = {
-            let s = self.state.lock();
+            let mut s = self.state.lock();
+            s.pending = s.pending.saturating_sub(1);
             let deregister = !self.renewed_now(&s) && self.is_registered();
             if deregister {
                 self.unregister();
@@ -415,8 +421,8 @@ impl Lease {
     }
 
     /// How many holds a release of one retired hold gives back, under the
-    /// turn: 1 while a live guard remains; once none does, every hold
-    /// still counted. A hold whose release's outcome stayed unknown (the
+    /// turn: 1 while a live guard or another release remains; once none
+    /// does, every hold still counted. A hold whose release's outcome stayed unknown (the
     /// call and its settle gave up) is still counted, and may still be in
     /// Redis: the owner's last release gives it back with its own, so the
     /// field never keeps a hold nobody has (issue 44, item 5). If that
@@ -424,7 +430,12 @@ impl Lease {
     /// the release script frees what is there.
     pub(crate) fn release_count(&self) -> u32 {
         let s = self.state.lock();
-        if s.has_live_holds() {
+        // Only the caller's own release is still to land, and no guard
+        // lives: whatever else is counted is a hold whose release's
+        // outcome stayed unknown. (Another release queued for the turn
+        // gives back its own hold; giving it back here would leave it
+        // "not held".)
+        if s.has_live_holds() || s.pending > 1 {
             1
         } else {
             s.holds.max(1)

@@ -147,11 +147,10 @@ fn refuse_other_kinds(
     key: &[u8],
     owner: u64,
     kind: TypeId,
-) -> Result<()> {
+) -> Result<Option<Arc<Lease>>> {
     // Counted holds, not only live ones: a release of the other kind still
     // on its way (or whose outcome stayed unknown) counts in the field too,
     // and a try of this kind would read it as its own (issue 44, item 3).
-    // The acquire waits for such a release first (`settling_other_kind`).
     let other = entry.iter().find(|l| {
         l.owner == owner
             && l.kind.id() != kind
@@ -160,7 +159,9 @@ fn refuse_other_kinds(
             && l.holds() > 0
     });
     match other {
-        None => Ok(()),
+        None => Ok(None),
+        // Only releases under way: the caller waits for them.
+        Some(other) if other.live_holds() == 0 => Ok(Some(other.clone())),
         Some(_) => Err(crate::Error::invalid(format!(
             "the current owner holds `{}` through another lock kind (a lock, fair lock or read \
              lock of one name share their holder field): give those holds back first, or use \
@@ -170,35 +171,18 @@ fn refuse_other_kinds(
     }
 }
 
-impl Leases {
-    /// A record of another kind of (`key`, `owner`) sharing the field
-    /// `init` names, whose holds are all given up but still counted: a
-    /// release under way. An acquire waits for its turn (the release has
-    /// then landed, or its outcome is settled) before it takes a record of
-    /// its own kind, which [`get`](Self::get) would otherwise refuse.
-    pub(crate) fn settling_other_kind(
-        self: &Arc<Self>,
-        key: &Key,
-        owner: u64,
-        kind: &'static dyn Kind,
-        init: &(dyn Fn() -> Result<LeaseNames> + Sync),
-    ) -> Option<LeaseRef> {
-        let key = key.as_bytes();
-        let entry = self.map.get(&self.hash(key))?;
-        let id = kind.id();
-        let mut others = entry
-            .iter()
-            .filter(|l| l.owner == owner && l.kind.id() != id && l.key_bytes() == key)
-            .peekable();
-        // The common case: no record of another kind, no names built.
-        others.peek()?;
-        let names = init().ok()?;
-        let other = others.find(|l| {
-            l.field_bytes() == names.field_bytes() && l.holds() > 0 && l.live_holds() == 0
-        })?;
-        Some(LeaseRef::new(other.clone(), Arc::downgrade(self)))
-    }
+/// What [`Leases::get`] found.
+pub(crate) enum Got {
+    /// The record to use.
+    Lease(LeaseRef),
+    /// A record of another kind of the same owner sharing the field, whose
+    /// holds are all given up but still counted: a release under way. The
+    /// caller waits for its turn (the release has then landed, or its
+    /// outcome is settled) and asks again.
+    Settling(LeaseRef),
+}
 
+impl Leases {
     /// The lease of (`key`, `owner`, `kind`), made with `init` if missing.
     pub(crate) fn get(
         self: &Arc<Self>,
@@ -208,7 +192,7 @@ impl Leases {
         owner: u64,
         kind: &'static dyn Kind,
         init: &(dyn Fn() -> Result<LeaseNames> + Sync),
-    ) -> Result<LeaseRef> {
+    ) -> Result<Got> {
         let key = key.as_bytes();
         let hash = self.hash(key);
         let id = kind.id();
@@ -219,21 +203,36 @@ impl Leases {
         // the user is counted.
         if let Some(entry) = self.map.get(&hash) {
             if let Some(lease) = entry.iter().find(matches) {
-                refuse_other_kinds(&entry, lease.field_bytes(), key, owner, id)?;
-                return Ok(LeaseRef::new(lease.clone(), Arc::downgrade(self)));
+                if let Some(other) =
+                    refuse_other_kinds(&entry, lease.field_bytes(), key, owner, id)?
+                {
+                    return Ok(Got::Settling(LeaseRef::new(other, Arc::downgrade(self))));
+                }
+                return Ok(Got::Lease(LeaseRef::new(
+                    lease.clone(),
+                    Arc::downgrade(self),
+                )));
             }
         }
         let mut entry = self.map.entry(hash).or_default();
         let found = entry.iter().find(matches);
         let lease = match found {
             Some(lease) => {
-                refuse_other_kinds(&entry, lease.field_bytes(), key, owner, id)?;
+                if let Some(other) =
+                    refuse_other_kinds(&entry, lease.field_bytes(), key, owner, id)?
+                {
+                    return Ok(Got::Settling(LeaseRef::new(other, Arc::downgrade(self))));
+                }
                 lease.clone()
             }
             None => {
                 let names = init()?;
                 debug_assert_eq!(names.key_bytes(), key);
-                refuse_other_kinds(&entry, names.field_bytes(), key, owner, id)?;
+                if let Some(other) =
+                    refuse_other_kinds(&entry, names.field_bytes(), key, owner, id)?
+                {
+                    return Ok(Got::Settling(LeaseRef::new(other, Arc::downgrade(self))));
+                }
                 let lease = Arc::new(Lease::new(
                     kind,
                     conn.clone(),
@@ -249,7 +248,7 @@ impl Leases {
         // Counted under the entry's lock (see `remove_idle`).
         let lease = LeaseRef::new(lease, Arc::downgrade(self));
         drop(entry);
-        Ok(lease)
+        Ok(Got::Lease(lease))
     }
 
     /// The map's hash of `key`.

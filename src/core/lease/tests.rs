@@ -46,11 +46,15 @@ pub(super) fn offline_ref(
     watchdog: &Watchdog,
     key: &'static str,
 ) -> LeaseRef {
-    table
+    let got = table
         .get(conn, watchdog, &Key::from(key), 1, &Offline, &|| {
             LeaseNames::new(key, "f", b"c")
         })
-        .expect("short names")
+        .expect("short names");
+    match got {
+        super::Got::Lease(lease) => lease,
+        super::Got::Settling(_) => unreachable!("one kind in these tests"),
+    }
 }
 
 /// A lease record on a connection that never connects, and its table.
