@@ -197,11 +197,15 @@ mod tests {
         let conn = Arc::new(Conn::offline());
         let watchdog = Watchdog::new(Duration::from_secs(30)).unwrap();
         let of = |owner: u64, field: &'static str| {
-            table
+            let got = table
                 .get(&conn, &watchdog, &Key::from("k"), owner, &Offline, &|| {
                     LeaseNames::new("k", field, b"c")
                 })
-                .expect("short names")
+                .expect("short names");
+            match got {
+                super::super::Got::Lease(lease) => lease,
+                super::super::Got::Settling(_) => unreachable!("one kind"),
+            }
         };
         let (mine, theirs) = (of(1, "f1"), of(2, "f2"));
         let start = Instant::now();
