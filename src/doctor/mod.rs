@@ -459,7 +459,7 @@ impl crate::Client {
     /// the self-test writes only its private lock
     /// `leasehold:doctor:{<uuid>}` (after the key prefix) and leaves
     /// nothing behind. Problems found are in the report; an `Err` means
-    /// the client is shut down ([`Error::Shutdown`]).
+    /// the client is shut down ([`Error::Shutdown`](crate::Error::Shutdown)).
     ///
     /// # Cancel safety
     ///
