@@ -369,8 +369,13 @@ async fn a_cluster_covers_every_slot() {
         "{}",
         c.found
     );
-    assert!(found(&report, "capabilities").contains("SPUBLISH"));
-    assert!(found(&report, "perm.channels").contains("SSUBSCRIBE"));
+    // Sharded pub/sub from Redis 7 (the harness's server may be 6.2).
+    if support::server::server_major() >= 7 {
+        assert!(found(&report, "capabilities").contains("SPUBLISH"));
+        assert!(found(&report, "perm.channels").contains("SSUBSCRIBE"));
+    } else {
+        assert!(found(&report, "capabilities").contains("PUBLISH"));
+    }
     assert_eq!(status(&report, "selftest.wakeup"), Status::Ok);
     assert_eq!(status(&report, "selftest.cleanup"), Status::Ok);
     client.shutdown().await.unwrap();

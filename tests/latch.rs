@@ -353,8 +353,7 @@ async fn brace_names_work_on_a_cluster() {
         let waiter = tokio::spawn(async move { l.wait().await });
         let channel = latch.channel().to_owned();
         eventually(Duration::from_secs(20), "waiter subscribed", || {
-            let reply = cluster.cmd_on_key(&channel, &["PUBSUB", "SHARDNUMSUB", &channel]);
-            reply.lines().nth(1) == Some("1")
+            cluster.subscribers(&channel, &channel) == 1
         })
         .await;
         latch.count_down().await.unwrap();
@@ -369,8 +368,7 @@ async fn brace_names_work_on_a_cluster() {
         let l = latch.clone();
         let waiter = tokio::spawn(async move { l.wait().await });
         eventually(Duration::from_secs(20), "waiter subscribed", || {
-            let reply = cluster.cmd_on_key(&channel, &["PUBSUB", "SHARDNUMSUB", &channel]);
-            reply.lines().nth(1) == Some("1")
+            cluster.subscribers(&channel, &channel) == 1
         })
         .await;
         assert!(latch.delete().await.unwrap(), "{name}");

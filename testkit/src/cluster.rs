@@ -278,6 +278,28 @@ impl RedisCluster {
         promoted.expect("set when the wait succeeds")
     }
 
+    /// Subscribers of `channel` (routed by `key`'s slot): with sharded
+    /// pub/sub (Redis 7+) `PUBSUB SHARDNUMSUB` on the slot's node; before
+    /// Redis 7 a client subscribes plainly, on whichever node its
+    /// subscriber connection is, so `PUBSUB NUMSUB` summed over every node.
+    pub fn subscribers(&self, key: &str, channel: &str) -> u64 {
+        let count = |reply: String| -> u64 {
+            reply
+                .lines()
+                .nth(1)
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(0)
+        };
+        if crate::server::server_major() >= 7 {
+            count(self.cmd_on_key(key, &["PUBSUB", "SHARDNUMSUB", channel]))
+        } else {
+            self.nodes()
+                .iter()
+                .map(|n| count(n.cmd(&["PUBSUB", "NUMSUB", channel])))
+                .sum()
+        }
+    }
+
     /// Runs one command on the node currently serving `key`'s slot and
     /// returns the rendered reply (see `RedisServer::cmd`).
     pub fn cmd_on_key(&self, key: &str, args: &[&str]) -> String {
