@@ -72,8 +72,12 @@ const MATRIX: &[(&str, &str, &str)] = &[
 
 /// The tests that say something about the server, run on each server of
 /// the matrix: locks, waits, the watchdog, the lock family, faults and
-/// unknown outcomes, cluster with failover, Sentinel, the probes at
-/// connect, the holes of issue 44, the random history, the doctor.
+/// restarts, cluster with failover, Sentinel, the probes at connect, the
+/// holes of issue 44 (ACL rules differ by version), the doctor. Left to
+/// the workspace run: tests of the client's own logic over a proxy or of
+/// several independent servers (unknown outcomes, hostile input, the
+/// random history, multi-locks, Redlock), to keep CI under 40 minutes
+/// (each matrix run takes about 6 minutes).
 const MATRIX_TESTS: &[&str] = &[
     "mutual_exclusion",
     "reentrancy",
@@ -85,17 +89,12 @@ const MATRIX_TESTS: &[&str] = &[
     "rw_lock",
     "semaphore",
     "latch",
-    "multi",
-    "redlock",
     "faults",
-    "unknown_outcome",
     "reconnect",
     "cluster",
     "sentinel",
     "servers",
     "unchecked",
-    "hostile_input",
-    "history",
     "doctor",
 ];
 
