@@ -454,3 +454,101 @@ async fn a_fair_try_beside_a_waiting_lock_of_the_same_owner_is_not_lost_at_birth
         "guards lost at birth (round, waiter lost, try lost): {lost:?}"
     );
 }
+
+/// The `wait:<n>` fields of client `c`'s record.
+fn wait_fields(server: &RedisServer, c: &Client) -> Vec<String> {
+    let key = format!("leasehold:client:{{{}}}", c.id());
+    server
+        .cmd(&["HKEYS", &key])
+        .lines()
+        .filter(|f| f.starts_with("wait:"))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Item 6 (found by reading): the `HDEL` of an ended long wait that fails
+/// (the connection black-holed at that moment) was never sent again: a
+/// phantom `wait:<n>` lived as long as the client, and could close a false
+/// deadlock cycle. It is sent again until it lands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ended_wait_whose_removal_failed_is_removed_later() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(&server.addr()).await;
+    let url = proxy.url();
+    let waiter = client_with(&server, |b| {
+        b.url(&url)
+            .record_waits_after(Duration::from_millis(100))
+            .command_timeout(Duration::from_millis(500))
+    })
+    .await;
+    let holder = support::fixture::client(&server).await;
+    let held = holder.lock("long").lock().await.unwrap();
+    let wait = tokio::spawn({
+        let lock = waiter.lock("long");
+        async move { lock.lock().await }
+    });
+    eventually(HANG, "the long wait is recorded", || {
+        wait_fields(&server, &waiter).len() == 1
+    })
+    .await;
+    // The wait ends (cancelled) while the connection is black-holed: the
+    // removal of its field fails.
+    proxy.blackhole();
+    wait.abort();
+    let _ = wait.await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(wait_fields(&server, &waiter).len(), 1, "removal held back");
+    proxy.pass();
+    eventually(HANG, "the ended wait's field is removed", || {
+        wait_fields(&server, &waiter).is_empty()
+    })
+    .await;
+    held.unlock().await.unwrap();
+    waiter.shutdown().await.ok();
+}
+
+/// Item 6: a client record rewritten after it was lost (a restart or a
+/// failover without it) kept none of the client's live long waits, so a
+/// real deadlock cycle went undetected. It is rewritten with them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rewritten_client_record_keeps_the_live_waits() {
+    let server = RedisServer::start();
+    let waiter = client_with(&server, |b| {
+        b.record_waits_after(Duration::from_millis(100))
+            .watchdog_timeout(Duration::from_secs(3))
+    })
+    .await;
+    let holder = support::fixture::client(&server).await;
+    let held = holder.lock("kept").lock().await.unwrap();
+    let wait = tokio::spawn({
+        let lock = waiter.lock("kept");
+        async move { lock.lock().await }
+    });
+    eventually(HANG, "the long wait is recorded", || {
+        wait_fields(&server, &waiter).len() == 1
+    })
+    .await;
+    // The record is lost (as after a failover to a replica without it).
+    let key = format!("leasehold:client:{{{}}}", waiter.id());
+    server.cmd(&["DEL", &key]);
+    eventually(HANG, "the record is written again", || {
+        server.cmd(&["EXISTS", &key]) == "1"
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        wait_fields(&server, &waiter).len(),
+        1,
+        "the rewritten record lost the live wait: {}",
+        server.cmd(&["HGETALL", &key])
+    );
+    held.unlock().await.unwrap();
+    within(HANG, "the waiter gets the lock", wait)
+        .await
+        .unwrap()
+        .unwrap()
+        .unlock()
+        .await
+        .unwrap();
+    waiter.shutdown().await.ok();
+}

@@ -225,7 +225,9 @@ impl Registry {
                 .pexpire(self.key.clone(), self.ttl_ms, None)
                 .await?;
             if renewed == 0 {
-                self.write(&[]).await?;
+                // Lost (a restart, a failover): written again with the
+                // live waits it recorded, or a real cycle goes unseen.
+                self.write(&self.written_waits()).await?;
             }
             Ok::<_, crate::error::Error>(())
         };
@@ -234,6 +236,24 @@ impl Registry {
             Ok(Err(e)) => tracing::debug!(error = %e, "client record not renewed"),
             Err(_) => tracing::debug!("client record not renewed in time"),
         }
+    }
+
+    /// The fields of the live waits already written to the record.
+    fn written_waits(&self) -> Vec<(String, String)> {
+        let waits = self.waits.lock();
+        waits
+            .live
+            .iter()
+            .filter(|(_, w)| w.written)
+            .map(|(n, w)| {
+                let lock = String::from_utf8_lossy(w.lock.as_bytes()).into_owned();
+                let field = format!("{}{}", self.field_prefix, w.owner);
+                (
+                    format!("{WAIT_FIELD}{n}"),
+                    wait_value(&field, w.since_ms, &lock),
+                )
+            })
+            .collect()
     }
 
     /// Deletes the record (shutdown).
@@ -312,7 +332,10 @@ impl Registry {
             let removed: std::result::Result<i64, _> =
                 self.redis().hdel(self.key.clone(), fields).await;
             if let Err(e) = removed {
-                tracing::debug!(error = %e, "ended waits not removed (the record expires with the client)");
+                // Sent again next tick: a field left behind is a phantom
+                // wait that can close a false deadlock cycle.
+                tracing::debug!(error = %e, "ended waits not removed: trying again");
+                self.waits.lock().ended.extend(ended);
             }
         }
         let watched = self.detect && {
