@@ -14,6 +14,11 @@
 //!   `PUBSUB SHARDNUMSUB` (as Redisson decides it; `conn.rs`).
 //! * **`WAIT`**: `WAIT 0 0` answers at once where the command exists and
 //!   is allowed.
+//! * **Undeclared keys** (Dragonfly only): a script that reads a key it
+//!   does not declare; refused unless Dragonfly runs with
+//!   `--default_lua_flags=allow-undeclared-keys`. The read-write lock then
+//!   answers `Error::Unsupported` instead of failing half-way (its read
+//!   acquire wrote the hold count, then failed at the timeout key).
 //! * **The fence** (`CLIENT LIST` / `CLIENT KILL`): `fence.rs`.
 //!
 //! `INFO` may be refused (an ACL without `@dangerous`): the kind and
@@ -89,6 +94,10 @@ pub struct ServerInfo {
     /// `CLIENT KILL` allowed, connections named): request records are then
     /// deleted once their calls end. Otherwise they keep their TTL.
     pub fence: bool,
+    /// Scripts may touch keys they do not declare (every Redis and Valkey;
+    /// Dragonfly only with `--default_lua_flags=allow-undeclared-keys`):
+    /// the read-write lock's scripts need it.
+    pub undeclared_keys: bool,
 }
 
 /// A command or behaviour a primitive needs from the server, with the
@@ -97,6 +106,9 @@ pub struct ServerInfo {
 pub(crate) enum Feature {
     /// `LPOS` (the fair lock's queue): Redis 6.0.6.
     Lpos,
+    /// Scripts that touch keys they do not declare (the read-write lock
+    /// names its read holds' timeout keys inside Lua, as Redisson's does).
+    UndeclaredKeys,
 }
 
 impl Feature {
@@ -104,6 +116,7 @@ impl Feature {
     fn needs(self) -> ((u32, u32, u32), &'static str) {
         match self {
             Feature::Lpos => ((6, 0, 6), "the fair lock (LPOS)"),
+            Feature::UndeclaredKeys => ((0, 0, 0), "the read-write lock"),
         }
     }
 }
@@ -119,6 +132,7 @@ impl ServerInfo {
             sharded_pubsub: false,
             wait: false,
             fence: false,
+            undeclared_keys: true,
         }
     }
 
@@ -187,6 +201,16 @@ impl ServerInfo {
     /// `feature` needs; `Ok` when it is new enough or its version unknown.
     pub(crate) fn require(&self, feature: Feature) -> crate::Result<()> {
         let (min, what) = feature.needs();
+        if feature == Feature::UndeclaredKeys {
+            if self.undeclared_keys {
+                return Ok(());
+            }
+            return Err(crate::Error::Unsupported(format!(
+                "{what} needs scripts that touch keys they do not declare, which this {} \
+                 refuses (Dragonfly: start it with --default_lua_flags=allow-undeclared-keys)",
+                self.kind
+            )));
+        }
         match self.version {
             Some(v) if self.kind == ServerKind::Redis || self.kind == ServerKind::KeyDb => {
                 if v < min {
@@ -285,6 +309,11 @@ mod tests {
             .require(Feature::Lpos)
             .is_ok());
         assert!(ServerInfo::unknown().require(Feature::Lpos).is_ok());
+        let mut dragonfly = ServerInfo::from_info("dragonfly_version:df-v1.25.0\r\n");
+        assert!(dragonfly.require(Feature::UndeclaredKeys).is_ok());
+        dragonfly.undeclared_keys = false;
+        let e = dragonfly.require(Feature::UndeclaredKeys).unwrap_err();
+        assert!(e.to_string().contains("allow-undeclared-keys"), "{e}");
         assert_eq!(parse_version("7.4"), Some((7, 4, 0)));
         assert_eq!(parse_version("x"), None);
     }

@@ -28,7 +28,7 @@ use fred::types::{Builder, ClusterHash, CustomCommand, Key, Value};
 
 use super::background::spawn_here;
 use super::backoff::Backoff;
-use super::caps::ServerInfo;
+use super::caps::{ServerInfo, ServerKind};
 use super::fence::Fence;
 use super::forget::{Forget, Forgotten, Route};
 use super::reset::{now_ms, once_a_second, Resets, BASE};
@@ -118,6 +118,22 @@ async fn probe_server(redis: &FredClient, timeout: Duration) -> ServerInfo {
         }
         Err(_) => ServerInfo::unknown(),
     }
+}
+
+/// Whether a script may read a key it does not declare (Dragonfly
+/// refuses unless told otherwise): `EXISTS` of a key under the prefix
+/// that nothing uses.
+async fn undeclared_keys_allowed(redis: &FredClient, prefix: &str, timeout: Duration) -> bool {
+    let key = format!("{prefix}leasehold:probe:undeclared");
+    let eval = redis.custom::<Value, Value>(
+        CustomCommand::new_static("EVAL", ClusterHash::Random, false),
+        vec![
+            "return redis.call('exists', ARGV[1])".into(),
+            Value::Integer(0),
+            key.into(),
+        ],
+    );
+    matches!(tokio::time::timeout(timeout, eval).await, Ok(Ok(_)))
 }
 
 /// Whether `WAIT 0 0` is answered (it returns at once: no replica is
@@ -372,6 +388,8 @@ impl Conn {
             check_permissions(&redis, sharded, &settings.key_prefix, timeout).await?;
         }
         let wait = wait_answers(&redis, timeout).await;
+        let undeclared_keys = info.kind != ServerKind::Dragonfly
+            || undeclared_keys_allowed(&redis, &settings.key_prefix, timeout).await;
         let mut conn = Conn::new(redis, clustered, sharded, clustered, settings, named);
         // Bounded like the connect: a server that does not answer leaves
         // the fence untrusted (records kept), which is safe.
@@ -380,6 +398,7 @@ impl Conn {
             sharded_pubsub: sharded,
             wait,
             fence: conn.fence.trusted(),
+            undeclared_keys,
             ..info
         };
         if conn.info.can_evict_locks() {

@@ -443,7 +443,10 @@ impl Names {
         if self.name.is_empty() {
             return Err(Error::invalid("lock name is empty"));
         }
-        Ok(())
+        // Its scripts name the read holds' timeout keys inside Lua.
+        self.client
+            .engine()
+            .require(crate::core::caps::Feature::UndeclaredKeys)
     }
 
     fn redis(&self) -> &fred::clients::Client {

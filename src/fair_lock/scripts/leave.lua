@@ -68,7 +68,16 @@ local function body()
     if ARGV[4] ~= '1' and granted == ARGV[1] and nonce and nonce >= tonumber(ARGV[7])
         and nonce <= tonumber(ARGV[8]) and redis.call('hexists', KEYS[1], ARGV[1]) == 1 then
         redis.call('hdel', KEYS[5], '!granted')
-        redis.call('hdel', KEYS[1], ARGV[1])
+        -- Only the grant's own hold goes: a count above 1 means a request
+        -- of this owner through another kind sharing the field (a plain
+        -- or read lock) re-entered the granted field meanwhile, and its
+        -- hold stays (issue 44: a kind-switching owner in the random
+        -- history).
+        if tonumber(redis.call('hget', KEYS[1], ARGV[1]) or '0') > 1 then
+            redis.call('hincrby', KEYS[1], ARGV[1], -1)
+        else
+            redis.call('hdel', KEYS[1], ARGV[1])
+        end
         head = ARGV[1]
         status = 2
     end
