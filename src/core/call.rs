@@ -287,88 +287,85 @@ impl Call {
     pub(crate) async fn run(&self, conn: &Conn, first_sent: Instant) -> FredResult<Settled> {
         let give_up = first_sent + conn.settings.record_ttl / 2;
         let mut pauses = Backoff::new(RESEND_FIRST, RESEND_MAX);
-        loop {
-            // A sweep failed earlier (`fence.rs`, "dirty"): a replaced
-            // connection may still deliver a copy of a twin sent on it,
-            // which reads no record. Nothing is sent until it is dead.
-            if conn.fence.dirty() {
-                if let Err(e) = conn.fence.sweep(&conn.redis).await {
-                    let error = fred::error::Error::new(
-                        fred::error::ErrorKind::IO,
-                        format!("not sent: a replaced connection could not be killed yet ({e})"),
-                    );
-                    let pause = pauses.next();
-                    if conn.is_closed() || Instant::now() + pause >= give_up {
-                        conn.unsettled();
-                        return Err(error);
+        'send: loop {
+            let error = 'attempt: {
+                // A sweep failed earlier (`fence.rs`, "dirty"): a replaced
+                // connection may still deliver a copy of a twin sent on it,
+                // which reads no record. Nothing is sent until it is dead; the
+                // refusal pauses and gives up as an unanswered send does.
+                if conn.fence.dirty() {
+                    if let Err(e) = conn.fence.sweep(&conn.redis).await {
+                        break 'attempt fred::error::Error::new(
+                            fred::error::ErrorKind::IO,
+                            format!(
+                                "not sent: a replaced connection could not be killed yet ({e})"
+                            ),
+                        );
                     }
-                    tracing::debug!(script = self.script.name(), rid = self.rid, error = %error, "waiting for the fence");
-                    tokio::time::sleep(pause).await;
-                    continue;
                 }
-            }
-            let copy = self.sent.swap(true, Ordering::Relaxed);
-            let sweeps = conn.fence.sweeps();
-            let twin = match self.script.proved() {
-                Some(twin) if !self.recorded.load(Ordering::Relaxed) => Some(twin),
-                _ => None,
-            };
-            let sent = match twin {
-                // The keys and arguments less the record's key (the last
-                // key) and TTL (the last argument but one).
-                Some(twin) => {
-                    let (args, rid) = self.args.split_at(self.args.len() - 1);
-                    let args = &args[..args.len() - 1];
-                    let keys = &self.keys[..self.keys.len() - 1];
-                    twin.run_with::<Value>(&conn.redis, keys, args, rid).await
-                }
-                None => {
-                    self.script
-                        .run::<Value>(&conn.redis, &self.keys, &self.args)
-                        .await
-                }
-            };
-            let error = match sent {
-                Ok(reply) => match self.read(reply, twin.is_some()) {
-                    Ok(Settled::Ran(reply))
-                        if twin.is_some() && reply.first() == Some(&UNPROVED) =>
-                    {
-                        // The twin's check proved nothing and changed
-                        // nothing: the recorded script, same request id,
-                        // once no copy of the twin can run any more.
-                        conn.check_fence().await;
-                        self.recorded.store(true, Ordering::Relaxed);
-                        continue;
+                let copy = self.sent.swap(true, Ordering::Relaxed);
+                let sweeps = conn.fence.sweeps();
+                let twin = match self.script.proved() {
+                    Some(twin) if !self.recorded.load(Ordering::Relaxed) => Some(twin),
+                    _ => None,
+                };
+                let sent = match twin {
+                    // The keys and arguments less the record's key (the last
+                    // key) and TTL (the last argument but one).
+                    Some(twin) => {
+                        let (args, rid) = self.args.split_at(self.args.len() - 1);
+                        let args = &args[..args.len() - 1];
+                        let keys = &self.keys[..self.keys.len() - 1];
+                        twin.run_with::<Value>(&conn.redis, keys, args, rid).await
                     }
-                    Ok(mut outcome) => {
-                        // fred may have sent it again on a new connection:
-                        // the old one dies on the server first (`fence.rs`).
-                        let moved = conn.check_fence().await;
-                        if let Settled::Ran(reply) = &mut outcome {
-                            // fred sends what was in flight again after a
-                            // reconnect: a connection replaced since the
-                            // last sweep (perhaps before this send: the
-                            // guess errs towards a copy), or swept by
-                            // another call's check since this send.
-                            reply.copied = copy || moved || conn.fence.sweeps() != sweeps;
+                    None => {
+                        self.script
+                            .run::<Value>(&conn.redis, &self.keys, &self.args)
+                            .await
+                    }
+                };
+                match sent {
+                    Ok(reply) => match self.read(reply, twin.is_some()) {
+                        Ok(Settled::Ran(reply))
+                            if twin.is_some() && reply.first() == Some(&UNPROVED) =>
+                        {
+                            // The twin's check proved nothing and changed
+                            // nothing: the recorded script, same request id,
+                            // once no copy of the twin can run any more.
+                            conn.check_fence().await;
+                            self.recorded.store(true, Ordering::Relaxed);
+                            continue 'send;
                         }
-                        return Ok(outcome);
-                    }
-                    Err(e) => {
-                        // Not our reply: the connection is out of step with
-                        // its replies. Start it afresh, then ask again.
-                        conn.suspect("a reply answered another request");
+                        Ok(mut outcome) => {
+                            // fred may have sent it again on a new connection:
+                            // the old one dies on the server first (`fence.rs`).
+                            let moved = conn.check_fence().await;
+                            if let Settled::Ran(reply) = &mut outcome {
+                                // fred sends what was in flight again after a
+                                // reconnect: a connection replaced since the
+                                // last sweep (perhaps before this send: the
+                                // guess errs towards a copy), or swept by
+                                // another call's check since this send.
+                                reply.copied = copy || moved || conn.fence.sweeps() != sweeps;
+                            }
+                            return Ok(outcome);
+                        }
+                        Err(e) => {
+                            // Not our reply: the connection is out of step with
+                            // its replies. Start it afresh, then ask again.
+                            conn.suspect("a reply answered another request");
+                            e
+                        }
+                    },
+                    Err(e) if e.kind() == &fred::error::ErrorKind::Timeout => {
+                        conn.suspect("a request timed out");
                         e
                     }
-                },
-                Err(e) if e.kind() == &fred::error::ErrorKind::Timeout => {
-                    conn.suspect("a request timed out");
-                    e
+                    // Unknown, or refused for now (loading, busy, a slot
+                    // moving): the same request is safe to send again.
+                    Err(e) if outcome_unknown(&e) || server_busy(&e) => e,
+                    Err(e) => return Err(e),
                 }
-                // Unknown, or refused for now (loading, busy, a slot
-                // moving): the same request is safe to send again.
-                Err(e) if outcome_unknown(&e) || server_busy(&e) => e,
-                Err(e) => return Err(e),
             };
             let pause = pauses.next();
             if conn.is_closed() || Instant::now() + pause >= give_up {
