@@ -20,6 +20,8 @@
 //!   answers `Error::Unsupported` instead of failing half-way (its read
 //!   acquire wrote the hold count, then failed at the timeout key).
 //! * **The fence** (`CLIENT LIST` / `CLIENT KILL`): `fence.rs`.
+//! * **Permissions** ([`check_permissions`]): scripts, the key prefix, the
+//!   request records, the lock channels; a refusal fails the connect.
 //!
 //! `INFO` may be refused (an ACL without `@dangerous`): the kind and
 //! version are then unknown, and nothing is refused for them.
@@ -28,6 +30,11 @@
 //! probed again (the deployments we know run one version per cluster).
 
 use std::fmt;
+use std::time::Duration;
+
+use fred::clients::Client as FredClient;
+use fred::interfaces::ClientLike;
+use fred::types::{ClusterHash, CustomCommand, FromValue, Value};
 
 /// The server software a client is connected to, from its `INFO`.
 ///
@@ -252,6 +259,144 @@ fn parse_version(v: &str) -> Option<(u32, u32, u32)> {
     let minor = parts.next().flatten().unwrap_or(0);
     let patch = parts.next().flatten().unwrap_or(0);
     Some((major, minor, patch))
+}
+
+// === probes ===
+
+/// `command args`, routed by `hash`, bounded by `timeout`: `None` if it
+/// got no answer in time.
+async fn ask<R: FromValue>(
+    redis: &FredClient,
+    command: &'static str,
+    hash: ClusterHash,
+    args: Vec<Value>,
+    timeout: Duration,
+) -> Option<Result<R, fred::error::Error>> {
+    let cmd = CustomCommand::new_static(command, hash, false);
+    tokio::time::timeout(timeout, redis.custom::<R, Value>(cmd, args))
+        .await
+        .ok()
+}
+
+/// Whether `e` is a refusal for lack of permission (an ACL).
+pub(crate) fn refused(e: &fred::error::Error) -> bool {
+    e.details().contains("NOPERM")
+}
+
+/// Whether the server answers `PUBSUB SHARDNUMSUB` (sharded pub/sub is
+/// there), within `timeout`.
+pub(crate) async fn sharded_pubsub_answers(redis: &FredClient, timeout: Duration) -> bool {
+    let args = vec!["SHARDNUMSUB".into()];
+    let answer = ask::<Value>(redis, "PUBSUB", ClusterHash::Random, args, timeout).await;
+    matches!(answer, Some(Ok(_)))
+}
+
+/// The server's kind, version and memory settings from `INFO` (unknown
+/// if refused or unanswered within `timeout`).
+pub(crate) async fn probe_server(redis: &FredClient, timeout: Duration) -> ServerInfo {
+    match ask::<String>(redis, "INFO", ClusterHash::Random, Vec::new(), timeout).await {
+        Some(Ok(text)) => ServerInfo::from_info(&text),
+        Some(Err(e)) => {
+            tracing::debug!(error = %e, "INFO refused: the server's kind and version are unknown");
+            ServerInfo::unknown()
+        }
+        None => ServerInfo::unknown(),
+    }
+}
+
+/// Whether a script may read a key it does not declare (Dragonfly
+/// refuses unless told otherwise): `EXISTS` of a key under the prefix
+/// that nothing uses.
+pub(crate) async fn undeclared_keys_allowed(
+    redis: &FredClient,
+    prefix: &str,
+    timeout: Duration,
+) -> bool {
+    let key = format!("{prefix}leasehold:probe:undeclared");
+    let args = vec![
+        "return redis.call('exists', ARGV[1])".into(),
+        Value::Integer(0),
+        key.into(),
+    ];
+    let answer = ask::<Value>(redis, "EVAL", ClusterHash::Random, args, timeout).await;
+    matches!(answer, Some(Ok(_)))
+}
+
+/// Whether `WAIT 0 0` is answered (it returns at once: no replica is
+/// asked for).
+pub(crate) async fn wait_answers(redis: &FredClient, timeout: Duration) -> bool {
+    let args = vec![Value::Integer(0), Value::Integer(0)];
+    let answer = ask::<Value>(redis, "WAIT", ClusterHash::Random, args, timeout).await;
+    matches!(answer, Some(Ok(_)))
+}
+
+/// Refuses a user that may not do what every lock needs, naming what it
+/// lacks: run scripts, write keys under the client's prefix and the
+/// request records beside them, publish on the lock channels. Each probe
+/// changes nothing: `EVALSHA` of a script nobody loaded (`NOSCRIPT`), `PEXPIRE` of a key that does not exist, a
+/// `0` published on the channel of a lock named `leasehold:probe`. Only a
+/// refusal (`NOPERM`) fails; any other answer passes.
+pub(crate) async fn check_permissions(
+    redis: &FredClient,
+    sharded: bool,
+    prefix: &str,
+    timeout: Duration,
+) -> crate::Result<()> {
+    let key = format!("{prefix}leasehold:probe");
+    let channel = format!("redisson_lock__channel:{{{key}}}");
+    let record: String = super::concat(super::record_parts(&key, "probe"));
+    let slot = fred::util::redis_keyslot(key.as_bytes());
+    let publish = if sharded { "SPUBLISH" } else { "PUBLISH" };
+    let probes: [(&str, &'static str, Vec<Value>, ClusterHash, &str); 4] = [
+        (
+            "run Lua scripts (EVALSHA)",
+            "EVALSHA",
+            vec![
+                "0000000000000000000000000000000000000000".into(),
+                Value::Integer(0),
+            ],
+            ClusterHash::Random,
+            "every lock change is a script",
+        ),
+        (
+            "write keys under the key prefix (PEXPIRE)",
+            "PEXPIRE",
+            vec![key.as_str().into(), Value::Integer(1)],
+            ClusterHash::Custom(slot),
+            "locks are keys under the prefix",
+        ),
+        (
+            "write request records (PEXPIRE leasehold_latch:{…})",
+            "PEXPIRE",
+            vec![record.as_str().into(), Value::Integer(1)],
+            ClusterHash::Custom(slot),
+            "every lock script reads and writes its request record beside the lock, at \
+             leasehold_latch:{<lock key>}:… (grant ~leasehold_latch:* too)",
+        ),
+        (
+            if sharded {
+                "publish on the lock channels (SPUBLISH redisson_lock__channel:…)"
+            } else {
+                "publish on the lock channels (PUBLISH redisson_lock__channel:…)"
+            },
+            publish,
+            vec![channel.as_str().into(), "0".into()],
+            ClusterHash::Custom(slot),
+            "a release would delete the lock and then fail at its PUBLISH, and waiters \
+             would never be woken (grant the channels: &redisson_* or allchannels)",
+        ),
+    ];
+    for (what, command, args, hash, why) in probes {
+        if let Some(Err(e)) = ask::<Value>(redis, command, hash, args, timeout).await {
+            if refused(&e) {
+                return Err(crate::Error::Unsupported(format!(
+                    "the Redis user may not {what}: {why} ({})",
+                    e.details()
+                )));
+            }
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -24,11 +24,11 @@ use std::time::Duration;
 use fred::clients::{Client as FredClient, SubscriberClient};
 use fred::interfaces::ClientLike;
 use fred::types::config::{Config, ReconnectPolicy, Server};
-use fred::types::{Builder, ClusterHash, CustomCommand, Key, Value};
+use fred::types::{Builder, ClusterHash, CustomCommand, Key};
 
 use super::background::spawn_here;
 use super::backoff::Backoff;
-use super::caps::{ServerInfo, ServerKind};
+use super::caps::{self, ServerInfo, ServerKind};
 use super::fence::Fence;
 use super::forget::{Forget, Forgotten, Route};
 use super::reset::{now_ms, once_a_second, Resets, BASE};
@@ -91,130 +91,6 @@ pub(crate) struct Settings {
     /// Refuse a server or user unsafe for locks at connect
     /// (`ClientBuilder::report_only` turns it off).
     pub(crate) refuse_unsafe: bool,
-}
-
-/// Whether the server answers `PUBSUB SHARDNUMSUB` (sharded pub/sub is
-/// there), within `timeout`.
-async fn sharded_pubsub_answers(redis: &FredClient, timeout: Duration) -> bool {
-    let probe = redis.custom::<Value, Value>(
-        CustomCommand::new_static("PUBSUB", ClusterHash::Random, false),
-        vec!["SHARDNUMSUB".into()],
-    );
-    matches!(tokio::time::timeout(timeout, probe).await, Ok(Ok(_)))
-}
-
-/// The server's kind, version and memory settings from `INFO` (unknown
-/// if refused or unanswered within `timeout`).
-async fn probe_server(redis: &FredClient, timeout: Duration) -> ServerInfo {
-    let info = redis.custom::<String, Value>(
-        CustomCommand::new_static("INFO", ClusterHash::Random, false),
-        Vec::new(),
-    );
-    match tokio::time::timeout(timeout, info).await {
-        Ok(Ok(text)) => ServerInfo::from_info(&text),
-        Ok(Err(e)) => {
-            tracing::debug!(error = %e, "INFO refused: the server's kind and version are unknown");
-            ServerInfo::unknown()
-        }
-        Err(_) => ServerInfo::unknown(),
-    }
-}
-
-/// Whether a script may read a key it does not declare (Dragonfly
-/// refuses unless told otherwise): `EXISTS` of a key under the prefix
-/// that nothing uses.
-async fn undeclared_keys_allowed(redis: &FredClient, prefix: &str, timeout: Duration) -> bool {
-    let key = format!("{prefix}leasehold:probe:undeclared");
-    let eval = redis.custom::<Value, Value>(
-        CustomCommand::new_static("EVAL", ClusterHash::Random, false),
-        vec![
-            "return redis.call('exists', ARGV[1])".into(),
-            Value::Integer(0),
-            key.into(),
-        ],
-    );
-    matches!(tokio::time::timeout(timeout, eval).await, Ok(Ok(_)))
-}
-
-/// Whether `WAIT 0 0` is answered (it returns at once: no replica is
-/// asked for).
-async fn wait_answers(redis: &FredClient, timeout: Duration) -> bool {
-    let wait = redis.custom::<Value, Value>(
-        CustomCommand::new_static("WAIT", ClusterHash::Random, false),
-        vec![Value::Integer(0), Value::Integer(0)],
-    );
-    matches!(tokio::time::timeout(timeout, wait).await, Ok(Ok(_)))
-}
-
-/// Refuses a user that may not do what every lock needs, naming what it
-/// lacks: run scripts, write keys under the client's prefix and the
-/// request records beside them, publish on the lock channels. Each probe changes nothing: `EVALSHA` of a script
-/// nobody loaded (`NOSCRIPT`), `PEXPIRE` of a key that does not exist, a
-/// `0` published on the channel of a lock named `leasehold:probe`. Only a
-/// refusal (`NOPERM`) fails; any other answer passes.
-async fn check_permissions(
-    redis: &FredClient,
-    sharded: bool,
-    prefix: &str,
-    timeout: Duration,
-) -> crate::Result<()> {
-    let key = format!("{prefix}leasehold:probe");
-    let channel = format!("redisson_lock__channel:{{{key}}}");
-    let record: String = super::concat(super::record_parts(&key, "probe"));
-    let slot = fred::util::redis_keyslot(key.as_bytes());
-    let publish = if sharded { "SPUBLISH" } else { "PUBLISH" };
-    let probes: [(&str, &'static str, Vec<Value>, ClusterHash, &str); 4] = [
-        (
-            "run Lua scripts (EVALSHA)",
-            "EVALSHA",
-            vec![
-                "0000000000000000000000000000000000000000".into(),
-                Value::Integer(0),
-            ],
-            ClusterHash::Random,
-            "every lock change is a script",
-        ),
-        (
-            "write keys under the key prefix (PEXPIRE)",
-            "PEXPIRE",
-            vec![key.as_str().into(), Value::Integer(1)],
-            ClusterHash::Custom(slot),
-            "locks are keys under the prefix",
-        ),
-        (
-            "write request records (PEXPIRE leasehold_latch:{…})",
-            "PEXPIRE",
-            vec![record.as_str().into(), Value::Integer(1)],
-            ClusterHash::Custom(slot),
-            "every lock script reads and writes its request record beside the lock, at \
-             leasehold_latch:{<lock key>}:… (grant ~leasehold_latch:* too)",
-        ),
-        (
-            if sharded {
-                "publish on the lock channels (SPUBLISH redisson_lock__channel:…)"
-            } else {
-                "publish on the lock channels (PUBLISH redisson_lock__channel:…)"
-            },
-            publish,
-            vec![channel.as_str().into(), "0".into()],
-            ClusterHash::Custom(slot),
-            "a release would delete the lock and then fail at its PUBLISH, and waiters \
-             would never be woken (grant the channels: &redisson_* or allchannels)",
-        ),
-    ];
-    for (what, command, args, hash, why) in probes {
-        let cmd = CustomCommand::new_static(command, hash, false);
-        let answer = tokio::time::timeout(timeout, redis.custom::<Value, Value>(cmd, args)).await;
-        if let Ok(Err(e)) = answer {
-            if e.details().contains("NOPERM") {
-                return Err(crate::Error::Unsupported(format!(
-                    "the Redis user may not {what}: {why} ({})",
-                    e.details()
-                )));
-            }
-        }
-    }
-    Ok(())
 }
 
 /// Closes fred clients that a dropped `connect` had started (fred's
@@ -378,18 +254,18 @@ impl Conn {
             // As Redisson decides it: a cluster whose nodes answer
             // `PUBSUB SHARDNUMSUB` (Redis 7+, Valkey) publishes with
             // SPUBLISH, so Java and Rust waiters hear each other.
-            None => clustered && sharded_pubsub_answers(&redis, timeout).await,
+            None => clustered && caps::sharded_pubsub_answers(&redis, timeout).await,
         };
-        let info = probe_server(&redis, timeout).await;
+        let info = caps::probe_server(&redis, timeout).await;
         if settings.refuse_unsafe {
             if let Some(why) = info.refusal() {
                 return Err(crate::Error::Unsupported(why));
             }
-            check_permissions(&redis, sharded, &settings.key_prefix, timeout).await?;
+            caps::check_permissions(&redis, sharded, &settings.key_prefix, timeout).await?;
         }
-        let wait = wait_answers(&redis, timeout).await;
+        let wait = caps::wait_answers(&redis, timeout).await;
         let undeclared_keys = info.kind != ServerKind::Dragonfly
-            || undeclared_keys_allowed(&redis, &settings.key_prefix, timeout).await;
+            || caps::undeclared_keys_allowed(&redis, &settings.key_prefix, timeout).await;
         let mut conn = Conn::new(redis, clustered, sharded, clustered, settings, named);
         // Bounded like the connect: a server that does not answer leaves
         // the fence untrusted (records kept), which is safe.

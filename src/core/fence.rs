@@ -76,6 +76,7 @@ use fred::interfaces::{ClientInterface, ClientLike};
 use fred::types::config::Server;
 use fred::types::{ClusterHash, CustomCommand, Value};
 
+use super::caps::refused;
 use super::script::on_node;
 
 type FredResult<T> = Result<T, fred::error::Error>;
@@ -287,11 +288,6 @@ impl Fence {
             tracing::warn!(error = %e, "CLIENT LIST or CLIENT KILL refused: a copy of a request stuck on a replaced connection may run later than its call; every request now carries its request record and records are kept for their TTL");
         }
     }
-}
-
-/// Whether `e` is a refusal for lack of permission (an ACL).
-fn refused(e: &fred::error::Error) -> bool {
-    e.details().contains("NOPERM")
 }
 
 /// The ids in a `CLIENT LIST` reply of the connections named `name`, but
