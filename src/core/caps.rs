@@ -246,9 +246,10 @@ impl fmt::Display for ServerKind {
     }
 }
 
-/// `"7.0.15"` → `(7, 0, 15)`; missing parts are 0.
-fn parse_version(v: &str) -> Option<(u32, u32, u32)> {
-    let mut parts = v.trim_start_matches('v').split('.').map(|p| {
+/// `"7.0.15"` → `(7, 0, 15)`; missing parts are 0 (also for the doctor's
+/// reading of every primary's `INFO`).
+pub(crate) fn parse_version(v: &str) -> Option<(u32, u32, u32)> {
+    let mut parts = v.trim().trim_start_matches('v').split('.').map(|p| {
         p.chars()
             .take_while(char::is_ascii_digit)
             .collect::<String>()

@@ -154,7 +154,7 @@ impl Info {
     /// `redis_version` as (major, minor, patch): the Redis version the
     /// server says it is compatible with.
     pub(super) fn redis_version(&self) -> Option<(u32, u32, u32)> {
-        parse_version(self.get("redis_version")?)
+        crate::core::caps::parse_version(self.get("redis_version")?)
     }
 }
 
@@ -170,20 +170,6 @@ impl Kind {
             Kind::KeyDb => "KeyDB",
         }
     }
-}
-
-/// `7.0.15` → (7, 0, 15); missing parts are 0.
-pub(super) fn parse_version(text: &str) -> Option<(u32, u32, u32)> {
-    let mut parts = text.trim().split('.').map(|p| {
-        p.chars()
-            .take_while(char::is_ascii_digit)
-            .collect::<String>()
-            .parse::<u32>()
-    });
-    let major = parts.next()?.ok()?;
-    let minor = parts.next().and_then(|p| p.ok()).unwrap_or(0);
-    let patch = parts.next().and_then(|p| p.ok()).unwrap_or(0);
-    Some((major, minor, patch))
 }
 
 /// Sends `name args…` to `node` (or wherever the client routes a
@@ -263,6 +249,7 @@ pub(super) async fn config_get(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::caps::parse_version;
 
     #[test]
     fn versions_and_kinds() {
