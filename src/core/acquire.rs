@@ -137,6 +137,12 @@ pub(crate) trait Tries: Send + Sync {
     /// lock announces it on that channel (`takes.rs`); only given to a
     /// spec whose profile [announces takes](Profile::announces_takes).
     fn call(&self, lease: &Lease, lease_ms: i64, rid: u64, announce: Option<&str>) -> Call;
+
+    /// How long the wait sleeps after a busy try, at most (see
+    /// `wait::Attempts::recheck_bound`; the default is its default).
+    fn recheck_bound(&self, interval: Duration, hint: Option<Duration>) -> Duration {
+        hint.map_or(interval, |hint| interval.min(hint))
+    }
 }
 
 /// One acquire's span and counts; dropped before `end`, it records the
@@ -339,6 +345,10 @@ impl<T: Tries, H: Handoff> wait::Attempts for Acquiring<'_, T, H> {
 
     fn waits_for(&self) -> Option<(&Key, u64)> {
         Some((self.spec.key, self.spec.owner))
+    }
+
+    fn recheck_bound(&self, interval: Duration, hint: Option<Duration>) -> Duration {
+        self.tries.recheck_bound(interval, hint)
     }
 
     fn linger(&self) -> Option<Duration> {

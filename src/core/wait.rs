@@ -113,6 +113,15 @@ pub(crate) trait Attempts: Send {
     /// it waited for (`None`: the last subscription leaves it at once).
     /// For a primitive whose owners come back soon (see
     /// `Subscription::linger`).
+    /// How long a wait sleeps after a busy attempt, at most: `interval` is
+    /// the client's recheck interval, `hint` the attempt's own (the lock's
+    /// remaining TTL, if known). The default: the shorter of the two. A
+    /// waiter that another one re-checks for (a fair lock's waiter behind
+    /// its client's first one) may sleep longer.
+    fn recheck_bound(&self, interval: Duration, hint: Option<Duration>) -> Duration {
+        hint.map_or(interval, |hint| interval.min(hint))
+    }
+
     fn linger(&self) -> Option<Duration> {
         None
     }
@@ -221,6 +230,9 @@ pub(crate) fn wait_with<'a, A: Attempts + 'a>(
             // Made at the first busy try; dropped with the wait. Boxed:
             // a parked waiter's future carries one pointer of it.
             let mut waiting: Option<Box<Waiting>> = None;
+            // The last sleep was ended by the channel's clock: this
+            // waiter's attempt re-checks for the channel's waiters.
+            let mut rechecked = false;
             loop {
                 if let Err(e) = engine.check() {
                     break 'wait Err(e);
@@ -249,6 +261,11 @@ pub(crate) fn wait_with<'a, A: Attempts + 'a>(
                     }
                     match next(engine, outcome, subscription.is_none() && !once, once) {
                         Ok(ControlFlow::Break(value)) => {
+                            // What freed it may have freed more: the next
+                            // parked waiter re-checks now.
+                            if let Some(s) = subscription.as_ref().filter(|_| rechecked) {
+                                s.recheck_next();
+                            }
                             if let (Some(s), Some(linger)) =
                                 (subscription.take(), attempts.linger())
                             {
@@ -303,9 +320,7 @@ pub(crate) fn wait_with<'a, A: Attempts + 'a>(
                     }
                     Then::Busy(retry) => {
                         pauses.reset();
-                        if let Some(retry) = retry {
-                            bound = bound.min(retry);
-                        }
+                        bound = attempts.recheck_bound(bound, retry);
                         None
                     }
                     Then::Retry(e) => {
@@ -348,6 +363,7 @@ pub(crate) fn wait_with<'a, A: Attempts + 'a>(
                                 if !woken {
                                     s.refresh();
                                 }
+                                rechecked = !woken && !ends;
                             }
                             // Not subscribed (it failed): back-off, boxed for the
                             // same reason as the subscribe.

@@ -16,8 +16,16 @@
 //! Every wait is bounded, but a parked waiter carries no timer: one task
 //! per channel ([`run_clock`]), started when first asked and ending when
 //! nothing is due, sleeps until the earliest re-check any queued waiter
-//! asked for and then ends every queued waiter's wait (`recheck_by`,
-//! [`WakeQueue::recheck_all`]). It also gives the wake-ups deferred on a
+//! asked for and then ends the oldest parked waiter's wait (`recheck_by`,
+//! [`WakeQueue::recheck_first`]): every waiter of a channel waits for the
+//! same thing, so one attempt re-checks for all of them, and the steady
+//! cost of a long wait grows with the channels a client waits on, not with
+//! its waiters. If others are parked behind it, the clock comes back one
+//! bound later (the bound the last wait asked for): the re-checked waiter
+//! may not wait again (it got what it waited for, or was dropped). One that
+//! got what it waited for passes the re-check on at once
+//! ([`ChannelState::recheck_next`]): what freed it may have freed more (a
+//! latch, permits). It also gives the wake-ups deferred on a
 //! hot channel at their time. A waiter asking for an earlier re-check
 //! moves the clock earlier for all of them; the last reference to leave
 //! clears what is due, and the clock ends.
@@ -78,6 +86,9 @@ pub(super) struct ChannelState {
     pub(super) recheck_at: Option<Instant>,
     /// The channel's clock task is running (it ends when nothing is due).
     pub(super) clock_running: bool,
+    /// The bound the last parked wait asked for: how soon the clock comes
+    /// back for the waiters behind one it re-checked.
+    pub(super) recheck_every: std::time::Duration,
     /// Takes announced on the companion channel, if there is one.
     pub(super) takes: Option<Box<Takes>>,
 }
@@ -158,6 +169,7 @@ impl ChannelState {
         };
         self.wakeups.void_permits();
         if !self.wakeups.is_empty() {
+            self.recheck_every = ttl;
             self.recheck_by(channel, now + ttl);
         }
     }
@@ -200,10 +212,20 @@ impl ChannelState {
         for _ in 0..due {
             self.wakeups.wake_one();
         }
-        // Every queued waiter re-checks.
+        // The oldest parked waiter re-checks for all of them.
         if self.recheck_at.is_some_and(|at| at <= now) {
             self.recheck_at = None;
-            self.wakeups.recheck_all();
+            if self.wakeups.recheck_first() {
+                self.recheck_at = Some(now + self.recheck_every);
+            }
+        }
+    }
+
+    /// A re-checked waiter got what it waited for: the next parked waiter
+    /// re-checks at once (see the module docs, "The clock").
+    pub(super) fn recheck_next(&mut self, channel: &Arc<Channel>) {
+        if self.wakeups.recheck_first() {
+            self.recheck_by(channel, Instant::now() + self.recheck_every);
         }
     }
 }
@@ -328,9 +350,11 @@ mod tests {
 
     /// A parked waiter is re-checked by its channel's clock at its bound,
     /// without a message; a second waiter asking for an earlier re-check
-    /// moves the clock earlier for both. The clock ends when nothing is due.
+    /// moves the clock earlier, and the clock re-checks the oldest parked
+    /// waiter then, for both. The other is re-checked one bound later only
+    /// if the first does not wait again. The clock ends when nothing is due.
     #[tokio::test(start_paused = true)]
-    async fn the_channel_clock_rechecks_parked_waiters_at_the_earliest_bound() {
+    async fn the_channel_clock_rechecks_the_oldest_waiter_at_the_earliest_bound() {
         let (_shared, mut subs) = channel_with(2);
         let w2 = subs.pop().unwrap();
         let w1 = subs.pop().unwrap();
@@ -344,7 +368,10 @@ mod tests {
             (woken, w1)
         });
         tokio::task::yield_now().await;
-        assert!(!w2.wait(Duration::from_millis(100)).await);
+        let short = tokio::spawn(async move {
+            let woken = w2.wait(Duration::from_millis(100)).await;
+            (woken, w2, Instant::now())
+        });
         let (woken, w1) = long.await.unwrap();
         assert!(!woken);
         assert_eq!(
@@ -352,10 +379,54 @@ mod tests {
             Duration::from_millis(100),
             "the earlier bound did not move the clock"
         );
+        // w1 does not wait again: w2 is re-checked one bound later.
+        let (woken, _w2, at) = short.await.unwrap();
+        assert!(!woken);
+        assert_eq!(at - start, Duration::from_millis(200));
         // Nothing is due: the clock has ended.
         tokio::task::yield_now().await;
         let state = w1.channel.state.lock();
         assert!(state.recheck_at.is_none() && !state.clock_running);
+    }
+
+    /// A re-checked waiter that got what it waited for passes the re-check
+    /// on at once (what freed it may have freed more); one that waits
+    /// again keeps the others parked.
+    #[tokio::test(start_paused = true)]
+    async fn a_recheck_that_got_its_wait_passes_on_at_once() {
+        let (_shared, mut subs) = channel_with(3);
+        let w3 = subs.pop().unwrap();
+        let w2 = subs.pop().unwrap();
+        let w1 = Arc::new(subs.pop().unwrap());
+        let start = Instant::now();
+        let parked: Vec<_> = [w2, w3]
+            .into_iter()
+            .map(|w| {
+                tokio::spawn(async move {
+                    let woken = w.wait(Duration::from_secs(10)).await;
+                    (woken, Instant::now())
+                })
+            })
+            .collect();
+        tokio::task::yield_now().await;
+        // The oldest (w1 parks first) is re-checked at 1 s...
+        let first = {
+            let w1 = w1.clone();
+            tokio::spawn(async move { w1.wait(Duration::from_secs(1)).await })
+        };
+        assert!(!first.await.unwrap());
+        assert_eq!(start.elapsed(), Duration::from_secs(1));
+        // ...and got what it waited for: the next one re-checks now.
+        w1.recheck_next();
+        let mut ends = Vec::new();
+        for p in parked {
+            let (woken, at) = p.await.unwrap();
+            assert!(!woken);
+            ends.push(at - start);
+        }
+        ends.sort();
+        assert_eq!(ends[0], Duration::from_secs(1), "not passed on at once");
+        assert!(ends[1] > Duration::from_secs(1), "both woken at once");
     }
 
     /// A message wakes a parked waiter before its re-check. The re-check

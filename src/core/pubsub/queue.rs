@@ -37,8 +37,9 @@
 //!   carries none. A second copy of the last handed message wakes nobody
 //!   (the same message handed over in this process and then carried by
 //!   Redis, see `mod.rs`).
-//! * **Re-checks and takes.** The channel's clock ends every queued
-//!   waiter's wait without a wake-up ([`WakeQueue::recheck_all`]); a take
+//! * **Re-checks and takes.** The channel's clock ends the oldest parked
+//!   waiter's wait without a wake-up ([`WakeQueue::recheck_first`]): one
+//!   attempt re-checks for every waiter of the channel; a take
 //!   announced on the channel's companion voids the permits
 //!   ([`WakeQueue::void_permits`]): they came from messages before it.
 //!
@@ -272,15 +273,24 @@ impl WakeQueue {
         }
     }
 
-    /// The channel's clock: every queued waiter's wait ends, without a
-    /// wake-up (they stay queued).
-    pub(super) fn recheck_all(&mut self) {
-        for waiter in &self.queue {
-            let slot = &waiter.0;
-            if !slot.gone.load(Ordering::Relaxed) {
-                slot.rechecked.store(true, Ordering::Release);
-                slot.waker.wake();
+    /// The channel's clock is due: the oldest parked waiter re-checks, for
+    /// every waiter of the channel (they wait for the same thing, so one
+    /// attempt tells what all of theirs would). Waiters that are attempting
+    /// already (woken, or re-checked and not parked again) are passed over.
+    /// Returns whether another waiter is parked behind it (the clock then
+    /// comes back for them, see `channel.rs`).
+    pub(super) fn recheck_first(&mut self) -> bool {
+        let mut parked = self.queue.iter().map(|w| &*w.0).filter(|slot| {
+            !(slot.gone.load(Ordering::Relaxed)
+                || slot.woken.load(Ordering::Acquire)
+                || slot.rechecked.load(Ordering::Relaxed))
+        });
+        match parked.next() {
+            Some(first) => {
+                recheck(first);
+                parked.next().is_some()
             }
+            None => false,
         }
     }
 
@@ -289,6 +299,12 @@ impl WakeQueue {
     pub(super) fn void_permits(&mut self) {
         self.permits = 0;
     }
+}
+
+/// Ends a parked waiter's wait without a wake-up (under the channel lock).
+fn recheck(slot: &Slot) {
+    slot.rechecked.store(true, Ordering::Release);
+    slot.waker.wake();
 }
 
 // === impl Waiter ===

@@ -142,9 +142,17 @@ impl Subscription {
                 Some(takes) => takes.bound(now, now + bound),
                 None => now + bound,
             };
+            state.recheck_every = bound;
             state.recheck_by(&self.channel, at);
         }
         None
+    }
+
+    /// This waiter's wait ended by a re-check of the channel's clock, and
+    /// its attempt got what it waited for: the next parked waiter
+    /// re-checks now (see `channel.rs`, "The clock").
+    pub(crate) fn recheck_next(&self) {
+        self.channel.state.lock().recheck_next(&self.channel);
     }
 
     /// The attempt a wake-up led to has concluded (the lock was taken, by
