@@ -231,6 +231,7 @@ async fn layout(redis: &Redis, keys: Vec<String>) -> Result<Layout> {
         if key.starts_with("leasehold:client:")
             || key.starts_with("leasehold_latch:")
             || key.starts_with("leasehold_grant:")
+            || key.starts_with("leasehold_alive:")
             || key.starts_with("redisson_unlock_latch:")
             || key.contains(":rwlock_timeout:")
         {
@@ -556,9 +557,10 @@ async fn queue(
     let fields: Vec<String> = redis.lrange(list.as_str(), 0, -1).await?;
     let mut out = Vec::with_capacity(fields.len());
     // leasehold's grant hash beside the queue: a leasehold waiter's entry
-    // "<lease>:<nonce>:<alive until>" carries the liveness sign its
-    // scripts purge it by; its score follows Redisson's arithmetic
-    // (minutes ahead, for Java's scripts).
+    // "<lease>:<nonce>:<alive until>[:c]" carries the liveness sign its
+    // scripts purge it by (with ":c", once it has passed, its client's
+    // `leasehold_alive:` key keeps it); its score follows Redisson's
+    // arithmetic (minutes ahead, for Java's scripts).
     let grants = prefixed("leasehold_grant", name);
     for field in fields {
         let mut score: Option<f64> = match l.timeouts.get(name) {
@@ -569,7 +571,7 @@ async fn queue(
         let alive = entry
             .as_deref()
             .and_then(|e| e.splitn(3, ':').nth(2))
-            .and_then(|a| a.parse::<f64>().ok());
+            .and_then(|a| a.trim_end_matches(":c").parse::<f64>().ok());
         if let Some(alive) = alive {
             score = Some(score.map_or(alive, |s| s.min(alive)));
         }

@@ -463,6 +463,14 @@ impl Engine {
         self.pubsub.pin(channel, policy).await
     }
 
+    /// The waiter parked on `channel` in this client re-checks within one
+    /// recheck interval (see `PubSub::recheck_by`): for a waiter another
+    /// one re-checked for until now. No command is sent.
+    pub(crate) fn recheck_within_interval(&self, channel: &str) {
+        self.pubsub
+            .recheck_by(channel, tokio::time::Instant::now() + self.recheck_interval);
+    }
+
     /// Work that must finish after its caller has gone (see
     /// `background.rs`).
     pub(crate) fn spawn_job(&self, job: impl background::Job) {

@@ -10,6 +10,7 @@ use fred::types::Value;
 use parking_lot::Mutex;
 use tokio::time::Instant;
 
+use super::alive::{Member, BEHIND};
 use super::kind::{waiter_channel, FairKind, ACQUIRE, LINGER};
 use super::queue::{self, now_ms, Leave, Queued, THREAD_WAIT};
 use super::Fair;
@@ -64,12 +65,13 @@ impl Fair {
         let waits = wait != Some(Duration::ZERO);
         let own_channel: Arc<str> = waiter_channel(&self.channel, &field).into();
         let calls = Calls::default();
-        let tries = FairTries {
-            lock: self,
-            calls: &calls,
-            waits,
-        };
         if !waits {
+            let tries = FairTries {
+                lock: self,
+                calls: &calls,
+                waits,
+                member: None,
+            };
             let spec = self.spec(owner.id(), &field, &own_channel);
             let hold = acquire(engine, spec, tries, lease, wait).await?;
             return Ok(hold.map(|h| self.guard(h, owner)));
@@ -78,6 +80,15 @@ impl Fair {
         // after the hold it gets ends, so an owner that locks again and
         // again queues and is told with one script call each.
         let pin = engine.pin(&own_channel, wake_or_grant).await;
+        // Kept alive by the client, with the client's other waits on this
+        // lock (`alive.rs`), or else by its own refreshes.
+        let member = Member::join(engine, self.client.id(), &self.names, &own_channel).await;
+        let tries = FairTries {
+            lock: self,
+            calls: &calls,
+            waits,
+            member: member.as_ref(),
+        };
         // Dropped from here on, the waiter leaves the queue (and gives
         // back a grant it did not adopt).
         let lease_ref = engine
@@ -99,16 +110,20 @@ impl Fair {
         let outcome = {
             let spec = self.spec(owner.id(), &field, &own_channel);
             let acquiring = acquire_or_adopt(engine, spec, tries, &calls, lease, wait);
-            let refreshing = queue::refresh(
-                engine.conn(),
-                &self.names,
-                &field_str,
-                &own_channel,
-                &calls.seen,
-            );
-            tokio::select! {
-                outcome = acquiring => outcome,
-                never = refreshing => match never {},
+            if member.is_some() {
+                acquiring.await
+            } else {
+                let refreshing = queue::refresh(
+                    engine.conn(),
+                    &self.names,
+                    &field_str,
+                    &own_channel,
+                    &calls.seen,
+                );
+                tokio::select! {
+                    outcome = acquiring => outcome,
+                    never = refreshing => match never {},
+                }
             }
         };
         match &outcome {
@@ -155,9 +170,21 @@ struct FairTries<'a> {
     calls: &'a Calls,
     /// Queue if busy (not a single try).
     waits: bool,
+    /// Its place in its client's group of waits on this lock, if the
+    /// client keeps them alive (`alive.rs`).
+    member: Option<&'a Member>,
 }
 
 impl Tries for FairTries<'_> {
+    /// A wait behind its client's oldest wait on the lock is re-checked
+    /// for by that one (`alive.rs`): it sleeps until told, or `BEHIND`.
+    fn recheck_bound(&self, interval: Duration, hint: Option<Duration>) -> Duration {
+        match self.member {
+            Some(member) if !member.is_first() => BEHIND,
+            _ => hint.map_or(interval, |hint| interval.min(hint)),
+        }
+    }
+
     fn call(&self, lease: &Lease, lease_ms: i64, rid: u64, _announce: Option<&str>) -> Call {
         // Never asked to announce (no takes). Under the lease's turn: built before it is sent.
         let calls = self.calls;
@@ -189,6 +216,7 @@ impl Tries for FairTries<'_> {
                 } else {
                     (-1).into()
                 },
+                i64::from(self.member.is_some()).into(),
             ],
             &lease.request_record(),
             rid,

@@ -20,10 +20,15 @@
 //!   `<field>` → `"<lease ms>:<nonce>:<alive until>"` for each queued
 //!   leasehold waiter (written by its acquire when it queues; the nonce
 //!   is that try's request id; `<alive until>` is its liveness sign,
-//!   epoch ms, refreshed while it waits), and `!granted` →
+//!   epoch ms, set by each of its tries; a suffix `:c` says that past it,
+//!   its client's alive key vouches for it, see "Dead waiters"), and
+//!   `!granted` →
 //!   `"<nonce>:<field>"`: the field a release last granted the lock to
 //!   and that grant's nonce, until that owner's next script on the lock
 //!   or until the field is gone; the hash vanishes with its last entry;
+//! * the alive keys `leasehold_alive:{name}:<client uuid>` (leasehold
+//!   only): a string with a TTL of 5 s, one per client with waiters queued
+//!   (see "Dead waiters");
 //! * one channel per waiter, `redisson_lock__channel:{name}:<field>`: a
 //!   release tells the head waiter only, on its own channel: `0`
 //!   (Redisson's message) or `grant:<nonce>:<ms>` (below).
@@ -125,22 +130,32 @@
 //! the waiter; it then sleeps until its message,
 //! or until the lock's TTL (a holder that died), or, when the lock is free
 //! and another waiter heads the queue, until that waiter's timeout (it may
-//! be dead); the engine's re-check interval bounds every sleep. One
-//! release wakes exactly one waiter in the whole system: the head.
+//! be dead); the engine's re-check interval bounds every sleep of a
+//! client's oldest waiter on the lock, which re-checks for the others
+//! (they sleep until told, or 20 minutes: `alive.rs`). One release wakes
+//! exactly one waiter in the whole system: the head.
 //!
 //! What leasehold fixes of Redisson's fair lock (REDISSON-WIRE.md §14):
 //!
-//! * **Dead waiters**: a waiter's liveness sign is refreshed every 2 s
-//!   while it waits, to now + 5 s ([`FairLock::THREAD_WAIT`], Redisson:
-//!   5 minutes). A waiter whose process died is purged by leasehold's
-//!   scripts at most 5 s after it last refreshed: the
-//!   client that released the lock to it sees nobody received the message
-//!   and checks again when that time passes (`queue.rs`). Waiters
-//!   never spin on the script meanwhile. A waiter whose machine vanished
-//!   without its connections being closed still looks subscribed to
-//!   Redis: then the waiters behind it notice at their next re-check (the
-//!   lock's remaining lease, at most the client's re-check interval, 30 s
-//!   by default), plus the 5 s.
+//! * **Dead waiters**: a waiter is alive while its client is. Each client
+//!   keeps one key per fair lock it waits on,
+//!   `leasehold_alive:{name}:<client uuid>`, set every 2 s with a TTL of 5 s
+//!   ([`FairLock::THREAD_WAIT`], Redisson: 5 minutes) however many of its
+//!   tasks wait there, and only the oldest of them re-checks the lock
+//!   (`alive.rs`): waiting costs Redis per client and lock, not per
+//!   waiter. A client whose process died stops setting it: its waiters are
+//!   purged by leasehold's scripts at most 5 s later, all of them at once
+//!   (the entry's own sign, set by its last try, counts until then too).
+//!   The client that released the lock to a dead waiter sees nobody
+//!   received the message and checks again when the grant has run out
+//!   (`queue.rs`). Waiters never spin on the script meanwhile. A waiter
+//!   whose machine vanished without its connections being closed still
+//!   looks subscribed to Redis: then the waiters behind it notice at their
+//!   next re-check (the lock's remaining lease, at most the client's
+//!   re-check interval, 30 s by default), plus the 5 s. Where a client
+//!   cannot set the key (Dragonfly without undeclared keys, an ACL user
+//!   without `~leasehold_alive:*`), each of its waiters refreshes its own
+//!   sign every 2 s instead (2.5 Redis commands a second per waiter).
 //! * **Dropped waiters** leave the queue at once (list and zset), in the
 //!   background if their future was dropped. A waiter that timed out
 //!   leaves before `try_lock_for` returns.
@@ -158,7 +173,7 @@
 //! wait (`fairLockWaitTimeout`, 5 minutes by default), and moves every
 //! score one wait earlier on each acquire. Leasehold waiters keep their
 //! scores in that arithmetic: at position `c` (0: the head), their
-//! liveness sign plus `(c + 1)` × 5 minutes, set again at every refresh,
+//! liveness sign plus `(c + 1)` × 5 minutes, set again at every try,
 //! and leasehold's own acquire and leave move the others' scores as
 //! Redisson's do. So no Java script ever purges a live leasehold waiter,
 //! and a Java waiter queued behind one gets a full Java wait. Leasehold's
@@ -167,9 +182,11 @@
 //! behind it, when a Java holder releases, as long as a dead Java waiter
 //! would. The arithmetic assumes the Java side's thread wait is at most 5
 //! minutes (the default; `tryLock(wait, …)` uses `wait`, shorter); with a
-//! longer one, a Java acquire can make a leasehold waiter look dead until
-//! its next refresh (2 s), and if it heads the queue then, it is purged
-//! and queues again at the tail, losing its place but not its wait.
+//! longer one, or a leasehold waiter that heads the queue for more than 5
+//! minutes without a try (its client's oldest waiter tries at least every
+//! re-check interval), a Java acquire can make a leasehold waiter look
+//! dead, and if it heads the queue then, it is purged and queues again at
+//! the tail at its next try, losing its place but not its wait.
 //! Clocks of all clients must roughly agree (Redisson's rule).
 //!
 //! # Mixing handles
@@ -183,6 +200,7 @@
 //! holds apart).
 
 mod acquire;
+mod alive;
 mod kind;
 mod queue;
 
@@ -286,12 +304,12 @@ impl Client {
 // === impl FairLock ===
 
 impl FairLock {
-    /// How long a waiter counts as alive after it last showed up: 5 s
-    /// (Redisson's `fairLockWaitTimeout`, 5 minutes there). A waiting
-    /// acquire refreshes its liveness sign every 2 s; a waiter whose
-    /// process died holds up leasehold waiters for at most this long
-    /// after its last refresh (Java waiters by Redisson's rules: see the
-    /// module docs, "With Redisson").
+    /// How long a waiter counts as alive after its client last showed up:
+    /// 5 s (Redisson's `fairLockWaitTimeout`, 5 minutes there). A client
+    /// with waiters on a fair lock renews one key for all of them every
+    /// 2 s; a waiter whose process died holds up leasehold waiters for at
+    /// most this long after its client's last renewal (Java waiters by
+    /// Redisson's rules: see the module docs, "With Redisson").
     ///
     /// # Example
     ///

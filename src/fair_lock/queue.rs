@@ -3,8 +3,10 @@
 //! and checking on a head waiter a release told but that was not
 //! listening.
 //!
-//! * **Refresh** ([`refresh`]): while an acquire waits, every
-//!   [`REFRESH_EVERY`] a small script (`refresh.lua`) sets its liveness
+//! * **Refresh** ([`refresh`]), only where the client cannot keep its
+//!   waiters alive itself (`alive.rs`, which renews one key per client
+//!   and lock every [`REFRESH_EVERY`] instead): while an acquire waits,
+//!   every `REFRESH_EVERY` a small script (`refresh.lua`) sets its liveness
 //!   sign to now + [`THREAD_WAIT`] and its score to what Redisson's
 //!   arithmetic gives its place in the queue (see `queue.lua`). A waiter
 //!   whose process dies stops refreshing, so leasehold's scripts count it
@@ -61,8 +63,9 @@ pub(crate) const THREAD_WAIT: Duration = Duration::from_secs(5);
 /// holds the lock at most this long.
 pub(crate) const GRANT: Duration = Duration::from_secs(5);
 
-/// How often a waiting acquire refreshes its timeout. The rest of
-/// `THREAD_WAIT` (3 s) is the slack for a late refresh under load.
+/// How often a client renews its alive keys (`alive.rs`), or a waiting
+/// acquire that its client cannot keep alive refreshes its timeout. The
+/// rest of `THREAD_WAIT` (3 s) is the slack for a late renewal under load.
 pub(crate) const REFRESH_EVERY: Duration = Duration::from_secs(2);
 
 /// Most kicks in a row after one release (each needs a head that was not

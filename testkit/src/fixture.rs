@@ -73,8 +73,10 @@ pub async fn within<F: Future>(limit: Duration, what: &str, fut: F) -> F::Output
 }
 
 /// The keys on `server` other than leasehold's latch keys
-/// (`leasehold_latch:…`) and client records (`leasehold:client:{…}`, one
-/// per live client, gone with it): what is left of lock state. Latch keys remember a
+/// (`leasehold_latch:…`), client records (`leasehold:client:{…}`, one
+/// per live client, gone with it) and fair-lock alive keys
+/// (`leasehold_alive:…`, one per client and fair lock it waited on for
+/// over a second, with a TTL of 5 s): what is left of lock state. Latch keys remember a
 /// client's last request on a lock for a while (30 s by default) so a
 /// re-sent request never runs twice; they expire by themselves. Control
 /// characters in names are escaped (`\n`, `\r`), one name per element.
@@ -82,7 +84,8 @@ pub fn lock_keys(server: &RedisServer) -> Vec<String> {
     const SCRIPT: &str = "local out = {} \
         for _, k in ipairs(redis.call('keys', '*')) do \
             if string.sub(k, 1, 16) ~= 'leasehold_latch:' \
-                and string.sub(k, 1, 17) ~= 'leasehold:client:' then \
+                and string.sub(k, 1, 17) ~= 'leasehold:client:' \
+                and string.sub(k, 1, 16) ~= 'leasehold_alive:' then \
                 out[#out + 1] = (string.gsub(string.gsub(k, '\\n', '\\\\n'), '\\r', '\\\\r')) \
             end \
         end \

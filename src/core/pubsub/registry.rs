@@ -28,6 +28,7 @@ use fred::interfaces::{ClientLike, EventInterface};
 use fred::types::ClusterStateChange;
 use tokio::sync::broadcast::Receiver as Broadcast;
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 
 use super::channel::{Channel, Ready};
 use super::commands::{run_ops, Op};
@@ -231,6 +232,20 @@ impl PubSub {
             channel: entry,
             waiter,
         })
+    }
+
+    /// Asks `channel`'s clock (if the channel is open here) to re-check its
+    /// oldest parked waiter at `at` at the latest: for a waiter that
+    /// another one re-checked for until now (see `Attempts::recheck_bound`).
+    /// No command is sent.
+    pub(crate) fn recheck_by(&self, channel: &str, at: Instant) {
+        let Some(entry) = self.shared.channels.get(channel).map(|e| e.clone()) else {
+            return;
+        };
+        let mut state = entry.state.lock();
+        if !state.closed {
+            state.recheck_by(&entry, at);
+        }
     }
 
     /// A reference to this registry that does not keep it alive (see

@@ -16,8 +16,11 @@
 -- ARGV[6]  1: the client counts holds of this field already (it adopted
 --          a grant); 0: it counts none
 -- ARGV[7]  the hold count the client counts, or -1 (acquire_check.lua)
--- ARGV[8]  record TTL in milliseconds
--- ARGV[9]  request id (also the waiter's grant nonce)
+-- ARGV[8]  1: the client keeps its waiters here alive (its alive key,
+--          see queue.lua): the entry is written with ':c'; 0: the waiter
+--          refreshes its own sign
+-- ARGV[9]  record TTL in milliseconds
+-- ARGV[10] request id (also the waiter's grant nonce)
 --
 -- Sent after acquire_check.lua, which read `pttl` and `count` and
 -- answered a single try of a lock someone else holds, a copy that already
@@ -74,6 +77,16 @@ local function join(queue, timeouts, field, now, wait)
     end
 end
 
+-- The caller's grant entry (see queue.lua): lease, request id (the
+-- grant nonce), alive-until, and ':c' when its client keeps it alive.
+local function entry(now, wait)
+    local kept = ''
+    if ARGV[8] == '1' then
+        kept = ':c'
+    end
+    return ARGV[1] .. ':' .. ARGV[#ARGV] .. ':' .. (now + wait) .. kept
+end
+
 -- Step 2 (the lock is free, and the queue or the grant hash exists).
 local function free(now, wait, waits)
     if waits and redis.call('zscore', KEYS[3], ARGV[2]) then
@@ -95,8 +108,8 @@ local function free(now, wait, waits)
         return {0, -2}
     end
     join(KEYS[2], KEYS[3], ARGV[2], now, wait)
-    redis.call('hset', KEYS[4], ARGV[2], ARGV[1] .. ':' .. ARGV[#ARGV] .. ':' .. (now + wait))
-    local first = deadline(KEYS[3], KEYS[4], head) or now
+    redis.call('hset', KEYS[4], ARGV[2], entry(now, wait))
+    local first = deadline(KEYS[3], KEYS[4], head, now) or now
     return {0, math.max(0, math.floor(first - now))}
 end
 
@@ -139,6 +152,6 @@ local function body()
         return {0, pttl}
     end
     join(KEYS[2], KEYS[3], ARGV[2], now, wait)
-    redis.call('hset', KEYS[4], ARGV[2], ARGV[1] .. ':' .. ARGV[#ARGV] .. ':' .. (now + wait))
+    redis.call('hset', KEYS[4], ARGV[2], entry(now, wait))
     return {0, pttl}
 end

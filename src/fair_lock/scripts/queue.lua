@@ -7,14 +7,19 @@
 --   timeouts  zset  `redisson_lock_timeout:{name}`: field -> the epoch ms
 --                   (client clock) after which the waiter counts as gone
 --   grants    hash  `leasehold_grant:{name}`: `<field>` ->
---                   "<lease ms>:<nonce>:<alive until>" for each queued
---                   leasehold waiter (Java waiters have none; "<alive
---                   until>", epoch ms, is the liveness sign leasehold
---                   waiters refresh and Java ignores), and
+--                   "<lease ms>:<nonce>:<alive until>[:c]" for each
+--                   queued leasehold waiter (Java waiters have none;
+--                   "<alive until>", epoch ms, is the liveness sign
+--                   leasehold waiters refresh and Java ignores; ":c":
+--                   past it, the waiter's client keeps it alive, see
+--                   `gone_at`), and
 --                   `!granted` -> "<nonce>:<field>": the field
 --                   a release granted the lock to and the nonce of that
 --                   grant, until that owner's next script or until the
 --                   field is gone
+--   alive     string `leasehold_alive:{name}:<client uuid>`, with a TTL:
+--             set by a leasehold client while it has waiters queued
+--             here (`alive_key`)
 --   channel   `redisson_lock__channel:{name}`; waiter `f` listens on
 --             `<channel>:<f>` and is told `0` when it is its turn, or
 --             `grant:<nonce>:<ms>` when it was made the holder
@@ -35,35 +40,55 @@
 local JAVA_WAIT = 300000
 
 -- A waiter's grant entry: lease ms and nonce (digit strings, as
--- written) and alive-until (a number); nil for a Java waiter, alive nil
--- for an entry without one.
+-- written), alive-until (a number) and its suffix: ':c' when its client
+-- keeps it alive (see `gone_at`), else ''; nil for a Java waiter, alive
+-- nil for an entry without one.
 local function entry_of(grants, field)
     local entry = redis.call('hget', grants, field)
     if not entry then
-        return nil, nil, nil
+        return nil, nil, nil, ''
     end
-    local lease, nonce, alive = string.match(entry, '^(%d+):(%d+):?(%d*)$')
-    return lease, nonce, tonumber(alive)
+    local lease, nonce, alive, kept = string.match(entry, '^(%d+):(%d+):?(%d*)(:?c?)$')
+    return lease, nonce, tonumber(alive), kept or ''
+end
+
+-- The key by which a leasehold client keeps its waiters on this lock
+-- alive: `leasehold_alive:{name}:<client uuid>`, a key with a TTL of one
+-- thread wait that the client sets again every 2 s while it has waiters
+-- queued here (fair_lock/alive.rs). Named from the grants key (same slot,
+-- not declared: the head's client is known only here).
+local function alive_key(grants, client)
+    return 'leasehold_alive' .. string.sub(grants, 16) .. ':' .. client
 end
 
 -- When queued waiter `field` counts as gone (nil: it has no timeout):
--- for a leasehold waiter (a grant entry with a liveness sign), that sign;
--- for any other, its score. A leasehold waiter's score is always later
--- than its sign (see above: it is refreshed to alive + (c + 1) *
--- JAVA_WAIT, and each shift since, leasehold's or Java's, of at most one
--- JAVA_WAIT, came with the waiter moving up one place), so its score is
--- not read. `alive`: the liveness sign of its entry (see `entry_of`), nil
--- if it has none.
-local function gone_at(timeouts, field, alive)
+-- for a leasehold waiter (a grant entry with a liveness sign), that sign,
+-- or, once it has passed, for a waiter whose client keeps it alive
+-- (`kept`, see `entry_of`), the end of its client's alive key; for any
+-- other, its score. A leasehold waiter's score is always later than its
+-- sign (see above: it is written as alive + (c + 1) * JAVA_WAIT, and
+-- each shift since, leasehold's or Java's, of at most one JAVA_WAIT, came
+-- with the waiter moving up one place), so its score is not read.
+-- `alive`: the liveness sign of its entry (see `entry_of`), nil if it has
+-- none. The alive key is read only once the waiter's own sign has passed:
+-- a handoff to a waiter that queued moments ago reads nothing more.
+local function gone_at(timeouts, grants, field, alive, kept, now)
     if alive then
+        if kept == ':c' and alive <= now then
+            local client = string.match(field, '^(.*):')
+            local left = client and redis.call('pttl', alive_key(grants, client)) or -2
+            if left > 0 then
+                return now + left
+            end
+        end
         return alive
     end
     return tonumber(redis.call('zscore', timeouts, field))
 end
 
-local function deadline(timeouts, grants, field)
-    local _, _, alive = entry_of(grants, field)
-    return gone_at(timeouts, field, alive)
+local function deadline(timeouts, grants, field, now)
+    local _, _, alive, kept = entry_of(grants, field)
+    return gone_at(timeouts, grants, field, alive, kept, now)
 end
 
 -- A queued leasehold waiter shows it is alive: its liveness sign becomes
@@ -75,9 +100,9 @@ local function keep_alive(queue, timeouts, grants, field, now, wait)
         return false
     end
     redis.call('zadd', timeouts, now + wait + (pos + 1) * JAVA_WAIT, field)
-    local lease, nonce = entry_of(grants, field)
+    local lease, nonce, _, kept = entry_of(grants, field)
     if lease then
-        redis.call('hset', grants, field, lease .. ':' .. nonce .. ':' .. (now + wait))
+        redis.call('hset', grants, field, lease .. ':' .. nonce .. ':' .. (now + wait) .. kept)
     end
     return true
 end
@@ -139,7 +164,7 @@ local function purge(lock, queue, timeouts, grants, now)
         if not head then
             break
         end
-        local gone = deadline(timeouts, grants, head)
+        local gone = deadline(timeouts, grants, head, now)
         if gone and gone > now then
             break
         end
@@ -268,8 +293,8 @@ local function hand_over_next(lock, queue, timeouts, grants, channel, publish, n
             redis.call('del', grants)
             return -1, -1, 0
         end
-        local lease, nonce, alive = entry_of(grants, head)
-        local gone = gone_at(timeouts, head, alive)
+        local lease, nonce, alive, kept = entry_of(grants, head)
+        local gone = gone_at(timeouts, grants, head, alive, kept, now)
         if gone and gone > now then
             if lease then
                 return grant(lock, timeouts, grants, channel, publish, now, wait, grant_ms,

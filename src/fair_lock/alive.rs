@@ -1,0 +1,236 @@
+//! A client keeps its fair-lock waiters alive, not each waiter.
+//!
+//! A waiter queued in a fair lock must show that it is alive, or a dead
+//! one would hold the queue up for good (Redisson gives each waiter five
+//! minutes). Waiting must not cost Redis per waiter, though: a service
+//! with a thousand tasks queued should cost what one client does. So:
+//!
+//! * **One key per client and lock.** While a client has waits on a fair
+//!   lock that have lasted a moment ([`FRESH`]), one task of the client
+//!   sets `leasehold_alive:{name}:<client uuid>` with a TTL of one thread
+//!   wait ([`THREAD_WAIT`], 5 s) every [`REFRESH_EVERY`] (2 s), for every
+//!   such lock: one `SET` per lock and 2 s, however many of its tasks wait
+//!   there. Each of its waiters' grant entries says `:c`: once the
+//!   entry's own sign (set by its last try) has passed, the queue's
+//!   scripts count it alive while its client's key lives (`gone_at` in
+//!   `scripts/queue.lua`). A client that dies stops setting the key: all
+//!   its waiters count as gone at most a thread wait later, together. A
+//!   wait shorter than `FRESH` (a hot lock) writes nothing.
+//! * **One re-check per client and lock.** The waits of a client on one
+//!   lock form a group, oldest first. The oldest re-checks as any waiter
+//!   does (at the lock's remaining TTL, at most every recheck interval):
+//!   it is the one that finds a dead holder's lock free, and dead waiters
+//!   ahead gone. The others are told their turn (a release grants the
+//!   head waiter the lock) and otherwise re-check every [`BEHIND`], the
+//!   bound of a lost message. When the oldest leaves, the next one
+//!   re-checks within the recheck interval (and sends nothing at once: a
+//!   hot lock hands over every few milliseconds).
+//! * **Where it cannot work** (scripts may not touch keys they do not
+//!   declare: Dragonfly by default; or the user may not write the key),
+//!   each waiter refreshes its own sign every 2 s (`queue::refresh`), as
+//!   before. [`Member::join`] decides, once per client.
+//!
+//! The groups and the keys to renew live in one process-wide table, keyed
+//! by client id and lock key: a few words per waiting task.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, LazyLock, Weak};
+use std::time::Duration;
+
+use fred::interfaces::KeysInterface;
+use fred::types::{Expiration, Key};
+use parking_lot::Mutex;
+use tokio::time::Instant;
+
+use super::kind::Names;
+use super::queue::{REFRESH_EVERY, THREAD_WAIT};
+use crate::core::background::spawn_here;
+use crate::core::conn::Conn;
+use crate::core::Engine;
+
+/// How often a waiter that is not its group's oldest re-checks: the bound
+/// of a lost message for it (its group's oldest re-checks for the rest).
+pub(crate) const BEHIND: Duration = Duration::from_secs(20 * 60);
+
+/// How long a wait lasts before its client's alive key is written for it
+/// (its own sign, written by its try, covers THREAD_WAIT).
+const FRESH: Duration = Duration::from_secs(1);
+
+/// Every client's fair waits, by client id.
+static CLIENTS: LazyLock<Mutex<HashMap<uuid::Uuid, Beats>>> = LazyLock::new(Default::default);
+
+/// One client's fair waits (see the module docs).
+#[derive(Default)]
+struct Beats {
+    /// Whether this client can keep waiters alive (`None`: not known yet).
+    can: Option<bool>,
+    /// Its groups, by the alive key of their lock.
+    groups: HashMap<Key, Group>,
+    /// Its renewal task runs.
+    running: bool,
+}
+
+/// The waits of one client on one lock, oldest first.
+#[derive(Default)]
+struct Group {
+    next: u64,
+    /// Each wait's own channel (a pin of its waiter), by join order.
+    members: BTreeMap<u64, Arc<str>>,
+    /// When the group was made (its key is written once it is `FRESH`).
+    since: Option<Instant>,
+}
+
+/// One wait's place in its client's group for a lock; dropped when the
+/// wait ends (see the module docs).
+pub(super) struct Member {
+    engine: Arc<Engine>,
+    client: uuid::Uuid,
+    key: Key,
+    seq: u64,
+}
+
+impl Member {
+    /// Joins the group of `client`'s waits on the lock `names`, the wait
+    /// listening on `channel`; `None` if the client cannot keep waiters
+    /// alive (then the waiter refreshes its own sign). The first wait of a
+    /// client finds out with one `SET` of the key (refused: no undeclared
+    /// keys, or `NOPERM`).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: the member is made after the last await.
+    pub(super) async fn join(
+        engine: &Arc<Engine>,
+        client: uuid::Uuid,
+        names: &Names,
+        channel: &Arc<str>,
+    ) -> Option<Member> {
+        if !engine.server_info().undeclared_keys {
+            return None;
+        }
+        let key = alive_key(names, client);
+        let can = CLIENTS.lock().get(&client).and_then(|b| b.can);
+        match can {
+            Some(false) => return None,
+            Some(true) => {}
+            None => match set(engine.conn(), &key).await {
+                Ok(()) => {}
+                Err(e) if crate::core::caps::refused(&e) => {
+                    tracing::info!(error = %e, "fair lock: this user may not write leasehold_alive:* keys; each waiter refreshes its own place");
+                    CLIENTS.lock().entry(client).or_default().can = Some(false);
+                    return None;
+                }
+                // Not known yet: this wait refreshes its own place.
+                Err(_) => return None,
+            },
+        }
+        let mut clients = CLIENTS.lock();
+        let beats = clients.entry(client).or_default();
+        beats.can = Some(true);
+        let group = beats.groups.entry(key.clone()).or_default();
+        let seq = group.next;
+        group.next += 1;
+        group.members.insert(seq, channel.clone());
+        group.since.get_or_insert_with(Instant::now);
+        if !beats.running {
+            beats.running = spawn_here(renew(client, Arc::downgrade(engine.conn())));
+        }
+        Some(Member {
+            engine: engine.clone(),
+            client,
+            key,
+            seq,
+        })
+    }
+
+    /// Whether this is the oldest wait of its group (it re-checks for
+    /// the others).
+    pub(super) fn is_first(&self) -> bool {
+        CLIENTS
+            .lock()
+            .get(&self.client)
+            .and_then(|b| b.groups.get(&self.key))
+            .and_then(|g| g.members.keys().next().copied())
+            == Some(self.seq)
+    }
+}
+
+impl Drop for Member {
+    fn drop(&mut self) {
+        let next = {
+            let mut clients = CLIENTS.lock();
+            let Some(beats) = clients.get_mut(&self.client) else {
+                return;
+            };
+            let Some(group) = beats.groups.get_mut(&self.key) else {
+                return;
+            };
+            let first = group.members.keys().next() == Some(&self.seq);
+            group.members.remove(&self.seq);
+            let next = group.members.values().next().filter(|_| first).cloned();
+            if group.members.is_empty() {
+                beats.groups.remove(&self.key);
+            }
+            next
+        };
+        // The next wait re-checks for the group from now on: by one
+        // recheck interval at the latest (no command now).
+        if let Some(channel) = next {
+            self.engine.recheck_within_interval(&channel);
+        }
+    }
+}
+
+/// `leasehold_alive:{name}:<uuid>` (see `alive_key` in `scripts/queue.lua`,
+/// which names it from the grants key the same way).
+fn alive_key(names: &Names, client: uuid::Uuid) -> Key {
+    let grants = String::from_utf8_lossy(names.grants.as_bytes());
+    let name = grants.strip_prefix("leasehold_grant").unwrap_or(&grants);
+    Key::from(format!("leasehold_alive{name}:{client}"))
+}
+
+/// Sets one alive key for a thread wait.
+async fn set(conn: &Conn, key: &Key) -> fred::prelude::FredResult<()> {
+    let ttl = Expiration::PX(THREAD_WAIT.as_millis() as i64);
+    conn.redis
+        .set::<(), _, _>(key.clone(), 1, Some(ttl), None, false)
+        .await
+}
+
+/// The client's renewal task: every `REFRESH_EVERY`, sets the alive key of
+/// each lock it has waits on that are `FRESH` (concurrently: one round
+/// trip); ends when it has none (the next wait starts it again).
+async fn renew(client: uuid::Uuid, conn: Weak<Conn>) {
+    loop {
+        tokio::time::sleep(REFRESH_EVERY).await;
+        let keys: Vec<Key> = {
+            let mut clients = CLIENTS.lock();
+            let Some(beats) = clients.get_mut(&client) else {
+                return;
+            };
+            if conn.strong_count() == 0 {
+                // The client is gone.
+                clients.remove(&client);
+                return;
+            }
+            if beats.groups.is_empty() {
+                // The next wait starts the task again (`can` is kept).
+                beats.running = false;
+                return;
+            }
+            beats
+                .groups
+                .iter()
+                .filter(|(_, g)| g.since.is_some_and(|s| s.elapsed() >= FRESH))
+                .map(|(key, _)| key.clone())
+                .collect()
+        };
+        let Some(conn) = conn.upgrade() else { continue };
+        let sets = keys.iter().map(|key| set(&conn, key));
+        for result in futures_util::future::join_all(sets).await {
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "fair lock: an alive key was not renewed; the next round tries again");
+            }
+        }
+    }
+}
