@@ -297,3 +297,66 @@ async fn a_lock_whose_holder_and_first_waiters_died_goes_to_the_live_waiter() {
         .unwrap();
     eventually(HANG, "no key left", || lock_keys(&server).is_empty()).await;
 }
+
+/// A user that may not write `leasehold_alive:*` keys: its waiters refresh
+/// their own places (entries without `:c`), and are served in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_alive_key_each_waiter_refreshes_its_own_place() {
+    let server = RedisServer::start();
+    server.cmd(&[
+        "ACL",
+        "SETUSER",
+        "noalive",
+        "on",
+        ">pw",
+        "~fb:*",
+        "~redisson_*",
+        "~leasehold_latch:*",
+        "~leasehold:client:*",
+        "~leasehold_grant:*",
+        "&*",
+        "+@all",
+    ]);
+    let holder = client_with(&server, |b| b.key_prefix("fb:")).await;
+    let url = server.url().replace("redis://", "redis://noalive:pw@");
+    let user = Client::builder()
+        .url(&url)
+        .key_prefix("fb:")
+        .build()
+        .await
+        .unwrap();
+    let lock = holder.fair_lock("fallback");
+    let guard = lock.lock().await.unwrap();
+    let order = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut waiters = JoinSet::new();
+    for i in 0..5 {
+        let lock = user.fair_lock("fallback");
+        let order = order.clone();
+        waiters.spawn(async move {
+            let guard = lock.lock().await.unwrap();
+            order.lock().unwrap().push(i);
+            guard.unlock().await.unwrap();
+        });
+        eventually(HANG, "queued", || llen(&server, lock_queue()) == i + 1).await;
+    }
+    // Past the first refresh: the entries still carry their own signs.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let entries = server.cmd(&["HVALS", "leasehold_grant:{fb:fallback}"]);
+    assert!(
+        !entries.is_empty() && !entries.contains(":c"),
+        "entries: {entries}"
+    );
+    guard.unlock().await.unwrap();
+    within(HANG, "every waiter served", async {
+        while let Some(done) = waiters.join_next().await {
+            done.unwrap();
+        }
+    })
+    .await;
+    assert_eq!(*order.lock().unwrap(), vec![0, 1, 2, 3, 4]);
+    eventually(HANG, "no key left", || lock_keys(&server).is_empty()).await;
+}
+
+fn lock_queue() -> &'static str {
+    "redisson_lock_queue:{fb:fallback}"
+}

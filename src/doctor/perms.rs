@@ -37,6 +37,8 @@ pub(super) struct Private {
     pub(super) timeouts: String,
     pub(super) token: String,
     pub(super) client_record: String,
+    /// The fair lock's alive key of this client (`fair_lock/alive.rs`).
+    pub(super) alive: String,
 }
 
 /// The permission checks, and what the self-test needs to know of them.
@@ -85,6 +87,7 @@ impl Private {
             timeouts: client.fair_lock(&name).timeout_key().to_owned(),
             token: client.fenced_lock(&name).token_key().to_owned(),
             client_record: format!("leasehold:client:{{{}}}", uuid::Uuid::new_v4()),
+            alive: crate::core::prefix_name("leasehold_alive", &key) + ":" + &client.id().to_string(),
             name,
             key,
             channel,
@@ -343,11 +346,12 @@ pub(super) async fn check(client: &Client, target: &Target) -> Perms {
     if !refused.is_empty() {
         blocked.push("keys");
     }
-    let (q, t, tok, cr) = (
+    let (q, t, tok, cr, alive) = (
         p.queue.as_str(),
         p.timeouts.as_str(),
         p.token.as_str(),
         p.client_record.as_str(),
+        p.alive.as_str(),
     );
     let extra: Vec<Question<'_>> = vec![
         (
@@ -374,6 +378,12 @@ pub(super) async fn check(client: &Client, target: &Target) -> Perms {
             Some(vec!["PEXPIRE", cr, "1"]),
             Some(cr),
         ),
+        (
+            "FairLock alive key",
+            vec!["SET", alive, "1", "PX", "1"],
+            Some(vec!["PEXPIRE", alive, "1"]),
+            Some(alive),
+        ),
     ];
     let (more_refused, more_unknown) = ask_all(&asker, &extra).await;
     if keys.status == Status::Ok && !more_unknown.is_empty() {
@@ -388,7 +398,9 @@ pub(super) async fn check(client: &Client, target: &Target) -> Perms {
         let advice = "FairLock needs `~redisson_lock_queue:*` and `~redisson_lock_timeout:*`, \
              FencedLock `~redisson_lock_token:*` (Redisson's names, not under the key prefix); \
              the client record `~leasehold:client:*` (else build clients with client_record(false): \
-             operators' tools and deadlock detection then do not see them)";
+             operators' tools and deadlock detection then do not see them); \
+             `~leasehold_alive:*` lets a client keep its fair waiters alive with one key per lock \
+             (else each waiter refreshes its own place: 2.5 Redis commands a second per waiter)";
         keys.advice = Some(match keys.advice.take() {
             Some(a) => format!("{a}; {advice}"),
             None => advice.to_owned(),
