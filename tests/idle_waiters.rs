@@ -360,3 +360,90 @@ async fn without_the_alive_key_each_waiter_refreshes_its_own_place() {
 fn lock_queue() -> &'static str {
     "redisson_lock_queue:{fb:fallback}"
 }
+
+/// Waiters on ten locks cost one alive key per client on a single server:
+/// `SET`s in a window are about one per client and 2 s, not one per
+/// client, lock and 2 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fair_waiters_on_many_locks_renew_one_key_per_client() {
+    let server = RedisServer::start();
+    let holder = client(&server).await;
+    let clients = [client(&server).await, client(&server).await];
+    let mut guards = Vec::new();
+    let mut waiters = Vec::new();
+    for l in 0..10 {
+        let name = format!("many-{l}");
+        guards.push(holder.fair_lock(&name).lock().await.unwrap());
+        waiters.push(fair_waiters(&clients, &name, 10));
+    }
+    eventually(HANG, "100 waiters queued", || {
+        (0..10).all(|l| llen(&server, &format!("redisson_lock_queue:{{many-{l}}}")) == 10)
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let before = support::fixture::calls(&server, "set");
+    let per_s = rate(&server, Duration::from_secs(8)).await;
+    let sets = support::fixture::calls(&server, "set") - before;
+    println!(
+        "100 fair waiters on 10 locks, 2 clients: {per_s:.1} Redis commands/s, {sets} SETs in 8 s"
+    );
+    assert!(sets <= 12, "{sets} SETs of alive keys in 8 s (2 clients)");
+    assert!(per_s < 20.0, "{per_s:.1} commands/s");
+    for guard in guards {
+        guard.unlock().await.unwrap();
+    }
+    for mut w in waiters {
+        within(HANG, "every waiter served", async {
+            while let Some(done) = w.join_next().await {
+                done.unwrap();
+            }
+        })
+        .await;
+    }
+}
+
+/// On a cluster a client keeps one alive key per lock, in the lock's slot
+/// (a script reads its own slot's keys only): waiters queued past their
+/// own signs stay queued, and are served in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_the_alive_key_is_in_the_locks_slot() {
+    let cluster = support::cluster::RedisCluster::start(3, 0);
+    let url = cluster.url();
+    let a = Client::builder().url(&url).build().await.unwrap();
+    let b = Client::builder().url(&url).build().await.unwrap();
+    let name = "alive-cluster";
+    let lock = a.fair_lock(name);
+    let queue_key = lock.queue_key().to_owned();
+    let holder = lock.lock().await.unwrap();
+    let order = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut tasks = JoinSet::new();
+    for i in 0..4 {
+        let lock = if i % 2 == 0 { &b } else { &a }.fair_lock(name);
+        let order = order.clone();
+        tasks.spawn(async move {
+            let guard = lock.lock().await.unwrap();
+            order.lock().unwrap().push(i);
+            guard.unlock().await.unwrap();
+        });
+        let want = (i + 1).to_string();
+        eventually(HANG, "queued", || {
+            cluster.cmd_on_key(name, &["LLEN", queue_key.as_str()]) == want
+        })
+        .await;
+    }
+    // Past every waiter's own sign (5 s): their clients' keys keep them.
+    tokio::time::sleep(FairLock::THREAD_WAIT + Duration::from_secs(2)).await;
+    let alive = format!("leasehold_alive:{{{name}}}:{}", a.id());
+    assert_eq!(cluster.cmd_on_key(name, &["EXISTS", &alive]), "1");
+    // A single try of another client finds the lock busy.
+    assert!(b.fair_lock(name).try_lock().await.unwrap().is_none());
+    assert_eq!(cluster.cmd_on_key(name, &["LLEN", queue_key.as_str()]), "4");
+    holder.unlock().await.unwrap();
+    within(HANG, "every waiter on the cluster", async {
+        while let Some(done) = tasks.join_next().await {
+            done.unwrap();
+        }
+    })
+    .await;
+    assert_eq!(*order.lock().unwrap(), vec![0, 1, 2, 3]);
+}

@@ -557,7 +557,7 @@ async fn queue(
     let fields: Vec<String> = redis.lrange(list.as_str(), 0, -1).await?;
     let mut out = Vec::with_capacity(fields.len());
     // leasehold's grant hash beside the queue: a leasehold waiter's entry
-    // "<lease>:<nonce>:<alive until>[:c]" carries the liveness sign its
+    // "<lease>:<nonce>:<alive until>[:c|:C]" carries the liveness sign its
     // scripts purge it by (with ":c", once it has passed, its client's
     // `leasehold_alive:` key keeps it); its score follows Redisson's
     // arithmetic (minutes ahead, for Java's scripts).
@@ -571,7 +571,12 @@ async fn queue(
         let alive = entry
             .as_deref()
             .and_then(|e| e.splitn(3, ':').nth(2))
-            .and_then(|a| a.trim_end_matches(":c").parse::<f64>().ok());
+            .and_then(|a| {
+                a.trim_end_matches(|c| c == 'c' || c == 'C')
+                    .trim_end_matches(':')
+                    .parse::<f64>()
+                    .ok()
+            });
         if let Some(alive) = alive {
             score = Some(score.map_or(alive, |s| s.min(alive)));
         }

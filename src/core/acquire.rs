@@ -31,11 +31,13 @@ use std::future::Future;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use fred::interfaces::KeysInterface;
 use fred::types::Key;
 use tokio::time::Instant;
 use tracing::field::Empty;
 use tracing::{Instrument, Span};
 
+use super::background::BoxFuture;
 use super::boxed::boxed_in_place;
 use super::call::Call;
 use super::handoff::{self, Handoff, NoHandoff};
@@ -103,6 +105,10 @@ pub(crate) struct Profile {
     /// How long the channel stays subscribed after an acquire that waited
     /// on it (see `wait::Attempts::linger`); `None`: not at all.
     pub(crate) linger: Option<Duration>,
+    /// The spec's key exists exactly while someone holds it (the lock
+    /// family): a parked waiter's periodic re-check asks its `PTTL` and
+    /// tries only when it is gone (see `wait::Attempts::probe`).
+    pub(crate) held_while_key_lives: bool,
 }
 
 impl Profile {
@@ -118,6 +124,7 @@ impl Profile {
             field_of_owner: false,
             announces_takes: false,
             linger: None,
+            held_while_key_lives: false,
         }
     }
 }
@@ -349,6 +356,21 @@ impl<T: Tries, H: Handoff> wait::Attempts for Acquiring<'_, T, H> {
 
     fn recheck_bound(&self, interval: Duration, hint: Option<Duration>) -> Duration {
         self.tries.recheck_bound(interval, hint)
+    }
+
+    fn probe(&self) -> Option<BoxFuture<'static, Option<Option<Duration>>>> {
+        if !self.spec.profile.held_while_key_lives {
+            return None;
+        }
+        let (engine, key) = (self.engine.clone(), self.spec.key.clone());
+        Some(Box::pin(async move {
+            let ttl: i64 = engine.redis().pttl(key).await.ok()?;
+            match ttl {
+                -1 => Some(None),
+                ttl if ttl > 0 => Some(Some(Duration::from_millis(ttl as u64 + 1))),
+                _ => None,
+            }
+        }))
     }
 
     fn linger(&self) -> Option<Duration> {

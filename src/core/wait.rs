@@ -43,6 +43,7 @@ use std::time::Duration;
 use fred::types::Key;
 use tokio::time::Instant;
 
+use super::background::BoxFuture;
 use super::backoff::Backoff;
 use super::pubsub::Policy;
 use super::registry::Waiting;
@@ -57,6 +58,12 @@ pub(crate) enum Step<T> {
     /// Not this time; try again after about this long (`None`: no hint).
     Busy(Option<Duration>),
 }
+
+/// The longest a re-checking waiter goes without a try (see
+/// [`Attempts::probe`]): below Redisson's fair-lock thread wait (5
+/// minutes), so a Java script never finds the place of a leasehold waiter
+/// that re-checks out of date.
+pub(crate) const FULL_EVERY: Duration = Duration::from_secs(4 * 60);
 
 /// First pause before retrying after a connection error while waiting.
 const RETRY_FIRST: Duration = Duration::from_millis(50);
@@ -123,6 +130,18 @@ pub(crate) trait Attempts: Send {
     }
 
     fn linger(&self) -> Option<Duration> {
+        None
+    }
+
+    /// A re-check of the channel's clock asks this first, if there is one:
+    /// one command that tells whether the thing waited for is still held
+    /// (`Some`, with its remaining TTL if it has one); `None` (free, or
+    /// not known) tries. For a primitive whose key exists exactly while
+    /// someone holds it (the lock family): a parked waiter's periodic
+    /// re-check then costs one `PTTL`, not a script. A try is made anyway
+    /// at least every [`FULL_EVERY`] (a fair waiter's try also renews its
+    /// place in the queue).
+    fn probe(&self) -> Option<BoxFuture<'static, Option<Option<Duration>>>> {
         None
     }
 
@@ -233,6 +252,8 @@ pub(crate) fn wait_with<'a, A: Attempts + 'a>(
             // The last sleep was ended by the channel's clock: this
             // waiter's attempt re-checks for the channel's waiters.
             let mut rechecked = false;
+            // When this wait last tried (a probe does not count).
+            let mut last_try = Instant::now();
             loop {
                 if let Err(e) = engine.check() {
                     break 'wait Err(e);
@@ -243,7 +264,11 @@ pub(crate) fn wait_with<'a, A: Attempts + 'a>(
                 // wait's own state).
                 let then = if std::mem::take(&mut skip_try) {
                     Then::Busy(None)
+                } else if let Some(ttl) = probe(&attempts, rechecked, last_try).await {
+                    // Still held: no try (see `Attempts::probe`).
+                    Then::Busy(ttl)
                 } else {
+                    last_try = Instant::now();
                     let held = subscription.as_ref().is_some_and(|s| s.holds_wake_up());
                     let handed = subscription
                         .as_ref()
@@ -392,6 +417,24 @@ pub(crate) fn wait_with<'a, A: Attempts + 'a>(
         };
         attempts.concluded(&result);
         result
+    }
+}
+
+/// After a re-check of the channel's clock (`rechecked`) and a try less
+/// than [`FULL_EVERY`] ago: what [`Attempts::probe`] says (`None`: try).
+fn probe<A: Attempts>(
+    attempts: &A,
+    rechecked: bool,
+    last_try: Instant,
+) -> impl Future<Output = Option<Option<Duration>>> + Send + 'static {
+    let probe = (rechecked && last_try.elapsed() < FULL_EVERY)
+        .then(|| attempts.probe())
+        .flatten();
+    async move {
+        match probe {
+            Some(probe) => probe.await,
+            None => None,
+        }
     }
 }
 

@@ -87,7 +87,9 @@ impl Private {
             timeouts: client.fair_lock(&name).timeout_key().to_owned(),
             token: client.fenced_lock(&name).token_key().to_owned(),
             client_record: format!("leasehold:client:{{{}}}", uuid::Uuid::new_v4()),
-            alive: crate::core::prefix_name("leasehold_alive", &key) + ":" + &client.id().to_string(),
+            alive: crate::core::prefix_name("leasehold_alive", &key)
+                + ":"
+                + &client.id().to_string(),
             name,
             key,
             channel,

@@ -160,7 +160,12 @@ impl Fair {
 
 /// What every wait of a fair lock shares. Its channel does not linger:
 /// the waiter's own channel is pinned instead (see `acquire`).
-static FAIR_PROFILE: Profile = Profile::of(&FairKind, wake_or_grant);
+static FAIR_PROFILE: Profile = Profile {
+    // The lock's hash exists exactly while someone holds it (a grant
+    // included).
+    held_while_key_lives: true,
+    ..Profile::of(&FairKind, wake_or_grant)
+};
 
 /// How one wait of a fair lock sends its tries (see
 /// `core::acquire::Tries`).
@@ -216,7 +221,7 @@ impl Tries for FairTries<'_> {
                 } else {
                     (-1).into()
                 },
-                i64::from(self.member.is_some()).into(),
+                self.member.map_or(0, Member::mark).into(),
             ],
             &lease.request_record(),
             rid,

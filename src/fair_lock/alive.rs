@@ -5,17 +5,19 @@
 //! minutes). Waiting must not cost Redis per waiter, though: a service
 //! with a thousand tasks queued should cost what one client does. So:
 //!
-//! * **One key per client and lock.** While a client has waits on a fair
-//!   lock that have lasted a moment ([`FRESH`]), one task of the client
-//!   sets `leasehold_alive:{name}:<client uuid>` with a TTL of one thread
-//!   wait ([`THREAD_WAIT`], 5 s) every [`REFRESH_EVERY`] (2 s), for every
-//!   such lock: one `SET` per lock and 2 s, however many of its tasks wait
-//!   there. Each of its waiters' grant entries says `:c`: once the
-//!   entry's own sign (set by its last try) has passed, the queue's
-//!   scripts count it alive while its client's key lives (`gone_at` in
-//!   `scripts/queue.lua`). A client that dies stops setting the key: all
-//!   its waiters count as gone at most a thread wait later, together. A
-//!   wait shorter than `FRESH` (a hot lock) writes nothing.
+//! * **One key per client** (per client and lock on a cluster). While a
+//!   client has waits on fair locks that have lasted a moment ([`FRESH`]),
+//!   one task of the client sets `leasehold_alive:<client uuid>` (on a
+//!   cluster `leasehold_alive:{name}:<client uuid>` for each such lock:
+//!   a script reads keys of its lock's slot only) with a TTL of one thread
+//!   wait ([`THREAD_WAIT`], 5 s) every [`REFRESH_EVERY`] (2 s): one `SET`
+//!   per 2 s, however many of its tasks wait. Each of its waiters' grant
+//!   entries says `:C` (`:c`): once the entry's own sign (set by its last
+//!   try) has passed, the queue's scripts count it alive while its
+//!   client's key lives (`gone_at` in `scripts/queue.lua`). A client that
+//!   dies stops setting the key: all its waiters count as gone at most a
+//!   thread wait later, together. A wait shorter than `FRESH` (a hot
+//!   lock) writes nothing.
 //! * **One re-check per client and lock.** The waits of a client on one
 //!   lock form a group, oldest first. The oldest re-checks as any waiter
 //!   does (at the lock's remaining TTL, at most every recheck interval):
@@ -37,7 +39,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, LazyLock, Weak};
 use std::time::Duration;
 
-use fred::interfaces::KeysInterface;
+use fred::interfaces::{ClientLike, KeysInterface};
 use fred::types::{Expiration, Key};
 use parking_lot::Mutex;
 use tokio::time::Instant;
@@ -64,8 +66,11 @@ static CLIENTS: LazyLock<Mutex<HashMap<uuid::Uuid, Beats>>> = LazyLock::new(Defa
 struct Beats {
     /// Whether this client can keep waiters alive (`None`: not known yet).
     can: Option<bool>,
-    /// Its groups, by the alive key of their lock.
+    /// Its groups, by lock key.
     groups: HashMap<Key, Group>,
+    /// One alive key for the whole client (not a cluster), else one per
+    /// lock.
+    one_key: bool,
     /// Its renewal task runs.
     running: bool,
 }
@@ -85,16 +90,17 @@ struct Group {
 pub(super) struct Member {
     engine: Arc<Engine>,
     client: uuid::Uuid,
+    /// The lock's key.
     key: Key,
     seq: u64,
+    one_key: bool,
 }
 
 impl Member {
     /// Joins the group of `client`'s waits on the lock `names`, the wait
     /// listening on `channel`; `None` if the client cannot keep waiters
     /// alive (then the waiter refreshes its own sign). The first wait of a
-    /// client finds out with one `SET` of the key (refused: no undeclared
-    /// keys, or `NOPERM`).
+    /// client finds out with one `SET` of its key (refused: `NOPERM`).
     ///
     /// # Cancel safety
     ///
@@ -108,12 +114,12 @@ impl Member {
         if !engine.server_info().undeclared_keys {
             return None;
         }
-        let key = alive_key(names, client);
+        let one_key = !engine.redis().is_clustered();
         let can = CLIENTS.lock().get(&client).and_then(|b| b.can);
         match can {
             Some(false) => return None,
             Some(true) => {}
-            None => match set(engine.conn(), &key).await {
+            None => match set(engine.conn(), &alive_key(one_key, &names.key, client)).await {
                 Ok(()) => {}
                 Err(e) if crate::core::caps::refused(&e) => {
                     tracing::info!(error = %e, "fair lock: this user may not write leasehold_alive:* keys; each waiter refreshes its own place");
@@ -127,7 +133,8 @@ impl Member {
         let mut clients = CLIENTS.lock();
         let beats = clients.entry(client).or_default();
         beats.can = Some(true);
-        let group = beats.groups.entry(key.clone()).or_default();
+        beats.one_key = one_key;
+        let group = beats.groups.entry(names.key.clone()).or_default();
         let seq = group.next;
         group.next += 1;
         group.members.insert(seq, channel.clone());
@@ -138,9 +145,21 @@ impl Member {
         Some(Member {
             engine: engine.clone(),
             client,
-            key,
+            key: names.key.clone(),
             seq,
+            one_key,
         })
+    }
+
+    /// How the acquire script marks this wait's entry (`ARGV[8]` of
+    /// `scripts/acquire.lua`): 1 kept alive by its client's key for the
+    /// lock (`:c`), 2 by its client's one key (`:C`).
+    pub(super) fn mark(&self) -> i64 {
+        if self.one_key {
+            2
+        } else {
+            1
+        }
     }
 
     /// Whether this is the oldest wait of its group (it re-checks for
@@ -181,12 +200,15 @@ impl Drop for Member {
     }
 }
 
-/// `leasehold_alive:{name}:<uuid>` (see `alive_key` in `scripts/queue.lua`,
-/// which names it from the grants key the same way).
-fn alive_key(names: &Names, client: uuid::Uuid) -> Key {
-    let grants = String::from_utf8_lossy(names.grants.as_bytes());
-    let name = grants.strip_prefix("leasehold_grant").unwrap_or(&grants);
-    Key::from(format!("leasehold_alive{name}:{client}"))
+/// The alive key (see `alive_key` in `scripts/queue.lua`, which names it
+/// the same way): `leasehold_alive:<uuid>` for the whole client
+/// (`one_key`), else `leasehold_alive:{name}:<uuid>` for the lock `key`.
+fn alive_key(one_key: bool, key: &Key, client: uuid::Uuid) -> Key {
+    if one_key {
+        return Key::from(format!("leasehold_alive:{client}"));
+    }
+    let name = String::from_utf8_lossy(key.as_bytes());
+    Key::from(crate::core::prefix_name("leasehold_alive", &name) + ":" + &client.to_string())
 }
 
 /// Sets one alive key for a thread wait.
@@ -218,12 +240,19 @@ async fn renew(client: uuid::Uuid, conn: Weak<Conn>) {
                 beats.running = false;
                 return;
             }
-            beats
+            let fresh = beats
                 .groups
                 .iter()
                 .filter(|(_, g)| g.since.is_some_and(|s| s.elapsed() >= FRESH))
-                .map(|(key, _)| key.clone())
-                .collect()
+                .map(|(key, _)| key);
+            if beats.one_key {
+                fresh
+                    .take(1)
+                    .map(|key| alive_key(true, key, client))
+                    .collect()
+            } else {
+                fresh.map(|key| alive_key(false, key, client)).collect()
+            }
         };
         let Some(conn) = conn.upgrade() else { continue };
         let sets = keys.iter().map(|key| set(&conn, key));

@@ -442,6 +442,8 @@ static LOCK_PROFILE: Profile = Profile {
     announces_takes: true,
     // An owner that waited is likely to come back soon (a hot lock).
     linger: Some(LINGER),
+    // The lock's hash exists exactly while someone holds it.
+    held_while_key_lives: true,
     ..Profile::of(&LockKind, wake_one)
 };
 

@@ -16,9 +16,10 @@
 -- ARGV[6]  1: the client counts holds of this field already (it adopted
 --          a grant); 0: it counts none
 -- ARGV[7]  the hold count the client counts, or -1 (acquire_check.lua)
--- ARGV[8]  1: the client keeps its waiters here alive (its alive key,
---          see queue.lua): the entry is written with ':c'; 0: the waiter
---          refreshes its own sign
+-- ARGV[8]  how the waiter is kept alive past its sign (see `alive_key`
+--          in queue.lua): 0 it refreshes its own sign; 1 its client's
+--          key for this lock (the entry is written with ':c'); 2 its
+--          client's one key (':C')
 -- ARGV[9]  record TTL in milliseconds
 -- ARGV[10] request id (also the waiter's grant nonce)
 --
@@ -78,11 +79,14 @@ local function join(queue, timeouts, field, now, wait)
 end
 
 -- The caller's grant entry (see queue.lua): lease, request id (the
--- grant nonce), alive-until, and ':c' when its client keeps it alive.
+-- grant nonce), alive-until, and ':c' or ':C' when its client keeps it
+-- alive.
 local function entry(now, wait)
     local kept = ''
     if ARGV[8] == '1' then
         kept = ':c'
+    elseif ARGV[8] == '2' then
+        kept = ':C'
     end
     return ARGV[1] .. ':' .. ARGV[#ARGV] .. ':' .. (now + wait) .. kept
 end

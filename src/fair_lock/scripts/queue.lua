@@ -10,16 +10,16 @@
 --                   "<lease ms>:<nonce>:<alive until>[:c]" for each
 --                   queued leasehold waiter (Java waiters have none;
 --                   "<alive until>", epoch ms, is the liveness sign
---                   leasehold waiters refresh and Java ignores; ":c":
---                   past it, the waiter's client keeps it alive, see
---                   `gone_at`), and
+--                   leasehold waiters refresh and Java ignores; ":c" or
+--                   ":C": past it, the waiter's client keeps it alive,
+--                   see `gone_at`), and
 --                   `!granted` -> "<nonce>:<field>": the field
 --                   a release granted the lock to and the nonce of that
 --                   grant, until that owner's next script or until the
 --                   field is gone
---   alive     string `leasehold_alive:{name}:<client uuid>`, with a TTL:
---             set by a leasehold client while it has waiters queued
---             here (`alive_key`)
+--   alive     string `leasehold_alive:{name}:<client uuid>` (a cluster)
+--             or `leasehold_alive:<client uuid>`, with a TTL: set by a
+--             leasehold client while it has waiters queued (`alive_key`)
 --   channel   `redisson_lock__channel:{name}`; waiter `f` listens on
 --             `<channel>:<f>` and is told `0` when it is its turn, or
 --             `grant:<nonce>:<ms>` when it was made the holder
@@ -40,24 +40,29 @@
 local JAVA_WAIT = 300000
 
 -- A waiter's grant entry: lease ms and nonce (digit strings, as
--- written), alive-until (a number) and its suffix: ':c' when its client
--- keeps it alive (see `gone_at`), else ''; nil for a Java waiter, alive
--- nil for an entry without one.
+-- written), alive-until (a number) and its suffix: ':c' or ':C' when its
+-- client keeps it alive (see `gone_at`), else ''; nil for a Java waiter,
+-- alive nil for an entry without one.
 local function entry_of(grants, field)
     local entry = redis.call('hget', grants, field)
     if not entry then
         return nil, nil, nil, ''
     end
-    local lease, nonce, alive, kept = string.match(entry, '^(%d+):(%d+):?(%d*)(:?c?)$')
+    local lease, nonce, alive, kept = string.match(entry, '^(%d+):(%d+):?(%d*)(:?[cC]?)$')
     return lease, nonce, tonumber(alive), kept or ''
 end
 
--- The key by which a leasehold client keeps its waiters on this lock
--- alive: `leasehold_alive:{name}:<client uuid>`, a key with a TTL of one
--- thread wait that the client sets again every 2 s while it has waiters
--- queued here (fair_lock/alive.rs). Named from the grants key (same slot,
--- not declared: the head's client is known only here).
-local function alive_key(grants, client)
+-- The key by which a leasehold client keeps its waiters alive, a key
+-- with a TTL of one thread wait that the client sets again every 2 s
+-- while it has waiters queued (fair_lock/alive.rs): for an entry marked
+-- ':c', one per lock, `leasehold_alive:{name}:<client uuid>` (named from
+-- the grants key: the lock's slot, for a cluster); for ':C', one for the
+-- whole client, `leasehold_alive:<client uuid>` (a server that is not a
+-- cluster). Not declared: the head's client is known only here.
+local function alive_key(grants, client, kept)
+    if kept == ':C' then
+        return 'leasehold_alive:' .. client
+    end
     return 'leasehold_alive' .. string.sub(grants, 16) .. ':' .. client
 end
 
@@ -74,9 +79,9 @@ end
 -- a handoff to a waiter that queued moments ago reads nothing more.
 local function gone_at(timeouts, grants, field, alive, kept, now)
     if alive then
-        if kept == ':c' and alive <= now then
+        if kept ~= '' and alive <= now then
             local client = string.match(field, '^(.*):')
-            local left = client and redis.call('pttl', alive_key(grants, client)) or -2
+            local left = client and redis.call('pttl', alive_key(grants, client, kept)) or -2
             if left > 0 then
                 return now + left
             end
