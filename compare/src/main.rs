@@ -11,13 +11,17 @@
 //! `LEASEHOLD_COMPARE_ONLY=operators` only the A/B of the client record
 //! (issue 33, `operators.rs`); `LEASEHOLD_COMPARE_ONLY=primitives` only
 //! the Redis commands and CPU per operation of every leasehold primitive
-//! (`primitives.rs`). The Python peer runs from `compare/.venv`,
-//! which the report creates when it is missing (see `python.rs`).
+//! (`primitives.rs`); `LEASEHOLD_COMPARE_ONLY=fleet` only what waiting
+//! fleets of 100 to 10,000 tasks and as many held leases cost Redis, and
+//! a dead client's hold-up (issue 48, `fleet.rs`). The Python peer runs
+//! from `compare/.venv`, which the report creates when it is missing (see
+//! `python.rs`).
 
 use leasehold_testkit::server;
 
 mod across;
 mod contender;
+mod fleet;
 mod hot;
 mod json;
 mod monitor;
@@ -179,6 +183,7 @@ fn main() {
         Some("--handoffs") => runtime.block_on(operators::handoffs(&args[1..])),
         Some("--hot") => runtime.block_on(operators::hot_acquisitions(&args[1..])),
         Some("--lock-script") => lock_script(&args[1..]),
+        Some("--fleet-victim") => runtime.block_on(fleet::victim(&args[1..])),
         _ => runtime.block_on(run()),
     }
 }
@@ -284,6 +289,10 @@ async fn run() {
             .and_then(|v| v.parse().ok())
             .unwrap_or(2_000);
         primitives::run(&server, rounds_or(3), pairs).await;
+        return;
+    }
+    if std::env::var_os("LEASEHOLD_COMPARE_ONLY").is_some_and(|v| v == "fleet") {
+        fleet::run(&server, quick()).await;
         return;
     }
     if std::env::var_os("LEASEHOLD_COMPARE_ONLY").is_some_and(|v| v == "throughput-paired") {

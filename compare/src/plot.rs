@@ -1,4 +1,5 @@
-//! The handoff-latency distribution as an SVG CDF (log time axis).
+//! The report's SVG plots: the handoff-latency distribution as a CDF (log
+//! time axis), and the fleet benchmark's commands/s against fleet size.
 
 use std::path::Path;
 
@@ -71,6 +72,75 @@ pub fn handoff_cdf(
     chart
         .configure_series_labels()
         .position(SeriesLabelPosition::LowerRight)
+        .background_style(WHITE.mix(0.9))
+        .border_style(BLACK)
+        .draw()?;
+    root.present()?;
+    Ok(())
+}
+
+/// One line of the fleet plot: its label, a color (index into the
+/// palette), dashed or not, and its (size, commands/s) points.
+pub type FleetSeries = (String, usize, bool, Vec<(f64, f64)>);
+
+/// The fleet benchmark's Redis commands/s against fleet size, log-log:
+/// one line with its points per series; values under 0.1/s are drawn at
+/// 0.1.
+pub fn fleet_commands(
+    path: &Path,
+    series: &[FleetSeries],
+) -> Result<(), Box<dyn std::error::Error>> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let ys = series.iter().flat_map(|s| s.3.iter().map(|p| p.1.max(0.1)));
+    let (lo, hi) = ys.fold((f64::MAX, 0.1f64), |(lo, hi), y| (lo.min(y), hi.max(y)));
+    let (lo, hi) = ((lo.min(hi) / 2.0).max(0.05), hi * 2.0);
+    let root = SVGBackend::new(path, (960, 560)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            "Redis commands/s while waiters wait (10 clients), and for held leases",
+            ("sans-serif", 20),
+        )
+        .margin(16)
+        .x_label_area_size(48)
+        .y_label_area_size(64)
+        .build_cartesian_2d((70.0f64..14_000.0f64).log_scale(), (lo..hi).log_scale())?;
+    chart
+        .configure_mesh()
+        .x_desc("waiters (or held leases), log scale")
+        .y_desc("Redis commands/s (scripts' inner commands included), log scale")
+        .x_label_formatter(&|v| format!("{v:.0}"))
+        .y_label_formatter(&|v| {
+            if *v < 1.0 {
+                format!("{v:.1}")
+            } else {
+                format!("{v:.0}")
+            }
+        })
+        .draw()?;
+    for (label, color, dashed, points) in series {
+        let color = COLORS[color % COLORS.len()];
+        let style = color.stroke_width(2);
+        let points: Vec<(f64, f64)> = points.iter().map(|&(x, y)| (x, y.max(0.1))).collect();
+        let drawn = if *dashed {
+            chart.draw_series(DashedLineSeries::new(points.clone(), 8, 5, style))?
+        } else {
+            chart.draw_series(LineSeries::new(points.clone(), style))?
+        };
+        let dashed = *dashed;
+        drawn.label(label.as_str()).legend(move |(x, y)| {
+            let gap = if dashed { 6 } else { 0 };
+            EmptyElement::at((x, y))
+                + PathElement::new(vec![(0, 0), (10 - gap / 2, 0)], style)
+                + PathElement::new(vec![(10 + gap / 2, 0), (20, 0)], style)
+        });
+        chart.draw_series(points.iter().map(|&p| Circle::new(p, 4, color.filled())))?;
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
         .background_style(WHITE.mix(0.9))
         .border_style(BLACK)
         .draw()?;
