@@ -572,7 +572,7 @@ async fn queue(
             .as_deref()
             .and_then(|e| e.splitn(3, ':').nth(2))
             .and_then(|a| {
-                a.trim_end_matches(|c| c == 'c' || c == 'C')
+                a.trim_end_matches(['c', 'C'])
                     .trim_end_matches(':')
                     .parse::<f64>()
                     .ok()
