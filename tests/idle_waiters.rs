@@ -45,6 +45,16 @@ fn llen(server: &RedisServer, key: &str) -> usize {
     server.cmd(&["LLEN", key]).trim().parse().unwrap_or(0)
 }
 
+/// Waits (bounded) until every task of `waiters` has ended well.
+async fn served(waiters: &mut JoinSet<()>) {
+    within(HANG, "every waiter served", async {
+        while let Some(done) = waiters.join_next().await {
+            done.unwrap();
+        }
+    })
+    .await;
+}
+
 /// Starts `n` waits of `lock` spread over `clients`, each dropped at the
 /// end of the test (the JoinSet).
 fn fair_waiters(clients: &[Client], name: &str, n: usize) -> JoinSet<()> {
@@ -85,12 +95,7 @@ async fn fair_waiters_cost_redis_per_client_not_per_waiter() {
     );
     // Still served in order, and nothing is left.
     guard.unlock().await.unwrap();
-    within(HANG, "every waiter served", async {
-        while let Some(done) = waiters.join_next().await {
-            done.unwrap();
-        }
-    })
-    .await;
+    served(&mut waiters).await;
     eventually(HANG, "no key left", || lock_keys(&server).is_empty()).await;
 }
 
@@ -127,12 +132,7 @@ async fn plain_waiters_recheck_once_per_client_and_lock() {
         "100 idle plain waiters cost Redis {per_s:.1} commands/s"
     );
     guard.unlock().await.unwrap();
-    within(HANG, "every waiter served", async {
-        while let Some(done) = waiters.join_next().await {
-            done.unwrap();
-        }
-    })
-    .await;
+    served(&mut waiters).await;
     eventually(HANG, "no key left", || lock_keys(&server).is_empty()).await;
 }
 
@@ -347,12 +347,7 @@ async fn without_the_alive_key_each_waiter_refreshes_its_own_place() {
         "entries: {entries}"
     );
     guard.unlock().await.unwrap();
-    within(HANG, "every waiter served", async {
-        while let Some(done) = waiters.join_next().await {
-            done.unwrap();
-        }
-    })
-    .await;
+    served(&mut waiters).await;
     assert_eq!(*order.lock().unwrap(), vec![0, 1, 2, 3, 4]);
     eventually(HANG, "no key left", || lock_keys(&server).is_empty()).await;
 }
@@ -393,12 +388,7 @@ async fn fair_waiters_on_many_locks_renew_one_key_per_client() {
         guard.unlock().await.unwrap();
     }
     for mut w in waiters {
-        within(HANG, "every waiter served", async {
-            while let Some(done) = w.join_next().await {
-                done.unwrap();
-            }
-        })
-        .await;
+        served(&mut w).await;
     }
 }
 
