@@ -274,7 +274,7 @@ pub async fn run(server: &RedisServer, quick: bool) {
                         round + 1,
                         h.took
                             .map(|d| format!("{:.3} s", d.as_secs_f64()))
-                            .unwrap_or_else(|| "no grant".into()),
+                            .unwrap_or_else(|| "not served".into()),
                         h.note
                     );
                     rounds.push(h);
