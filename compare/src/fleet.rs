@@ -79,12 +79,13 @@
 //!
 //! # Run time
 //!
-//! About 27 min for the full run (12 waiting fleets of 35 s warm-up +
-//! 60 s window + ~5 s of cleanup, 3 held-lease rows of ~80 s, 10 s of
-//! idle baseline, ~2 min of dead-client rounds), more if 10,000 fair
-//! waiters take longer than 35 s to queue (the table says how long they
-//! took). With `LEASEHOLD_COMPARE_QUICK=1` (sizes 100 and 1,000, 15 s
-//! windows) about 10 min. `LEASEHOLD_FLEET_SIZES=100,1000` picks sizes,
+//! The full run took 26 min on a 2-core machine (at 2887713): 12 waiting
+//! fleets of 35 s warm-up + 60 s window + 3–45 s of cleanup (the 10,000
+//! fair waiters' the longest), 3 held-lease rows of ~80 s, 10 s of idle
+//! baseline, ~1.3 min of dead-client rounds; longer if 10,000 fair
+//! waiters take more than the warm-up to queue (the table says how long
+//! they took). With `LEASEHOLD_COMPARE_QUICK=1` (sizes 100 and 1,000,
+//! 15 s windows) 10 min. `LEASEHOLD_FLEET_SIZES=100,1000` picks sizes,
 //! `LEASEHOLD_FLEET_PARTS=waiting,held,dead` parts, and
 //! `LEASEHOLD_FLEET_WARMUP_SECS` the waiters' warm-up (for development:
 //! a shorter one measures the arrival too).
@@ -201,6 +202,8 @@ struct Measured {
     acquired: u64,
     errors: u64,
     cleanup: Cleanup,
+    /// What went wrong in the cleanup (the holder's unlock failing).
+    notes: Vec<String>,
 }
 
 /// What the cleanup left.
@@ -271,7 +274,7 @@ pub async fn run(server: &RedisServer, quick: bool) {
                         round + 1,
                         h.took
                             .map(|d| format!("{:.3} s", d.as_secs_f64()))
-                            .unwrap_or_else(|| "no grant".into()),
+                            .unwrap_or_else(|| "not served".into()),
                         h.note
                     );
                     rounds.push(h);
@@ -442,11 +445,14 @@ async fn waiting(
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    let mut notes = Vec::new();
     for guard in guards {
         if let Err(e) = guard.unlock().await {
             eprintln!("[fleet] holder unlock: {e}");
+            notes.push(format!("holder's unlock: {e}"));
         }
     }
+    notes.dedup();
     for c in &clients {
         let _ = c.shutdown().await;
     }
@@ -462,6 +468,7 @@ async fn waiting(
         acquired: acquired.load(Ordering::Relaxed),
         errors: errors.load(Ordering::Relaxed),
         cleanup,
+        notes,
     }
 }
 
@@ -528,6 +535,7 @@ async fn held(server: &RedisServer, raw: &FredClient, n: usize, plan: &Plan) -> 
         acquired: 0,
         errors,
         cleanup,
+        notes: Vec::new(),
     }
 }
 
@@ -917,7 +925,7 @@ fn row(m: &Measured, idle: f64, lead: &[&str]) {
     let per_s = w.work.commands() as f64 / w.secs;
     let cpu = w.work.cpu_us as f64 / w.secs - idle;
     let per_k = |v: f64| v / m.n as f64 * 1e3;
-    let after = if m.cleanup.keys_after == 0 {
+    let mut after = if m.cleanup.keys_after == 0 {
         "0".to_owned()
     } else {
         format!(
@@ -926,8 +934,24 @@ fn row(m: &Measured, idle: f64, lead: &[&str]) {
             m.cleanup.leftover.join(", ")
         )
     };
+    for note in &m.notes {
+        after.push_str(&format!("; {note}"));
+    }
+    if m.cleanup.took > SETTLE + SETTLE_LIMIT {
+        after.push_str(&format!(
+            "; cleanup took {:.0} s",
+            m.cleanup.took.as_secs_f64()
+        ));
+    }
+    // Redis's CPU near a core's: the counts are what it could serve.
+    let busy = w.work.cpu_us as f64 / w.secs / 1e4;
+    let cpu_cell = if busy >= 50.0 {
+        format!("{cpu:.0} (**Redis at {busy:.0} % of a core**)")
+    } else {
+        format!("{cpu:.0}")
+    };
     println!(
-        "| {} | {} | {per_s:.1} | {:.1} | {:.0} | {cpu:.0} | {:.0} | {:.1} | {} | {} | {after} | {} |",
+        "| {} | {} | {per_s:.1} | {:.1} | {:.0} | {cpu_cell} | {:.0} | {:.1} | {} | {} | {after} | {} |",
         thousands(m.n as u64),
         lead.join(" | "),
         per_k(per_s),
