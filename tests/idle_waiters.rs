@@ -140,7 +140,7 @@ async fn plain_waiters_recheck_once_per_client_and_lock() {
 /// publishes) is found free by the oldest waiter of each client; when that
 /// one gives up first, the next waiter of its client takes over the
 /// re-checking (within the recheck interval) instead of sleeping until
-/// its own bound (20 minutes).
+/// its own bound (an hour).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_next_waiter_of_a_client_rechecks_when_its_first_gives_up() {
     let server = RedisServer::start();

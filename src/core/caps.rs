@@ -105,6 +105,10 @@ pub struct ServerInfo {
     /// Dragonfly only with `--default_lua_flags=allow-undeclared-keys`):
     /// the read-write lock's scripts need it.
     pub undeclared_keys: bool,
+    /// The user may write `leasehold_alive:*` keys: with undeclared keys,
+    /// a fair lock's waiters are kept alive by one key per client, not
+    /// each by its own refresh (see [`FairLock`](crate::FairLock)).
+    pub alive_keys: bool,
 }
 
 /// A command or behaviour a primitive needs from the server, with the
@@ -140,6 +144,7 @@ impl ServerInfo {
             wait: false,
             fence: false,
             undeclared_keys: true,
+            alive_keys: true,
         }
     }
 
@@ -321,6 +326,17 @@ pub(crate) async fn undeclared_keys_allowed(
     ];
     let answer = ask::<Value>(redis, "EVAL", ClusterHash::Random, args, timeout).await;
     matches!(answer, Some(Ok(_)))
+}
+
+/// Whether the user may write `leasehold_alive:*` keys (a fair lock's
+/// client keeps its waiters alive with one): `PEXPIRE` of one that nothing
+/// uses (changes nothing); only a refusal (`NOPERM`) says no.
+pub(crate) async fn alive_keys_allowed(redis: &FredClient, timeout: Duration) -> bool {
+    let key = "leasehold_alive:probe";
+    let slot = fred::util::redis_keyslot(key.as_bytes());
+    let args = vec![key.into(), Value::Integer(1)];
+    let answer = ask::<Value>(redis, "PEXPIRE", ClusterHash::Custom(slot), args, timeout).await;
+    !matches!(answer, Some(Err(e)) if refused(&e))
 }
 
 /// Whether `WAIT 0 0` is answered (it returns at once: no replica is

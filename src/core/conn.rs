@@ -266,6 +266,7 @@ impl Conn {
         let wait = caps::wait_answers(&redis, timeout).await;
         let undeclared_keys = info.kind != ServerKind::Dragonfly
             || caps::undeclared_keys_allowed(&redis, &settings.key_prefix, timeout).await;
+        let alive_keys = caps::alive_keys_allowed(&redis, timeout).await;
         let mut conn = Conn::new(redis, clustered, sharded, clustered, settings, named);
         // Bounded like the connect: a server that does not answer leaves
         // the fence untrusted (records kept), which is safe.
@@ -275,6 +276,7 @@ impl Conn {
             wait,
             fence: conn.fence.trusted(),
             undeclared_keys,
+            alive_keys,
             ..info
         };
         if conn.info.can_evict_locks() {

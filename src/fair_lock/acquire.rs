@@ -82,7 +82,7 @@ impl Fair {
         let pin = engine.pin(&own_channel, wake_or_grant).await;
         // Kept alive by the client, with the client's other waits on this
         // lock (`alive.rs`), or else by its own refreshes.
-        let member = Member::join(engine, self.client.id(), &self.names, &own_channel).await;
+        let member = Member::join(engine, self.client.id(), &self.names, &own_channel);
         let tries = FairTries {
             lock: self,
             calls: &calls,

@@ -23,14 +23,16 @@
 //!   does (at the lock's remaining TTL, at most every recheck interval):
 //!   it is the one that finds a dead holder's lock free, and dead waiters
 //!   ahead gone. The others are told their turn (a release grants the
-//!   head waiter the lock) and otherwise re-check every [`BEHIND`], the
+//!   head waiter the lock) and otherwise re-check every [`BEHIND`] (an
+//!   hour), the
 //!   bound of a lost message. When the oldest leaves, the next one
 //!   re-checks within the recheck interval (and sends nothing at once: a
 //!   hot lock hands over every few milliseconds).
 //! * **Where it cannot work** (scripts may not touch keys they do not
 //!   declare: Dragonfly by default; or the user may not write the key),
 //!   each waiter refreshes its own sign every 2 s (`queue::refresh`), as
-//!   before. [`Member::join`] decides, once per client.
+//!   before. [`Member::join`] decides, from what the client probed at
+//!   connect.
 //!
 //! The groups and the keys to renew live in one process-wide table, keyed
 //! by client id and lock key: a few words per waiting task.
@@ -51,8 +53,11 @@ use crate::core::conn::Conn;
 use crate::core::Engine;
 
 /// How often a waiter that is not its group's oldest re-checks: the bound
-/// of a lost message for it (its group's oldest re-checks for the rest).
-pub(crate) const BEHIND: Duration = Duration::from_secs(20 * 60);
+/// of a lost message for it (its group's oldest re-checks for the rest,
+/// and a reconnect of the subscriber wakes every waiter). Each such try
+/// costs about 9 Redis commands: 2.5 commands a second per 1,000 waiters
+/// at one hour (BENCHMARKS.md, "waiting costs Redis per client").
+pub(crate) const BEHIND: Duration = Duration::from_secs(60 * 60);
 
 /// How long a wait lasts before its client's alive key is written for it
 /// (its own sign, written by its try, covers THREAD_WAIT).
@@ -64,8 +69,6 @@ static CLIENTS: LazyLock<Mutex<HashMap<uuid::Uuid, Beats>>> = LazyLock::new(Defa
 /// One client's fair waits (see the module docs).
 #[derive(Default)]
 struct Beats {
-    /// Whether this client can keep waiters alive (`None`: not known yet).
-    can: Option<bool>,
     /// Its groups, by lock key.
     groups: HashMap<Key, Group>,
     /// One alive key for the whole client (not a cluster), else one per
@@ -99,40 +102,22 @@ pub(super) struct Member {
 impl Member {
     /// Joins the group of `client`'s waits on the lock `names`, the wait
     /// listening on `channel`; `None` if the client cannot keep waiters
-    /// alive (then the waiter refreshes its own sign). The first wait of a
-    /// client finds out with one `SET` of its key (refused: `NOPERM`).
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: the member is made after the last await.
-    pub(super) async fn join(
+    /// alive (probed at connect: `ServerInfo::undeclared_keys` and
+    /// `alive_keys`); then the waiter refreshes its own sign. Sends
+    /// nothing.
+    pub(super) fn join(
         engine: &Arc<Engine>,
         client: uuid::Uuid,
         names: &Names,
         channel: &Arc<str>,
     ) -> Option<Member> {
-        if !engine.server_info().undeclared_keys {
+        let info = engine.server_info();
+        if !(info.undeclared_keys && info.alive_keys) {
             return None;
         }
         let one_key = !engine.redis().is_clustered();
-        let can = CLIENTS.lock().get(&client).and_then(|b| b.can);
-        match can {
-            Some(false) => return None,
-            Some(true) => {}
-            None => match set(engine.conn(), &alive_key(one_key, &names.key, client)).await {
-                Ok(()) => {}
-                Err(e) if crate::core::caps::refused(&e) => {
-                    tracing::info!(error = %e, "fair lock: this user may not write leasehold_alive:* keys; each waiter refreshes its own place");
-                    CLIENTS.lock().entry(client).or_default().can = Some(false);
-                    return None;
-                }
-                // Not known yet: this wait refreshes its own place.
-                Err(_) => return None,
-            },
-        }
         let mut clients = CLIENTS.lock();
         let beats = clients.entry(client).or_default();
-        beats.can = Some(true);
         beats.one_key = one_key;
         let group = beats.groups.entry(names.key.clone()).or_default();
         let seq = group.next;
@@ -236,7 +221,7 @@ async fn renew(client: uuid::Uuid, conn: Weak<Conn>) {
                 return;
             }
             if beats.groups.is_empty() {
-                // The next wait starts the task again (`can` is kept).
+                // The next wait starts the task again.
                 beats.running = false;
                 return;
             }

@@ -132,7 +132,7 @@
 //! and another waiter heads the queue, until that waiter's timeout (it may
 //! be dead); the engine's re-check interval bounds every sleep of a
 //! client's oldest waiter on the lock, which re-checks for the others
-//! (they sleep until told, or 20 minutes: `alive.rs`). One release wakes
+//! (they sleep until told, or an hour: `alive.rs`). One release wakes
 //! exactly one waiter in the whole system: the head.
 //!
 //! What leasehold fixes of Redisson's fair lock (REDISSON-WIRE.md §14):
