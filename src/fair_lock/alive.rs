@@ -24,8 +24,7 @@
 //!   it is the one that finds a dead holder's lock free, and dead waiters
 //!   ahead gone. The others are told their turn (a release grants the
 //!   head waiter the lock) and otherwise re-check every [`BEHIND`] (an
-//!   hour), the
-//!   bound of a lost message. When the oldest leaves, the next one
+//!   hour), the bound of a lost message. When the oldest leaves, the next one
 //!   re-checks within the recheck interval (and sends nothing at once: a
 //!   hot lock hands over every few milliseconds).
 //! * **Where it cannot work** (scripts may not touch keys they do not
@@ -221,8 +220,9 @@ async fn renew(client: uuid::Uuid, conn: Weak<Conn>) {
                 return;
             }
             if beats.groups.is_empty() {
-                // The next wait starts the task again.
-                beats.running = false;
+                // Nothing is kept of a client that waits no more: its
+                // next wait starts the task again.
+                clients.remove(&client);
                 return;
             }
             let fresh = beats
