@@ -145,10 +145,12 @@ pub(crate) trait Tries: Send + Sync {
     /// spec whose profile [announces takes](Profile::announces_takes).
     fn call(&self, lease: &Lease, lease_ms: i64, rid: u64, announce: Option<&str>) -> Call;
 
-    /// How long the wait sleeps after a busy try, at most (see
-    /// `wait::Attempts::recheck_bound`; the default is its default).
-    fn recheck_bound(&self, interval: Duration, hint: Option<Duration>) -> Duration {
-        hint.map_or(interval, |hint| interval.min(hint))
+    /// `Some(bound)` while another waiter re-checks for this one (a fair
+    /// lock's waiter behind its client's first one): after a busy try it
+    /// sleeps until told, at most `bound`, instead of the usual bound
+    /// (`wait::Attempts::recheck_bound`). The default: `None`.
+    fn covered_for(&self) -> Option<Duration> {
+        None
     }
 }
 
@@ -355,7 +357,9 @@ impl<T: Tries, H: Handoff> wait::Attempts for Acquiring<'_, T, H> {
     }
 
     fn recheck_bound(&self, interval: Duration, hint: Option<Duration>) -> Duration {
-        self.tries.recheck_bound(interval, hint)
+        self.tries
+            .covered_for()
+            .unwrap_or_else(|| wait::shorter_bound(interval, hint))
     }
 
     fn probe(&self) -> Option<BoxFuture<'static, Option<Option<Duration>>>> {

@@ -116,19 +116,19 @@ pub(crate) trait Attempts: Send {
         None
     }
 
+    /// How long a wait sleeps after a busy attempt, at most: `interval` is
+    /// the client's recheck interval, `hint` the attempt's own (the lock's
+    /// remaining TTL, if known). The default: [`shorter_bound`]. A waiter
+    /// that another one re-checks for (a fair lock's waiter behind its
+    /// client's first one) may sleep longer.
+    fn recheck_bound(&self, interval: Duration, hint: Option<Duration>) -> Duration {
+        shorter_bound(interval, hint)
+    }
+
     /// How long the channel stays subscribed after a wait that got what
     /// it waited for (`None`: the last subscription leaves it at once).
     /// For a primitive whose owners come back soon (see
     /// `Subscription::linger`).
-    /// How long a wait sleeps after a busy attempt, at most: `interval` is
-    /// the client's recheck interval, `hint` the attempt's own (the lock's
-    /// remaining TTL, if known). The default: the shorter of the two. A
-    /// waiter that another one re-checks for (a fair lock's waiter behind
-    /// its client's first one) may sleep longer.
-    fn recheck_bound(&self, interval: Duration, hint: Option<Duration>) -> Duration {
-        hint.map_or(interval, |hint| interval.min(hint))
-    }
-
     fn linger(&self) -> Option<Duration> {
         None
     }
@@ -418,6 +418,12 @@ pub(crate) fn wait_with<'a, A: Attempts + 'a>(
         attempts.concluded(&result);
         result
     }
+}
+
+/// The usual sleep after a busy attempt: the recheck `interval`, or the
+/// attempt's `hint` if that is shorter.
+pub(super) fn shorter_bound(interval: Duration, hint: Option<Duration>) -> Duration {
+    hint.map_or(interval, |hint| interval.min(hint))
 }
 
 /// After a re-check of the channel's clock (`rechecked`) and a try less

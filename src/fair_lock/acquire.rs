@@ -65,13 +65,18 @@ impl Fair {
         let waits = wait != Some(Duration::ZERO);
         let own_channel: Arc<str> = waiter_channel(&self.channel, &field).into();
         let calls = Calls::default();
+        // A wait is kept alive by the client, with the client's other
+        // waits on this lock (`alive.rs`), or else by its own refreshes.
+        let member = waits
+            .then(|| Member::join(engine, self.client.id(), &self.names, &own_channel))
+            .flatten();
+        let tries = FairTries {
+            lock: self,
+            calls: &calls,
+            waits,
+            member: member.as_ref(),
+        };
         if !waits {
-            let tries = FairTries {
-                lock: self,
-                calls: &calls,
-                waits,
-                member: None,
-            };
             let spec = self.spec(owner.id(), &field, &own_channel);
             let hold = acquire(engine, spec, tries, lease, wait).await?;
             return Ok(hold.map(|h| self.guard(h, owner)));
@@ -80,15 +85,6 @@ impl Fair {
         // after the hold it gets ends, so an owner that locks again and
         // again queues and is told with one script call each.
         let pin = engine.pin(&own_channel, wake_or_grant).await;
-        // Kept alive by the client, with the client's other waits on this
-        // lock (`alive.rs`), or else by its own refreshes.
-        let member = Member::join(engine, self.client.id(), &self.names, &own_channel);
-        let tries = FairTries {
-            lock: self,
-            calls: &calls,
-            waits,
-            member: member.as_ref(),
-        };
         // Dropped from here on, the waiter leaves the queue (and gives
         // back a grant it did not adopt).
         let lease_ref = engine
@@ -183,11 +179,8 @@ struct FairTries<'a> {
 impl Tries for FairTries<'_> {
     /// A wait behind its client's oldest wait on the lock is re-checked
     /// for by that one (`alive.rs`): it sleeps until told, or `BEHIND`.
-    fn recheck_bound(&self, interval: Duration, hint: Option<Duration>) -> Duration {
-        match self.member {
-            Some(member) if !member.is_first() => BEHIND,
-            _ => hint.map_or(interval, |hint| interval.min(hint)),
-        }
+    fn covered_for(&self) -> Option<Duration> {
+        self.member.filter(|m| !m.is_first()).map(|_| BEHIND)
     }
 
     fn call(&self, lease: &Lease, lease_ms: i64, rid: u64, _announce: Option<&str>) -> Call {
