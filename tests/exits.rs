@@ -6,7 +6,6 @@ use leasehold_testkit as support;
 
 use std::future::Future;
 use std::pin::pin;
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::task::{Context, Poll, Wake};
 use std::time::Duration;
@@ -47,13 +46,9 @@ async fn child_exit_current_thread() {
 
 /// Runs the child `test` once with lock `key`; returns when it has exited.
 fn run_child(server: &RedisServer, test: &str, key: &str) {
-    let status = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", test, "--ignored", "--quiet"])
+    let status = support::fixture::child(test)
         .env(CHILD_URL, server.url())
         .env(CHILD_KEY, key)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
         .status()
         .expect("re-exec the test binary");
     assert!(status.success(), "child {test} failed: {status}");

@@ -5,7 +5,6 @@
 
 use leasehold_testkit as support;
 
-use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -473,18 +472,9 @@ async fn a_killed_waiter_holds_the_queue_up_for_a_bounded_time() {
     let (a, b) = (client(&server).await, client(&server).await);
     let lock = a.fair_lock("killed");
     let holder = lock.lock().await.unwrap();
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "child_waits_in_the_queue",
-            "--ignored",
-            "--quiet",
-        ])
+    let mut child = support::fixture::child("child_waits_in_the_queue")
         .env(CHILD_URL, server.url())
         .env(CHILD_NAME, "killed")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
         .spawn()
         .expect("re-exec the test binary");
     queued(&server, &lock, 1).await;

@@ -12,7 +12,6 @@
 
 use leasehold_testkit as support;
 
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use leasehold::{Client, FairLock};
@@ -209,14 +208,10 @@ async fn child_queues_waiters() {
 /// anything queued later).
 async fn spawn_child(server: &RedisServer, lock: &FairLock, n: usize) -> std::process::Child {
     let before = llen(server, lock.queue_key());
-    let child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "child_queues_waiters", "--ignored", "--quiet"])
+    let child = support::fixture::child("child_queues_waiters")
         .env(CHILD_URL, server.url())
         .env(CHILD_NAME, lock.name())
         .env(CHILD_WAITERS, n.to_string())
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
         .spawn()
         .expect("re-exec the test binary");
     eventually(HANG, "the child's waiters queued", || {

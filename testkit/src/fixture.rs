@@ -3,6 +3,7 @@
 //! claims.
 
 use std::future::Future;
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use leasehold::{Client, ClientBuilder};
@@ -70,6 +71,19 @@ pub async fn within<F: Future>(limit: Duration, what: &str, fut: F) -> F::Output
     tokio::time::timeout(limit, fut)
         .await
         .unwrap_or_else(|_| panic!("hung: {what} did not finish within {limit:?}"))
+}
+
+/// This test binary run again for its ignored test `test` alone (a child
+/// process for tests that kill or outlive one): stdout is dropped, stderr
+/// shared; the caller adds its environment and spawns or waits.
+pub fn child(test: &str) -> Command {
+    let mut command = Command::new(std::env::current_exe().expect("the test binary"));
+    command
+        .args(["--exact", test, "--ignored", "--quiet"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit());
+    command
 }
 
 /// The keys on `server` other than leasehold's latch keys
