@@ -31,7 +31,7 @@ use super::backoff::Backoff;
 use super::caps::{self, ServerInfo, ServerKind};
 use super::fence::Fence;
 use super::forget::{Forget, Forgotten, Route};
-use super::reset::{now_ms, once_a_second, Resets, BASE};
+use super::reset::{now_ms, Resets, BASE};
 
 type FredResult<T> = Result<T, fred::error::Error>;
 
@@ -54,8 +54,10 @@ pub(crate) struct Conn {
     /// Resets of this connection as suspect, shared with the record
     /// batches (`reset.rs`).
     resets: Arc<Resets>,
-    /// When fred's slot map was last refreshed on request (ms since `BASE`).
-    last_refresh: AtomicU64,
+    /// When the last refresh of fred's slot map on request started
+    /// ([`Conn::refresh_slots_since`]); held while one runs, so that
+    /// callers asking at once share it.
+    last_refresh: tokio::sync::Mutex<Option<tokio::time::Instant>>,
     /// Since when renewals on this connection have gone unanswered (ms
     /// since `BASE`, the send time of the first unanswered one); 0 while
     /// they are answered. See [`Conn::renewal_unanswered`].
@@ -133,7 +135,7 @@ impl Conn {
             node_batches,
             settings,
             closed: AtomicBool::new(false),
-            last_refresh: AtomicU64::new(0),
+            last_refresh: tokio::sync::Mutex::new(None),
             unanswered_since: AtomicU64::new(0),
             fence,
             forget,
@@ -462,14 +464,21 @@ impl Conn {
         });
     }
 
-    /// Refreshes fred's cluster slot map (`CLUSTER SLOTS`), at most once a
-    /// second. fred refreshes it on a `MOVED` it sees, but redirections met
+    /// Refreshes fred's cluster slot map (`CLUSTER SLOTS`) unless a
+    /// refresh started at or after `asked` (callers that ask at once share
+    /// one). fred refreshes it on a `MOVED` it sees, but redirections met
     /// inside scripts (node batches) are reported in their replies, not
-    /// seen by fred.
-    pub(crate) async fn refresh_slots(&self) {
-        if !once_a_second(&self.last_refresh) {
+    /// seen by fred; and a slot map older than the question may still name
+    /// the owner of a slot whose migration has ended since, whose renewal
+    /// would then meet `MOVED` inside a transaction (fred answers that one
+    /// by reconnecting after its policy's first delay, about 100 ms of a
+    /// renewal's bound).
+    pub(crate) async fn refresh_slots_since(&self, asked: tokio::time::Instant) {
+        let mut last = self.last_refresh.lock().await;
+        if last.is_some_and(|started| started >= asked) {
             return;
         }
+        *last = Some(tokio::time::Instant::now());
         use fred::interfaces::ClusterInterface;
         if let Err(e) = self.redis.sync_cluster().await {
             tracing::debug!(error = %e, "could not refresh the cluster's slot map");

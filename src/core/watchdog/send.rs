@@ -60,11 +60,12 @@ enum Whole {
 enum Route {
     /// As every script call: fred follows redirections.
     Plain,
-    /// Entries that node reported it does not serve: if fred still maps
-    /// their slot to it (after a refresh), the slot is migrating and the
-    /// keys are at the importing node, reachable only with `ASKING`:
-    /// renewed in a transaction (see `script.rs`).
-    NotOn(Server),
+    /// Entries that node reported it does not serve, at the given time:
+    /// if fred still maps their slot to it after a refresh started since,
+    /// the slot is migrating and the keys are at the importing node,
+    /// reachable only with `ASKING`: renewed in a transaction (see
+    /// `script.rs`).
+    NotOn(Server, Instant),
 }
 
 /// Sends one batch (one connection, one renewal kind, one target); returns
@@ -137,8 +138,9 @@ pub(super) async fn send_batch(
                         leases = elsewhere.len(),
                         "keys not on the node: renewing them per slot"
                     );
-                    let route = Route::NotOn(node.clone());
-                    let fresh = Instant::now() + interval / 2;
+                    let asked = Instant::now();
+                    let route = Route::NotOn(node.clone(), asked);
+                    let fresh = asked + interval / 2;
                     extra += per_slot(vec![elsewhere], ttl, interval, fresh, route).await;
                 } else {
                     // Only a node batch answers "not here".
@@ -197,13 +199,14 @@ async fn per_slot(
         return 0;
     };
     // Slots fred still maps to the node that does not serve them: moved
-    // (fred's map is stale: refreshed, at most once a second) or migrating
-    // (the keys are at the importing node: a transaction reaches them).
+    // (fred's map is stale: refreshed, once for every batch that asks at
+    // the same time) or migrating (the keys are at the importing node: a
+    // transaction reaches them).
     let mut migrating = std::collections::HashSet::new();
-    if let Route::NotOn(node) = &route {
+    if let Route::NotOn(node, asked) = &route {
         let stale = |slot: &u16| conn.node_of(*slot).as_ref() == Some(node);
         if slots.keys().any(stale) {
-            conn.refresh_slots().await;
+            conn.refresh_slots_since(*asked).await;
             migrating.extend(slots.keys().copied().filter(stale));
         }
     }
