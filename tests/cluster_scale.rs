@@ -17,7 +17,7 @@ const HANG: Duration = Duration::from_secs(60);
 
 /// The watchdog timeout (renewal every third of it, each call bounded by a
 /// sixth): 1 s, as issue 9 asks, in an optimized build (`cargo xtask test`
-/// runs this file once more with `--release`); 3 s in a debug build, whose
+/// runs this file once more with `--profile scale`); 3 s in a debug build, whose
 /// client on a 2-core machine running three redis-servers misses 167 ms
 /// call bounds whenever the test itself bursts (10,000 acquires, 20,000
 /// reads) and then, rightly, declares leases lost.
