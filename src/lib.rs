@@ -164,7 +164,10 @@ pub use handle::LockHandle;
 pub use latch::CountDownLatch;
 pub use lock::Lock;
 pub use multi::{Member, MultiGuard, MultiLock, RedLock};
-pub use operators::{ClientRecord, Deadlock, DeadlockMember, WaitRecord};
+pub use operators::{
+    inspect, inspect_name, ClientRecord, Deadlock, DeadlockMember, LockObject, ObjectHolder,
+    ObjectKind, ObjectWaiter, PermitOut, QueuedWaiter, WaitRecord,
+};
 pub use owner::Owner;
 pub use rw_lock::{ReadLock, ReadWriteLock, WriteLock};
 pub use semaphore::{Permit, Semaphore};
@@ -297,6 +300,8 @@ mod bounds {
         is_send_sync::<crate::ClientRecord>();
         is_send_sync::<crate::DoctorReport>();
         is_send_sync::<crate::DoctorOptions>();
+        is_send_sync::<crate::LockObject>();
+        is_send_sync::<crate::ObjectKind>();
         #[cfg(feature = "blocking")]
         {
             is_send_sync::<crate::blocking::Client>();
@@ -337,6 +342,10 @@ mod bounds {
         send(rw.read().with(|_| async {}));
         send(rw.write().holders());
         send(fenced.holders());
+        send(crate::inspect(client.redis(), "*"));
+        send(crate::inspect_name(client.redis(), "n"));
+        let c = client.clone();
+        send(async move { crate::LockObject::default().force_unlock(&c).await });
         let fair = client.fair_lock("fa");
         send(fair.with(|_| async {}));
         send(fair.try_lock_until(tokio::time::Instant::now()));

@@ -421,3 +421,94 @@ async fn records_through_sentinel() {
     assert!(record_seen_by(&b, a.id()).await.is_none());
     b.shutdown().await.unwrap();
 }
+
+/// `leasehold::inspect` names every kind from its keys, with its holders,
+/// a fair lock's queue, a semaphore's permits and a fenced lock's token;
+/// `inspect_name` finds one object, and its `force_unlock` frees it with
+/// its kind's own operation (the `leasehold` tool's `inspect` and
+/// `unlock --force` are these calls).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_names_every_kind_and_frees_one() {
+    use leasehold::{inspect, inspect_name, ObjectKind};
+    let server = RedisServer::start();
+    let c = client_with(&server, |b| b.app_name("ops")).await;
+    let lock = c.lock("obj:lock").lock().await.unwrap();
+    let fenced = c.fenced_lock("obj:fenced").lock().await.unwrap();
+    let fair = c.fair_lock("obj:fair").lock().await.unwrap();
+    let waiter = {
+        let fair = c.fair_lock("obj:fair");
+        tokio::spawn(async move { fair.lock().await.map(drop) })
+    };
+    let read = c.read_write_lock("obj:rw").read().lock().await.unwrap();
+    let sem = c.semaphore("obj:sem");
+    sem.try_set_permits(3).await.unwrap();
+    let permit = sem.acquire().await.unwrap();
+    c.count_down_latch("obj:latch")
+        .try_set_count(2)
+        .await
+        .unwrap();
+    // The fair waiter is queued.
+    within(HANG, "the fair waiter is queued", async {
+        while inspect_name(c.redis(), "obj:fair")
+            .await
+            .unwrap()
+            .unwrap()
+            .queue
+            .is_empty()
+        {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+
+    let objects = inspect(c.redis(), "obj:*").await.unwrap();
+    let kinds: Vec<(&str, ObjectKind)> =
+        objects.iter().map(|o| (o.name.as_str(), o.kind)).collect();
+    assert_eq!(
+        kinds,
+        [
+            ("obj:fair", ObjectKind::FairLock),
+            ("obj:fenced", ObjectKind::FencedLock),
+            ("obj:latch", ObjectKind::SemaphoreOrLatch),
+            ("obj:lock", ObjectKind::Lock),
+            ("obj:rw", ObjectKind::ReadWriteLock),
+            ("obj:sem", ObjectKind::Semaphore),
+        ]
+    );
+    let by_name = |n: &str| objects.iter().find(|o| o.name == n).unwrap();
+    let holder = &by_name("obj:lock").holders[0];
+    assert_eq!(holder.client.as_deref(), Some(c.id().to_string().as_str()));
+    assert_eq!((holder.holds, holder.app.as_deref()), (1, Some("ops")));
+    assert!(by_name("obj:lock").ttl_ms > 0);
+    assert_eq!(
+        by_name("obj:fenced").token,
+        fenced.token().map(|t| t as i64)
+    );
+    assert_eq!(by_name("obj:rw").mode.as_deref(), Some("read"));
+    assert_eq!(
+        (by_name("obj:sem").permits.len(), by_name("obj:sem").count),
+        (1, Some(2))
+    );
+    assert_eq!(by_name("obj:latch").count, Some(2));
+    let queued = &by_name("obj:fair").queue[0];
+    assert!(queued.timeout_in_ms.is_some_and(|t| t > 0), "{queued:?}");
+    assert!(inspect_name(c.redis(), "obj:none").await.unwrap().is_none());
+
+    // Freed by its kind's force unlock: the fair lock goes to its waiter.
+    let o = inspect_name(c.redis(), "obj:fair").await.unwrap().unwrap();
+    assert!(o.force_unlock(&c).await.unwrap());
+    within(HANG, "the fair waiter gets the freed lock", waiter)
+        .await
+        .unwrap()
+        .unwrap();
+    // The old guard no longer holds it (its unlock says so or finds it lost).
+    let _ = fair.unlock().await;
+    let o = inspect_name(c.redis(), "obj:sem").await.unwrap().unwrap();
+    assert!(o.force_unlock(&c).await.unwrap());
+    assert_eq!(sem.available_permits().await.unwrap(), 3);
+    drop(permit);
+    for g in [lock, fenced, read] {
+        g.unlock().await.unwrap();
+    }
+    c.shutdown().await.unwrap();
+}

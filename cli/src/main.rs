@@ -18,6 +18,8 @@
 
 mod doctor;
 mod inspect;
+#[cfg(test)]
+mod own_protocol;
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -27,7 +29,8 @@ use fred::interfaces::ClientLike;
 use fred::prelude::{Client as Redis, Config};
 use serde_json::json;
 
-use inspect::{now_ms, Object};
+use inspect::now_ms;
+use leasehold::{LockObject, ObjectKind};
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
@@ -170,13 +173,13 @@ async fn run(matches: ArgMatches) -> Result<ExitCode> {
     let code = match name {
         "inspect" => {
             let pattern = sub.get_one::<String>("pattern").expect("default");
-            let objects = inspect::inspect(&redis, pattern).await?;
+            let objects = leasehold::inspect(&redis, pattern).await?;
             if json {
                 for o in &objects {
-                    println!("{}", o.to_json());
+                    println!("{}", inspect::to_json(o));
                 }
             } else {
-                print!("{}", inspect::table(&objects, now_ms()));
+                print!("{}", inspect::table(&objects));
             }
             ExitCode::SUCCESS
         }
@@ -307,13 +310,12 @@ async fn clients(redis: &Redis, json: bool) -> Result<()> {
 
 /// Frees `name` whatever its kind; says what it freed.
 async fn unlock(redis: &Redis, name: &str) -> Result<String> {
-    let objects = inspect::inspect_exact(redis, name).await?;
-    let Some(object) = objects.into_iter().next() else {
+    let Some(object) = leasehold::inspect_name(redis, name).await? else {
         return Ok(format!(
             "nothing to unlock: no lock-family object named `{name}`"
         ));
     };
-    if object.kind == "semaphore-or-latch" {
+    if object.kind == ObjectKind::SemaphoreOrLatch {
         // A semaphore with no permit out has nothing to free, and a latch
         // nobody waits on nobody to wake; deleting the count would wipe a
         // semaphore's free permits.
@@ -328,7 +330,7 @@ async fn unlock(redis: &Redis, name: &str) -> Result<String> {
     Ok(describe_freed(&object, freed))
 }
 
-fn describe_freed(o: &Object, freed: bool) -> String {
+fn describe_freed(o: &LockObject, freed: bool) -> String {
     if !freed {
         return format!("{} `{}` was not held: nothing freed", o.kind, o.name);
     }
@@ -337,9 +339,9 @@ fn describe_freed(o: &Object, freed: bool) -> String {
         .iter()
         .map(|h| format!("{} ({})", h.field, h.app.as_deref().unwrap_or("foreign")))
         .collect();
-    let what = if o.kind == "semaphore" {
+    let what = if o.kind == ObjectKind::Semaphore {
         format!("{} permit(s)", o.permits.len())
-    } else if o.kind == "latch" {
+    } else if o.kind == ObjectKind::CountDownLatch {
         format!("count {}", o.count.unwrap_or(0))
     } else if holders.is_empty() {
         "no holder".to_owned()
@@ -351,12 +353,12 @@ fn describe_freed(o: &Object, freed: bool) -> String {
 
 async fn watch(redis: &Redis, pattern: &str) -> Result<ExitCode> {
     loop {
-        let objects = inspect::inspect(redis, pattern).await?;
+        let objects = leasehold::inspect(redis, pattern).await?;
         // Home, then clear: the table is redrawn in place.
         print!(
             "\x1b[H\x1b[2Jleasehold watch {pattern}  ({} objects, every 1 s, Ctrl-C ends)\n\n{}",
             objects.len(),
-            inspect::table(&objects, now_ms())
+            inspect::table(&objects)
         );
         use std::io::Write as _;
         let _ = std::io::stdout().flush();

@@ -230,8 +230,11 @@ pub(crate) fn record_key(key: &str, field: &str) -> fred::types::Key {
 /// them after its channel, see `names.rs`.)
 pub(crate) fn record_parts<'a>(key: &'a str, field: &'a str) -> [&'a str; 6] {
     let (open, close) = braces(key.contains('{'));
-    ["leasehold_latch", open, key, close, ":", field]
+    [REQUEST_RECORD_PREFIX, open, key, close, ":", field]
 }
+
+/// The prefix of a request record's key (see [`record_key`]).
+pub(crate) const REQUEST_RECORD_PREFIX: &str = "leasehold_latch";
 
 /// An owner's hash field: `prefix` (the client's `<client-uuid>:`), the
 /// owner id, then `suffix` (Redisson's `<uuid>:<thread-id>`).

@@ -189,10 +189,25 @@ impl Drop for Member {
 /// (`one_key`), else `leasehold_alive:{name}:<uuid>` for the lock `key`.
 fn alive_key(one_key: bool, key: &Key, client: uuid::Uuid) -> Key {
     if one_key {
-        return Key::from(format!("leasehold_alive:{client}"));
+        return Key::from(format!("{ALIVE_PREFIX}:{client}"));
     }
     let name = String::from_utf8_lossy(key.as_bytes());
-    Key::from(crate::core::prefix_name("leasehold_alive", &name) + ":" + &client.to_string())
+    Key::from(crate::core::prefix_name(ALIVE_PREFIX, &name) + ":" + &client.to_string())
+}
+
+/// The alive keys' prefix: `leasehold_alive:`.
+pub(crate) const ALIVE_PREFIX: &str = "leasehold_alive";
+
+/// When a waiter's grant entry (`<lease>:<nonce>:<alive until>[:c|:C]`,
+/// see `scripts/queue.lua`) says its place runs out, epoch ms; `None` for
+/// an entry of another shape.
+pub(crate) fn entry_alive_until(entry: &str) -> Option<f64> {
+    let alive = entry.splitn(3, ':').nth(2)?;
+    alive
+        .trim_end_matches(['c', 'C'])
+        .trim_end_matches(':')
+        .parse::<f64>()
+        .ok()
 }
 
 /// Sets one alive key for a thread wait.

@@ -83,16 +83,23 @@ pub(crate) fn release_source() -> &'static str {
     RELEASE.sent_source()
 }
 
+/// The queue's key prefix (Redisson's): `redisson_lock_queue:{name}`.
+pub(crate) const QUEUE_PREFIX: &str = "redisson_lock_queue";
+/// The waiters' timeouts' key prefix (Redisson's): `redisson_lock_timeout:{name}`.
+pub(crate) const TIMEOUTS_PREFIX: &str = "redisson_lock_timeout";
+/// The grants' key prefix (leasehold's): `leasehold_grant:{name}`.
+pub(crate) const GRANTS_PREFIX: &str = "leasehold_grant";
+
 // === impl Names ===
 
 impl Names {
     pub(super) fn of(key: &str) -> Names {
         Names {
             key: Key::from(key),
-            queue: Key::from(prefix_name("redisson_lock_queue", key)),
-            timeouts: Key::from(prefix_name("redisson_lock_timeout", key)),
+            queue: Key::from(prefix_name(QUEUE_PREFIX, key)),
+            timeouts: Key::from(prefix_name(TIMEOUTS_PREFIX, key)),
             channel: Key::from(prefix_name("redisson_lock__channel", key)),
-            grants: Key::from(prefix_name("leasehold_grant", key)),
+            grants: Key::from(prefix_name(GRANTS_PREFIX, key)),
         }
     }
 

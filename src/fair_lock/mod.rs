@@ -219,7 +219,8 @@ use crate::handle::Holder;
 use crate::handle::LockHandle;
 use crate::lock::{every_field, hold_count_of, holders_of, remaining_lease_of};
 
-pub(crate) use kind::release_source;
+pub(crate) use alive::{entry_alive_until, ALIVE_PREFIX};
+pub(crate) use kind::{release_source, GRANTS_PREFIX, QUEUE_PREFIX, TIMEOUTS_PREFIX};
 use kind::{Names, FORCE_UNLOCK};
 use queue::{kick_if_unheard, now_ms, GRANT, THREAD_WAIT};
 

@@ -176,6 +176,9 @@ static DELETE_TOKEN: Script = Script::plain(
     include_str!("scripts/delete_token.lua"),
 );
 
+/// The token counter's key prefix (Redisson's): `redisson_lock_token:{name}`.
+pub(crate) const TOKEN_PREFIX: &str = "redisson_lock_token";
+
 // === impl Client ===
 
 impl Client {
@@ -194,7 +197,7 @@ impl Client {
     /// ```
     pub fn fenced_lock(&self, name: &str) -> FencedLock {
         let lock = Plain::new(self, name);
-        let token_key = prefix_name("redisson_lock_token", RawSingle::key(&lock));
+        let token_key = prefix_name(TOKEN_PREFIX, RawSingle::key(&lock));
         LockHandle::from_raw(Fenced {
             lock,
             token_key: Key::from(token_key.as_str()),

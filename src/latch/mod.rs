@@ -108,6 +108,12 @@ fn wake_all(_: &[u8]) -> Wake {
     Wake::All
 }
 
+/// A latch's channel: `redisson_countdownlatch__channel__{<key>}` (braces
+/// always added: Redisson's rule for it).
+pub(crate) fn channel_of(key: &str) -> String {
+    format!("redisson_countdownlatch__channel__{{{key}}}")
+}
+
 // === impl Client ===
 
 impl Client {
@@ -125,7 +131,7 @@ impl Client {
     /// ```
     pub fn count_down_latch(&self, name: &str) -> CountDownLatch {
         let key = self.key(name);
-        let channel = format!("redisson_countdownlatch__channel__{{{key}}}");
+        let channel = channel_of(&key);
         CountDownLatch {
             client: self.clone(),
             name: name.into(),

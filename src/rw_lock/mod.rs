@@ -328,8 +328,12 @@ fn key_prefix(key: &str) -> String {
 /// `{key}:<field>:rwlock_timeout` (hold n's key appends `:<n>`).
 fn timeout_prefix(key: &Key, field: &str) -> String {
     let key: Cow<'_, str> = String::from_utf8_lossy(key.as_bytes());
-    format!("{}:{field}:rwlock_timeout", key_prefix(&key))
+    format!("{}:{field}:{READ_TIMEOUT_MARK}", key_prefix(&key))
 }
+
+/// What a read hold's timeout key says after its field (Redisson's):
+/// `{key}:<field>:rwlock_timeout:<n>`.
+pub(crate) const READ_TIMEOUT_MARK: &str = "rwlock_timeout";
 
 // === impl Client ===
 

@@ -241,8 +241,13 @@ fn id_bytes(hex: &str) -> Value {
 
 /// The zset of the semaphore a permit lease is of.
 fn timeout_key_of(lease: &Lease) -> Key {
-    Key::from(suffix_name(lease.key_str(), "timeout"))
+    Key::from(suffix_name(lease.key_str(), PERMITS_SUFFIX))
 }
+
+/// The channel's prefix (Redisson's): `redisson_sc:{name}`.
+pub(crate) const CHANNEL_PREFIX: &str = "redisson_sc";
+/// The permit set's suffix (Redisson's): `{name}:timeout`.
+pub(crate) const PERMITS_SUFFIX: &str = "timeout";
 
 // === impl Client ===
 
@@ -261,12 +266,12 @@ impl Client {
     /// ```
     pub fn semaphore(&self, name: &str) -> Semaphore {
         let key = self.key(name);
-        let channel = prefix_name("redisson_sc", &key);
+        let channel = prefix_name(CHANNEL_PREFIX, &key);
         Semaphore {
             client: self.clone(),
             name: name.into(),
             key: Key::from(key.as_str()),
-            timeout_key: Key::from(suffix_name(&key, "timeout")),
+            timeout_key: Key::from(suffix_name(&key, PERMITS_SUFFIX)),
             key_str: key.into(),
             channel_key: Key::from(channel.as_str()),
             channel: channel.into(),

@@ -1,6 +1,8 @@
-//! What operators see: client records, long waits, and the deadlocks
-//! among them ([`Client::deadlocks`](crate::Client::deadlocks), and the
-//! `leasehold` command-line tool in `cli/`).
+//! What operators see: client records, long waits, the deadlocks among
+//! them ([`Client::deadlocks`](crate::Client::deadlocks)), and every
+//! lock-family object on a Redis (`inspect.rs`: [`inspect`] and
+//! [`LockObject::force_unlock`]), for the `leasehold` command-line tool in
+//! `cli/`, which names no key of its own.
 //!
 //! # Records
 //!
@@ -22,6 +24,13 @@
 //! deadlock is a cycle of that graph. This file knows nothing of Redis:
 //! it is the pure part ([`find_cycles`]) and the public types; the engine
 //! (`core/registry.rs`) reads the records and the lock hashes.
+
+mod inspect;
+
+pub use inspect::{
+    inspect, inspect_name, LockObject, ObjectHolder, ObjectKind, ObjectWaiter, PermitOut,
+    QueuedWaiter,
+};
 
 use std::collections::BTreeMap;
 use std::fmt;
