@@ -130,6 +130,17 @@
 #![warn(rust_2018_idioms)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+/// The first lines of every recorded script (`script.rs`, `SHARED`), as a
+/// literal for `concat!` (the bare-script baselines of `lock/`).
+macro_rules! shared_lua {
+    () => {
+        "-- shared by the pieces of a recorded script (core/script.rs, SHARED)
+local early, early_replay, read_record, write_record = nil, false, true, true
+local found = {}
+"
+    };
+}
+
 #[cfg(feature = "blocking")]
 #[cfg_attr(docsrs, doc(cfg(feature = "blocking")))]
 pub mod blocking;

@@ -304,3 +304,15 @@ fn target(redis: &FredClient, route: Route, record: &Key) -> Target {
     }
     Target::Slot(slot)
 }
+
+/// Each script's pieces share only what they declare together
+/// (`core/lua_lint.rs`).
+#[cfg(test)]
+mod lua_lint {
+    use super::*;
+
+    #[test]
+    fn pieces_share_only_what_they_declare() {
+        crate::core::lua_lint::check(&[&BY_KEYS, &BY_NODE]);
+    }
+}

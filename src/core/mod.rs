@@ -73,6 +73,8 @@ pub(crate) mod handoff;
 pub(crate) mod hold;
 pub(crate) mod kind;
 pub(crate) mod lease;
+#[cfg(test)]
+pub(crate) mod lua_lint;
 pub(crate) mod names;
 pub(crate) mod open;
 pub(crate) mod pack;

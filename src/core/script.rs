@@ -149,7 +149,37 @@ pub(crate) struct Script {
 }
 
 /// A source as the pieces it is joined from (unused ones empty).
-type Pieces = [&'static str; 5];
+type Pieces = [Piece; 6];
+
+/// One piece of a script: one source, or a kind's files in order (its
+/// helpers, then its check or body), kept apart for the lint of what they
+/// share (`core/lua_lint.rs`).
+#[derive(Clone, Copy, Debug)]
+enum Piece {
+    One(&'static str),
+    Files(&'static [&'static str]),
+}
+
+impl Piece {
+    fn files(&self) -> Vec<&'static str> {
+        match *self {
+            Piece::One(source) => vec![source],
+            Piece::Files(files) => files.to_vec(),
+        }
+    }
+}
+
+const NONE: Piece = Piece::One("");
+
+/// The first lines of every recorded script: every variable its pieces
+/// share, declared once, with the value that reads and writes the request
+/// record (so a check that sets none of them sends the request the safe
+/// way). No piece declares one of these, and no piece reads a variable
+/// another piece declared (`lua_lint`, checked for every script by the
+/// tests of each primitive): a kind's check hands the engine's pieces
+/// `early`, `early_replay`, `read_record` and `write_record`, and hands
+/// its body what it read as fields of `found`.
+const SHARED: &str = shared_lua!();
 
 /// A script's source and SHA-1.
 #[derive(Debug)]
@@ -176,7 +206,11 @@ const RENEW_BATCH: &str = include_str!("scripts/renew_batch.lua");
 impl Script {
     /// A script sent as it is.
     pub(crate) const fn plain(name: &'static str, source: &'static str) -> Script {
-        Script::new(name, [source, "", "", "", ""], None)
+        Script::new(
+            name,
+            [Piece::One(source), NONE, NONE, NONE, NONE, NONE],
+            None,
+        )
     }
 
     /// A renewal script of the watchdog's batches: `source` after the
@@ -184,7 +218,18 @@ impl Script {
     /// the nonce first, `lost(i)`, `raise(key, ttl)`). Idempotent; not
     /// retried.
     pub(crate) const fn renewal(name: &'static str, source: &'static str) -> Script {
-        Script::new(name, [RENEW_BATCH, source, "", "", ""], None)
+        Script::new(
+            name,
+            [
+                Piece::One(RENEW_BATCH),
+                Piece::One(source),
+                NONE,
+                NONE,
+                NONE,
+                NONE,
+            ],
+            None,
+        )
     }
 
     /// A renewal script sent to a cluster node itself, whatever the slots
@@ -194,37 +239,60 @@ impl Script {
     /// flagged one is refused up front (a node over `maxmemory`, a
     /// `min-replicas` shortage, `MISCONF`: `PEXPIRE` may still run there).
     pub(crate) const fn node_renewal(name: &'static str, source: &'static str) -> Script {
-        Script::new(name, [RENEW_BATCH, source, "", "", ""], None)
-    }
-
-    /// A mutation: `body` defines `local function body()`, which returns an
-    /// array of integers starting with a status >= 0; the script is
-    /// idempotent by request id (its last key is the request record, its last two
-    /// arguments the request record TTL and the request id).
-    pub(crate) const fn recorded(name: &'static str, body: &'static str) -> Script {
-        let always = "local read_record, write_record = true, true\n";
         Script::new(
             name,
-            [always, RECORD_PROLOGUE, body, RECORD_EPILOGUE, ""],
+            [
+                Piece::One(RENEW_BATCH),
+                Piece::One(source),
+                NONE,
+                NONE,
+                NONE,
+                NONE,
+            ],
             None,
         )
     }
 
-    /// A mutation whose `check` runs before its record is read. The check
-    /// declares `early`: the reply of a try that changes nothing (a lock
-    /// someone else holds), answered at once, the rid in front, without
-    /// reading or writing the record (a copy of such a try that runs again
-    /// is answered by the same check, or, the state changed, goes on like
-    /// any request), with `early_replay` true when it answers a copy that
+    /// A mutation: `body` (its files in order: helpers, then the body)
+    /// defines `local function body()`, which returns an array of integers
+    /// starting with a status >= 0; the script is idempotent by request id
+    /// (its last key is the request record, its last two arguments the
+    /// request record TTL and the request id).
+    pub(crate) const fn recorded(name: &'static str, body: &'static [&'static str]) -> Script {
+        let pieces = [
+            Piece::One(SHARED),
+            Piece::One(RECORD_PROLOGUE),
+            Piece::Files(body),
+            Piece::One(RECORD_EPILOGUE),
+            NONE,
+            NONE,
+        ];
+        Script::new(name, pieces, None)
+    }
+
+    /// A mutation whose `check` (its files in order) runs before its
+    /// record is read. The check sets `early` (declared in [`SHARED`]):
+    /// the reply of a try that changes nothing (a lock someone else
+    /// holds), answered at once, the rid in front, without reading or
+    /// writing the record (a copy of such a try that runs again is
+    /// answered by the same check, or, the state changed, goes on like any
+    /// request), with `early_replay` true when it answers a copy that
     /// already ran (the rid goes in front negated); and `read_record`,
     /// `write_record`: false when what it read makes the record needless.
-    /// The check may set values the body reads.
+    /// It hands the body what it read as fields of `found`.
     pub(crate) const fn recorded_after(
         name: &'static str,
-        check: &'static str,
-        body: &'static str,
+        check: &'static [&'static str],
+        body: &'static [&'static str],
     ) -> Script {
-        let pieces = [check, RECORD_EARLY, RECORD_PROLOGUE, body, RECORD_EPILOGUE];
+        let pieces = [
+            Piece::One(SHARED),
+            Piece::Files(check),
+            Piece::One(RECORD_EARLY),
+            Piece::One(RECORD_PROLOGUE),
+            Piece::Files(body),
+            Piece::One(RECORD_EPILOGUE),
+        ];
         Script::new(name, pieces, None)
     }
 
@@ -233,11 +301,18 @@ impl Script {
     /// request's first run (see "Sent without the record" above).
     pub(crate) const fn proved_after(
         name: &'static str,
-        check: &'static str,
-        body: &'static str,
+        check: &'static [&'static str],
+        body: &'static [&'static str],
     ) -> Script {
         let mut script = Script::recorded_after(name, check, body);
-        script.twin_pieces = Some([check, PROVED_EARLY, PROVED_GATE, body, PROVED_EPILOGUE]);
+        script.twin_pieces = Some([
+            Piece::One(SHARED),
+            Piece::Files(check),
+            Piece::One(PROVED_EARLY),
+            Piece::One(PROVED_GATE),
+            Piece::Files(body),
+            Piece::One(PROVED_EPILOGUE),
+        ]);
         script
     }
 
@@ -272,12 +347,23 @@ impl Script {
     /// The source and its SHA-1, joined and hashed on first use.
     fn made(&self) -> &Made {
         self.made.get_or_init(|| {
-            let source = self.pieces.concat();
+            let source: String = self.pieces.iter().flat_map(Piece::files).collect();
             Made {
                 sha1: fred::util::sha1_hash(&source).into(),
                 source,
             }
         })
+    }
+
+    /// The pieces the script (and its twin) is joined from, for the lint
+    /// of what they share (`core/lua_lint.rs`).
+    /// Its files, in order, and its twin's.
+    #[cfg(test)]
+    pub(crate) fn pieces(&self) -> Vec<Vec<&'static str>> {
+        let files = |p: Pieces| p.iter().flat_map(Piece::files).collect();
+        let mut all = vec![files(self.pieces)];
+        all.extend(self.twin_pieces.map(files));
+        all
     }
 
     /// The SHA-1 that `EVALSHA` names the script by.
@@ -514,20 +600,18 @@ mod tests {
         static PLAIN: Script = Script::plain("t.plain", "return 1");
         static RENEWAL: Script = Script::renewal("t.renewal", "return 2");
         static NODE: Script = Script::node_renewal("t.node", "return 3");
-        static RECORDED: Script = Script::recorded("t.recorded", "B");
-        static AFTER: Script = Script::recorded_after("t.after", "C", "B");
-        static PROVED: Script = Script::proved_after("t.proved", "C", "B");
+        static RECORDED: Script = Script::recorded("t.recorded", &["B"]);
+        static AFTER: Script = Script::recorded_after("t.after", &["C"], &["B"]);
+        static PROVED: Script = Script::proved_after("t.proved", &["C"], &["B"]);
 
         assert_eq!(PLAIN.source(), "return 1");
         assert_eq!(RENEWAL.source(), format!("{RENEW_BATCH}return 2"));
         assert_eq!(NODE.source(), format!("{RENEW_BATCH}return 3"));
         assert_eq!(
             RECORDED.source(),
-            format!(
-                "local read_record, write_record = true, true\n{RECORD_PROLOGUE}B{RECORD_EPILOGUE}"
-            )
+            format!("{SHARED}{RECORD_PROLOGUE}B{RECORD_EPILOGUE}")
         );
-        let recorded_after = format!("C{RECORD_EARLY}{RECORD_PROLOGUE}B{RECORD_EPILOGUE}");
+        let recorded_after = format!("{SHARED}C{RECORD_EARLY}{RECORD_PROLOGUE}B{RECORD_EPILOGUE}");
         assert_eq!(AFTER.source(), recorded_after);
         assert_eq!(PROVED.source(), recorded_after);
         for script in [&PLAIN, &RENEWAL, &NODE, &RECORDED, &AFTER, &PROVED] {
@@ -540,15 +624,15 @@ mod tests {
     /// client's count is known, and it is made once.
     #[test]
     fn only_a_proved_script_has_a_twin_made_once() {
-        static AFTER: Script = Script::recorded_after("t.after", "C", "B");
-        static PROVED: Script = Script::proved_after("t.proved", "C", "B");
+        static AFTER: Script = Script::recorded_after("t.after", &["C"], &["B"]);
+        static PROVED: Script = Script::proved_after("t.proved", &["C"], &["B"]);
 
         assert!(AFTER.proved().is_none());
         assert_eq!(AFTER.sent_source(), AFTER.source());
         let twin = PROVED.proved().expect("a twin");
         assert_eq!(
             twin.source(),
-            format!("C{PROVED_EARLY}{PROVED_GATE}B{PROVED_EPILOGUE}")
+            format!("{SHARED}C{PROVED_EARLY}{PROVED_GATE}B{PROVED_EPILOGUE}")
         );
         assert_eq!(twin.name(), "t.proved");
         assert!(twin.proved().is_none());

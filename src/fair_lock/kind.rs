@@ -36,7 +36,7 @@ pub(super) const LINGER: Duration = Duration::from_secs(1);
 /// A fair-lock script: the queue helpers (`scripts/queue.lua`), then `$file`.
 macro_rules! queued {
     ($file:literal) => {
-        concat!(include_str!("scripts/queue.lua"), include_str!($file))
+        &[include_str!("scripts/queue.lua"), include_str!($file)]
     };
 }
 
@@ -45,19 +45,19 @@ macro_rules! queued {
 pub(super) static ACQUIRE: Script = Script::recorded_after(
     "fair_lock.acquire",
     queued!("scripts/acquire_check.lua"),
-    include_str!("scripts/acquire.lua"),
+    &[include_str!("scripts/acquire.lua")],
 );
 /// Give back holds, handing a freed lock to the head waiter. Its check
 /// proves a first run by the client's count, so it has a twin sent without
 /// the record (`Script::proved_after`), as the plain lock's release.
 pub(super) static RELEASE: Script = Script::proved_after(
     "fair_lock.release",
-    concat!(
+    &[
         include_str!("scripts/queue.lua"),
         include_str!("scripts/release_check.lua"),
-        include_str!("../core/scripts/release_by_count.lua")
-    ),
-    include_str!("scripts/release.lua"),
+        include_str!("../core/scripts/release_by_count.lua"),
+    ],
+    &[include_str!("scripts/release.lua")],
 );
 /// Free the lock whoever holds it, and hand it to the head waiter.
 /// Recorded.
@@ -70,11 +70,22 @@ pub(super) static LEAVE: Script = Script::recorded("fair_lock.leave", queued!("s
 /// After a release told a head waiter that was not listening: once its
 /// timeout has passed, hand a still-free lock to the first waiter still
 /// there. Not retried.
-pub(super) static KICK: Script = Script::plain("fair_lock.kick", queued!("scripts/kick.lua"));
+pub(super) static KICK: Script = Script::plain(
+    "fair_lock.kick",
+    concat!(
+        include_str!("scripts/queue.lua"),
+        include_str!("scripts/kick.lua")
+    ),
+);
 /// A waiting waiter shows it is alive (every 2 s while it waits).
 /// Idempotent, not retried.
-pub(super) static REFRESH: Script =
-    Script::plain("fair_lock.refresh", queued!("scripts/refresh.lua"));
+pub(super) static REFRESH: Script = Script::plain(
+    "fair_lock.refresh",
+    concat!(
+        include_str!("scripts/queue.lua"),
+        include_str!("scripts/refresh.lua")
+    ),
+);
 
 /// The release as a release whose client's count is known sends it: the
 /// twin without the request record (for tests that send a copy of a
@@ -208,5 +219,17 @@ impl Kind for FairKind {
         // counted on it is gone. The same field (this owner through a
         // plain `Lock` handle) is this very hold.
         other.field_bytes() != mine.field_bytes()
+    }
+}
+
+/// Each script's pieces share only what they declare together
+/// (`core/lua_lint.rs`).
+#[cfg(test)]
+mod lua_lint {
+    use super::*;
+
+    #[test]
+    fn pieces_share_only_what_they_declare() {
+        crate::core::lua_lint::check(&[&ACQUIRE, &FORCE_UNLOCK, &KICK, &LEAVE, &REFRESH, &RELEASE]);
     }
 }

@@ -167,8 +167,8 @@ pub struct Fenced {
 /// request id.
 static ACQUIRE: Script = Script::recorded_after(
     "fenced_lock.acquire",
-    include_str!("scripts/acquire_check.lua"),
-    include_str!("scripts/acquire.lua"),
+    &[include_str!("scripts/acquire_check.lua")],
+    &[include_str!("scripts/acquire.lua")],
 );
 /// Delete the token counter unless the lock is held. Not retried.
 static DELETE_TOKEN: Script = Script::plain(
@@ -351,5 +351,17 @@ impl RawSingle for Fenced {
 
     fn holders(&self) -> impl Future<Output = Result<Vec<Holder>>> + Send + '_ {
         self.lock.holders()
+    }
+}
+
+/// Each script's pieces share only what they declare together
+/// (`core/lua_lint.rs`).
+#[cfg(test)]
+mod lua_lint {
+    use super::*;
+
+    #[test]
+    fn pieces_share_only_what_they_declare() {
+        crate::core::lua_lint::check(&[&ACQUIRE, &DELETE_TOKEN]);
     }
 }

@@ -93,15 +93,17 @@ pub struct CountDownLatch {
 /// per call.
 static TRY_SET_COUNT: Script = Script::recorded(
     "latch.try_set_count",
-    include_str!("scripts/try_set_count.lua"),
+    &[include_str!("scripts/try_set_count.lua")],
 );
 /// Take one off the count; publishes when it reaches zero. Recorded, one
 /// request record per call.
-static COUNT_DOWN: Script =
-    Script::recorded("latch.count_down", include_str!("scripts/count_down.lua"));
+static COUNT_DOWN: Script = Script::recorded(
+    "latch.count_down",
+    &[include_str!("scripts/count_down.lua")],
+);
 /// Delete the count; publishes when it deleted. Recorded, one request
 /// record per call.
-static DELETE: Script = Script::recorded("latch.delete", include_str!("scripts/delete.lua"));
+static DELETE: Script = Script::recorded("latch.delete", &[include_str!("scripts/delete.lua")]);
 
 /// Any message on a latch channel (`0` or `1`) wakes every waiter.
 fn wake_all(_: &[u8]) -> Wake {
@@ -412,5 +414,17 @@ impl CountDownLatch {
         })
         .await?;
         Ok(reached.is_some())
+    }
+}
+
+/// Each script's pieces share only what they declare together
+/// (`core/lua_lint.rs`).
+#[cfg(test)]
+mod lua_lint {
+    use super::*;
+
+    #[test]
+    fn pieces_share_only_what_they_declare() {
+        crate::core::lua_lint::check(&[&COUNT_DOWN, &DELETE, &TRY_SET_COUNT]);
     }
 }

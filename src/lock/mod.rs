@@ -142,7 +142,7 @@ static RELEASE: Script = Script::proved_after("lock.release", RELEASE_CHECK, REL
 /// Delete whoever holds it. Not retried.
 static FORCE_UNLOCK: Script = Script::recorded(
     "lock.force_unlock",
-    include_str!("scripts/force_unlock.lua"),
+    &[include_str!("scripts/force_unlock.lua")],
 );
 /// The watchdog's batch per slot (also one hold's renewal).
 static RENEW: Script = Script::renewal("lock.renew", include_str!("scripts/renew.lua"));
@@ -175,28 +175,30 @@ const LINGER: Duration = Duration::from_secs(1);
 
 /// The acquire's check before the record (`Script::recorded_after`): a
 /// lock someone else holds, or a first run; it sets `early`,
-/// `read_record` and `pttl`.
-const ACQUIRE_CHECK: &str = include_str!("scripts/acquire_check.lua");
+/// `read_record` and `found.pttl`.
+const ACQUIRE_CHECK: &[&str] = &[include_str!("scripts/acquire_check.lua")];
 /// The release's check before the record: a first run; it sets `early`,
-/// `read_record` and `count`.
-const RELEASE_CHECK: &str = concat!(
+/// `read_record` and `found.count`.
+const RELEASE_CHECK: &[&str] = &[
     include_str!("scripts/release_check.lua"),
-    include_str!("../core/scripts/release_by_count.lua")
-);
+    include_str!("../core/scripts/release_by_count.lua"),
+];
 /// The acquire script's body (it defines `local function body()`), before
 /// the request record wraps it.
-const ACQUIRE_BODY: &str = include_str!("scripts/acquire.lua");
+const ACQUIRE_BODY: &[&str] = &[include_str!("scripts/acquire.lua")];
 /// The acquire without its record: the check, its early reply as it is,
 /// then the body (for the bare-script baseline of `compare/`).
 const ACQUIRE_BARE: &str = concat!(
+    shared_lua!(),
     include_str!("scripts/acquire_check.lua"),
     "if early then return early end\n",
     include_str!("scripts/acquire.lua")
 );
 /// The release script's body, before the request record wraps it.
-const RELEASE_BODY: &str = include_str!("scripts/release.lua");
+const RELEASE_BODY: &[&str] = &[include_str!("scripts/release.lua")];
 /// The release without its record (for the bare-script baseline).
 const RELEASE_BARE: &str = concat!(
+    shared_lua!(),
     include_str!("scripts/release_check.lua"),
     include_str!("../core/scripts/release_by_count.lua"),
     "if early then return early end\n",
@@ -532,5 +534,25 @@ impl Kind for LockKind {
         // A plain lock's hash holds one owner's field at a time: whoever
         // else this client counted on the key is gone.
         true
+    }
+}
+
+/// Each script's pieces share only what they declare together
+/// (`core/lua_lint.rs`).
+#[cfg(test)]
+mod lua_lint {
+    use super::*;
+
+    #[test]
+    fn pieces_share_only_what_they_declare() {
+        crate::core::lua_lint::check(&[
+            &HOLDERS,
+            &ACQUIRE,
+            &FORCE_UNLOCK,
+            &RELEASE,
+            &RENEW,
+            &RENEW_NODE_PACKED,
+            &RENEW_PACKED,
+        ]);
     }
 }

@@ -241,35 +241,39 @@ struct ReadKind;
 struct WriteKind;
 
 /// Take or re-enter a read hold. Recorded: re-sent with the same request id.
-static READ_ACQUIRE: Script =
-    Script::recorded("rw.read_acquire", include_str!("scripts/read_acquire.lua"));
+static READ_ACQUIRE: Script = Script::recorded(
+    "rw.read_acquire",
+    &[include_str!("scripts/read_acquire.lua")],
+);
 /// Give back read holds; publishes the unlock message when freed. Recorded.
 static READ_RELEASE: Script = Script::recorded(
     "rw.read_release",
-    concat!(
+    &[
         include_str!("scripts/timeouts.lua"),
         include_str!("scripts/take_holds.lua"),
-        include_str!("scripts/read_release.lua")
-    ),
+        include_str!("scripts/read_release.lua"),
+    ],
 );
 /// Take or re-enter the write hold. Recorded.
 static WRITE_ACQUIRE: Script = Script::recorded(
     "rw.write_acquire",
-    include_str!("scripts/write_acquire.lua"),
+    &[include_str!("scripts/write_acquire.lua")],
 );
 /// Give back write holds; publishes the unlock message when freed.
 /// Recorded.
 static WRITE_RELEASE: Script = Script::recorded(
     "rw.write_release",
-    concat!(
+    &[
         include_str!("scripts/timeouts.lua"),
         include_str!("scripts/take_holds.lua"),
-        include_str!("scripts/write_release.lua")
-    ),
+        include_str!("scripts/write_release.lua"),
+    ],
 );
 /// Delete whoever holds it. Not retried.
-static FORCE_UNLOCK: Script =
-    Script::recorded("rw.force_unlock", include_str!("scripts/force_unlock.lua"));
+static FORCE_UNLOCK: Script = Script::recorded(
+    "rw.force_unlock",
+    &[include_str!("scripts/force_unlock.lua")],
+);
 /// Whether anyone holds it. Read-only.
 static IS_LOCKED: Script = Script::plain("rw.is_locked", include_str!("scripts/is_locked.lua"));
 /// The watchdog's batch of read leases per slot (also one hold's
@@ -711,5 +715,26 @@ impl Kind for WriteKind {
         // holds gone; the owner's own read holds may stay (downgrade).
         (other.kind.id() == ReadKind.id() || other.kind.id() == WriteKind.id())
             && other.owner != mine.owner
+    }
+}
+
+/// Each script's pieces share only what they declare together
+/// (`core/lua_lint.rs`).
+#[cfg(test)]
+mod lua_lint {
+    use super::*;
+
+    #[test]
+    fn pieces_share_only_what_they_declare() {
+        crate::core::lua_lint::check(&[
+            &FORCE_UNLOCK,
+            &IS_LOCKED,
+            &READ_ACQUIRE,
+            &READ_RELEASE,
+            &RENEW_READ,
+            &RENEW_READ_NODE,
+            &WRITE_ACQUIRE,
+            &WRITE_RELEASE,
+        ]);
     }
 }

@@ -148,18 +148,18 @@ pub struct Semaphore {
 /// Take one permit. Recorded: re-sent with the same request id.
 static ACQUIRE: Script = Script::recorded(
     "semaphore.acquire",
-    concat!(
+    &[
         include_str!("scripts/reclaim.lua"),
-        include_str!("scripts/acquire.lua")
-    ),
+        include_str!("scripts/acquire.lua"),
+    ],
 );
 /// Give one permit back; publishes the new count. Recorded.
 static RELEASE: Script = Script::recorded(
     "semaphore.release",
-    concat!(
+    &[
         include_str!("scripts/reclaim.lua"),
-        include_str!("scripts/release.lua")
-    ),
+        include_str!("scripts/release.lua"),
+    ],
 );
 /// The watchdog's batch per slot (also one permit's renewal).
 static RENEW: Script = Script::renewal("semaphore.renew", include_str!("scripts/renew.lua"));
@@ -175,19 +175,19 @@ static AVAILABLE: Script = Script::plain(
 /// request record per call.
 static TRY_SET_PERMITS: Script = Script::recorded(
     "semaphore.try_set_permits",
-    include_str!("scripts/try_set_permits.lua"),
+    &[include_str!("scripts/try_set_permits.lua")],
 );
 /// Add to the free count (a negative delta takes permits away).
 /// Recorded, one request record per call.
 static ADD_PERMITS: Script = Script::recorded(
     "semaphore.add_permits",
-    include_str!("scripts/add_permits.lua"),
+    &[include_str!("scripts/add_permits.lua")],
 );
 /// Free every permit out (an operator's force unlock). Recorded, one
 /// request record per call.
 static FORCE_RELEASE_ALL: Script = Script::recorded(
     "semaphore.force_release_all",
-    include_str!("scripts/force_release_all.lua"),
+    &[include_str!("scripts/force_release_all.lua")],
 );
 
 /// The engine's view of a permit.
@@ -797,5 +797,25 @@ impl Kind for PermitKind {
     fn excludes(&self, _mine: &Lease, _other: &Lease) -> bool {
         // Taking one permit proves nothing about the others.
         false
+    }
+}
+
+/// Each script's pieces share only what they declare together
+/// (`core/lua_lint.rs`).
+#[cfg(test)]
+mod lua_lint {
+    use super::*;
+
+    #[test]
+    fn pieces_share_only_what_they_declare() {
+        crate::core::lua_lint::check(&[
+            &ACQUIRE,
+            &ADD_PERMITS,
+            &AVAILABLE,
+            &FORCE_RELEASE_ALL,
+            &RELEASE,
+            &RENEW,
+            &TRY_SET_PERMITS,
+        ]);
     }
 }

@@ -1,11 +1,11 @@
 -- release by count: the part of a release's check (before the request
 -- record, core/script.rs "A check before the record") that every kind
 -- whose release gives back counted holds of one field shares. The kind's
--- check reads the field and sets `count` (its value, or false),
--- `expected` (the hold count the client expects the field to have, or 0:
--- read and write the record as always) and `given` (the holds this
--- release gives back); this sets `early`, `early_replay`, `read_record`
--- and `write_record`. The replies are the engine's (core/kind.rs,
+-- check reads the field and sets `found.count` (its value, or false),
+-- `found.expected` (the hold count the client expects the field to have,
+-- or 0: read and write the record as always) and `found.given` (the holds
+-- this release gives back); this sets `early`, `early_replay`,
+-- `read_record` and `write_record` (core/script.rs, SHARED). The replies are the engine's (core/kind.rs,
 -- `Kind::release_reply`):
 --
 -- * The field holds `expected`: the request's first run. Nothing is read
@@ -18,8 +18,7 @@
 -- * The field is gone where holds would be left: {0}, not held. Nothing
 --   changes.
 -- * Any other count: the record is read and written as always.
-local early, early_replay = nil, false
-local read_record, write_record = true, true
+local count, expected, given = found.count, found.expected, found.given
 if expected ~= 0 then
     local left = expected - given
     if not count then

@@ -118,6 +118,7 @@ local function free(now, wait, waits)
 end
 
 local function body()
+    local pttl, count = found.pttl, found.count
     if pttl == -2 and redis.call('exists', KEYS[2], KEYS[4]) == 0 then
         redis.call('hset', KEYS[1], ARGV[2], 1)
         redis.call('pexpire', KEYS[1], ARGV[1])

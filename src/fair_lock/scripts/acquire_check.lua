@@ -35,12 +35,10 @@
 -- * Any other count (the client's count is out of date): the record is
 --   read and written as always.
 --
--- Sets `pttl` (the lock's PTTL, -2: no key) and `count` (the caller's
--- field, false: none or no key) for the body.
+-- Hands the body `found.pttl` (the lock's PTTL, -2: no key) and
+-- `found.count` (the caller's field, false: none or no key).
 local pttl = redis.call('pttl', KEYS[1])
 local expected = tonumber(ARGV[7])
-local early, early_replay = nil, false
-local read_record, write_record = true, true
 local count = false
 if pttl == -2 then
     if expected == 0 then
@@ -66,3 +64,4 @@ else
         early, early_replay = {1, tonumber(count)}, true
     end
 end
+found.pttl, found.count = pttl, count

@@ -61,6 +61,7 @@ local function told(status, received, timeout, granted, head, nonce, ms)
 end
 
 local function body()
+    local count = found.count
     -- `count` was read by release_check.lua.
     local now = tonumber(ARGV[5])
     local wait = tonumber(ARGV[6])

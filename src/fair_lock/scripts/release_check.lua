@@ -79,9 +79,10 @@
 -- granted waiter that was not listening holds the lock for at most the
 -- grant's lease, and the waiters behind it re-check at their own bounds.
 --
--- Sets `count` (the field's value, or false) for the body.
-local count = redis.call('hget', KEYS[1], ARGV[2])
-local expected = tonumber(ARGV[8])
-local given = tonumber(ARGV[3])
--- Then core/scripts/release_by_count.lua (put after this file) sets
--- `early`, `early_replay`, `read_record` and `write_record`.
+-- Hands core/scripts/release_by_count.lua (put after this file) and the
+-- body `found.count` (the field's value, or false), `found.expected` and
+-- `found.given`; that file sets `early`, `early_replay`, `read_record` and
+-- `write_record`.
+found.count = redis.call('hget', KEYS[1], ARGV[2])
+found.expected = tonumber(ARGV[8])
+found.given = tonumber(ARGV[3])

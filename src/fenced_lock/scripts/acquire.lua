@@ -31,6 +31,7 @@
 -- a reply arrives (core/call.rs). A replay returns the token first taken.
 -- Sent after acquire_check.lua (a refused try touches no record).
 local function body()
+    local pttl = found.pttl
     -- acquire_check.lua read `pttl` and answered a lock someone else
     -- holds: here the key is free (pttl -2) or holds the owner's field.
     local token = redis.call('incr', KEYS[2])

@@ -11,9 +11,8 @@
 -- as always: a copy of an acquire that ran must be answered with the
 -- token its first run took, which only the record keeps (the plain
 -- lock's check answers such a copy from the state; this one cannot).
-local early, early_replay = nil, false
-local read_record, write_record = true, true
 local pttl = redis.call('pttl', KEYS[1])
+found.pttl = pttl
 if pttl ~= -2 and redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
     early = {0, pttl}
 end

@@ -28,6 +28,7 @@
 -- a reply arrives (core/call.rs). Sent after acquire_check.lua (a refused
 -- try touches no record).
 local function body()
+    local pttl = found.pttl
     -- `pttl` was read by acquire_check.lua, which answered a lock held by
     -- someone else and a copy that already ran: a new key costs PTTL,
     -- HINCRBY, PEXPIRE; a re-entry PTTL, HGET, HINCRBY (and PEXPIRE if the

@@ -25,11 +25,10 @@
 -- * Any other count (the client's count is out of date): the record is
 --   read and written as always.
 --
--- Sets `pttl` (the lock's PTTL, -2: no key) for the body.
+-- Hands the body `found.pttl` (the lock's PTTL, -2: no key).
 local pttl = redis.call('pttl', KEYS[1])
+found.pttl = pttl
 local expected = tonumber(ARGV[3])
-local early, early_replay = nil, false
-local read_record, write_record = true, true
 if pttl == -2 then
     if expected == 0 then
         read_record, write_record = false, false

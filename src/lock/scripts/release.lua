@@ -22,6 +22,7 @@
 -- the count its first run left, release_check.lua), and by request id
 -- when that count is unknown (a re-send never gives back a hold twice).
 local function body()
+    local count = found.count
     -- `count` was read by release_check.lua: the last hold costs HGET,
     -- DEL, PUBLISH; an inner one HGET, HSET, PEXPIRE.
     if not count then

@@ -29,9 +29,9 @@
 -- * Any other count (the client's count is out of date): the record is
 --   read and written as always.
 --
--- Sets `count` (the field's value, or false) for the body.
-local count = redis.call('hget', KEYS[1], ARGV[2])
-local expected = tonumber(ARGV[5])
-local given = tonumber(ARGV[3])
--- Then core/scripts/release_by_count.lua (put after this file) sets
--- `early`, `early_replay`, `read_record` and `write_record`.
+-- Hands core/scripts/release_by_count.lua (put after this file) and the
+-- body `found.count` (the field's value, or false), `found.expected` and
+-- `found.given`.
+found.count = redis.call('hget', KEYS[1], ARGV[2])
+found.expected = tonumber(ARGV[5])
+found.given = tonumber(ARGV[3])

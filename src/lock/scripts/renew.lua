@@ -16,4 +16,4 @@ local ttl = tonumber(ARGV[2])
 for i = 1, #KEYS do
     if redis.call('hexists', KEYS[i], ARGV[i + 2]) == 1 then raise(KEYS[i], ttl) else lost(i) end
 end
-return gone
+return verdict()

@@ -18,4 +18,4 @@ for i = 1, #entries / 2 do
     local key = entries[2 * i - 1]
     if redis.call('hexists', key, entries[2 * i]) == 1 then raise(key, ttl) else lost(i) end
 end
-return gone
+return verdict()

@@ -26,4 +26,4 @@ for i = 1, (#ARGV - 2) / 2 do
     local ttl = renew and tonumber(ARGV[2 * i + 2]) or 0
     if count and count > 0 then raise_reads(key, prefix, count, ttl) else lost(i) end
 end
-return gone
+return verdict()

@@ -28,4 +28,4 @@ for i = 1, (#ARGV - 2) / 4 do
         lost(i)
     end
 end
-return gone
+return verdict()

@@ -26,4 +26,4 @@ for i = 1, #KEYS do
         redis.call('zadd', KEYS[i], 'xx', now + ttl + 1, id)
     end
 end
-return gone
+return verdict()
