@@ -39,13 +39,13 @@ use tracing::{Instrument, Span};
 
 use super::background::BoxFuture;
 use super::boxed::boxed_in_place;
-use super::call::Call;
 use super::handoff::{self, Handoff, NoHandoff};
-use super::hold::{self, Attempt, Hold, Request};
+use super::hold::{self, AcquireCall, Attempt, Hold};
 use super::kind::Kind;
 use super::lease::{Lease, LeaseRef, Term};
 use super::names::LeaseNames;
 use super::pubsub::Policy;
+use super::request::Request;
 use super::stats::{AcquireEnd, Counters, KeyName};
 use super::takes::taken_channel;
 use super::wait::{self, Step};
@@ -139,11 +139,17 @@ fn owner_given() -> u64 {
 /// back. Kept by value in the acquire's future with its [`Spec`]: a few
 /// references.
 pub(crate) trait Tries: Send + Sync {
-    /// One try's call, from the lease record, the lease in milliseconds
-    /// and the request id. With `announce`, a try that takes the free
-    /// lock announces it on that channel (`takes.rs`); only given to a
-    /// spec whose profile [announces takes](Profile::announces_takes).
-    fn call(&self, lease: &Lease, lease_ms: i64, rid: u64, announce: Option<&str>) -> Call;
+    /// What one try sends, from the lease record and the lease in
+    /// milliseconds (the engine makes it a recorded call: `request.rs`).
+    /// With `announce`, a try that takes the free lock announces it on
+    /// that channel (`takes.rs`); only given to a spec whose profile
+    /// [announces takes](Profile::announces_takes).
+    fn request(&self, lease: &Lease, lease_ms: i64, announce: Option<&str>) -> Request;
+
+    /// The request id the engine gives the try about to be built (under
+    /// the lease's turn): a handoff that names tries by it (the fair
+    /// lock's grants) keeps it. The default: nothing.
+    fn numbered(&self, _rid: u64) {}
 
     /// `Some(bound)` while another waiter re-checks for this one (a fair
     /// lock's waiter behind its client's first one): after a busy try it
@@ -406,8 +412,13 @@ async fn attempt<T: Tries>(
     announce: Option<&str>,
 ) -> Result<Step<Hold>> {
     let ttl = Duration::from_millis(lease_ms as u64);
-    let attempt = hold::acquire(engine, lease, |rid| Request {
-        call: tries.call(lease, lease_ms, rid, announce),
+    let attempt = hold::acquire(engine, lease, |rid| AcquireCall {
+        call: {
+            tries.numbered(rid);
+            tries
+                .request(lease, lease_ms, announce)
+                .for_lease(lease, rid)
+        },
         term: if fixed {
             Term::Fixed(Instant::now() + ttl)
         } else {

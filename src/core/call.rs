@@ -207,15 +207,28 @@ impl Call {
         let (keys, args) = (keys.into_iter(), args.into_iter());
         let mut all_keys = Vec::with_capacity(keys.size_hint().0 + 1);
         all_keys.extend(keys);
-        all_keys.push(record.clone());
         let mut all_args = Vec::with_capacity(args.size_hint().0 + 2);
         all_args.extend(args);
-        all_args.push(conn.record_ttl_ms().into());
-        all_args.push(Value::Integer(rid as i64));
+        Call::from_vecs(conn, script, all_keys, all_args, record, rid)
+    }
+
+    /// [`new`](Self::new) from vectors that take the record and its
+    /// arguments in place (`request.rs` sizes them for it).
+    pub(crate) fn from_vecs(
+        conn: &Conn,
+        script: &'static Script,
+        mut keys: Vec<Key>,
+        mut args: Vec<Value>,
+        record: &Key,
+        rid: u64,
+    ) -> Call {
+        keys.push(record.clone());
+        args.push(conn.record_ttl_ms().into());
+        args.push(Value::Integer(rid as i64));
         Call {
             script,
-            keys: all_keys,
-            args: all_args,
+            keys,
+            args,
             rid,
             sent: AtomicBool::new(false),
             // The primitive tells its check the count it expects only while
@@ -249,6 +262,12 @@ impl Call {
             }
             Settled::Stale => Err(crate::Error::protocol("a one-off call was reported stale")),
         }
+    }
+
+    /// Its keys and arguments as sent, for tests.
+    #[cfg(test)]
+    pub(crate) fn parts(&self) -> (&[Key], &[Value]) {
+        (&self.keys, &self.args)
     }
 
     /// The request id.

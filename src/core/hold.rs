@@ -70,10 +70,10 @@ pub(crate) enum Attempt {
     Busy(Option<Duration>),
 }
 
-/// An acquire's request: the call, the lease's term and the TTL the script
-/// raises the key to.
+/// An acquire's call, the lease's term and the TTL the script raises the
+/// key to.
 #[derive(Debug)]
-pub(crate) struct Request {
+pub(crate) struct AcquireCall {
     pub(crate) call: Call,
     pub(crate) term: Term,
     pub(crate) ttl: Duration,
@@ -164,10 +164,10 @@ impl Drop for HoldParts {
 pub(crate) async fn acquire(
     engine: &Arc<Engine>,
     lease: &LeaseRef,
-    request: impl FnOnce(u64) -> Request,
+    request: impl FnOnce(u64) -> AcquireCall,
 ) -> Result<Attempt> {
     let turn = lease.turn().await;
-    let Request { call, term, ttl } = request(lease.conn.rid());
+    let AcquireCall { call, term, ttl } = request(lease.conn.rid());
     let sent = Instant::now();
     let began = lease.begin_call();
     let mut flight = InFlight::new(
@@ -482,7 +482,8 @@ impl Hold {
         let call = parts
             .lease
             .kind
-            .release_call(&parts.lease, count, ttl_ms, rid);
+            .release(&parts.lease, count, ttl_ms)
+            .for_lease(&parts.lease, rid);
         let sent = Instant::now();
         parts.lease.begin_call();
         let ttl = Duration::from_millis(ttl_ms as u64);
@@ -580,7 +581,10 @@ async fn send_give_back(
 ) -> Result<ReleaseReply> {
     let rid = *rid.get_or_init(|| conn.rid());
     let ttl_ms = lease.requirement_ms(term);
-    let call = lease.kind.release_call(lease, count, ttl_ms, rid);
+    let call = lease
+        .kind
+        .release(lease, count, ttl_ms)
+        .for_lease(lease, rid);
     let sent = Instant::now();
     lease.begin_call();
     match call.run(conn, sent).await {

@@ -5,8 +5,9 @@
 use std::any::TypeId;
 use std::time::Duration;
 
-use super::call::{Call, Reply};
+use super::call::Reply;
 use super::lease::Lease;
+use super::request::Request;
 use super::watchdog::Renewal;
 
 /// What a primitive tells the engine about its leases: how to give a hold
@@ -19,9 +20,10 @@ pub(crate) trait Kind: std::fmt::Debug + Send + Sync + 'static {
         TypeId::of::<Self>()
     }
 
-    /// The call giving back `count` holds of `lease`; `ttl_ms` is the TTL
-    /// the key keeps if holds remain.
-    fn release_call(&self, lease: &Lease, count: u32, ttl_ms: i64, rid: u64) -> Call;
+    /// What gives back `count` holds of `lease` (the engine makes it a
+    /// recorded call: `request.rs`); `ttl_ms` is the TTL the key keeps if
+    /// holds remain.
+    fn release(&self, lease: &Lease, count: u32, ttl_ms: i64) -> Request;
     /// Reads an acquire script's reply (without the request id). The
     /// default reads the lock family's shape: `{1, count, …}` held (the
     /// field's new hold count), `{0, pttl}` busy (retry after the key's

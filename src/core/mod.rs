@@ -80,6 +80,7 @@ pub(crate) mod open;
 pub(crate) mod pack;
 pub(crate) mod pubsub;
 pub(crate) mod registry;
+pub(crate) mod request;
 pub(crate) mod reset;
 pub(crate) mod script;
 pub(crate) mod signal;

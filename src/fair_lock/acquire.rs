@@ -15,11 +15,11 @@ use super::kind::{waiter_channel, FairKind, ACQUIRE, LINGER};
 use super::queue::{self, now_ms, Leave, Queued, THREAD_WAIT};
 use super::Fair;
 use crate::core::acquire::{acquire, acquire_or_adopt, Profile, Spec, Tries};
-use crate::core::call::Call;
 use crate::core::handoff::{Granted, Handoff};
 use crate::core::hold::Hold;
 use crate::core::lease::Lease;
 use crate::core::pubsub::Wake;
+use crate::core::request::{Before, Request};
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::owner::Owner;
@@ -183,16 +183,19 @@ impl Tries for FairTries<'_> {
         self.member.filter(|m| !m.is_first()).map(|_| BEHIND)
     }
 
-    fn call(&self, lease: &Lease, lease_ms: i64, rid: u64, _announce: Option<&str>) -> Call {
-        // Never asked to announce (no takes). Under the lease's turn: built before it is sent.
+    /// The try's request id is its grant nonce (see `Calls`' handoff).
+    /// Under the lease's turn: numbered before it is sent.
+    fn numbered(&self, rid: u64) {
         let calls = self.calls;
         *calls.last_try.lock() = Some((rid, Instant::now()));
         let mut tries = calls.tries.lock();
         *tries = Some((tries.map_or(rid, |(first, _)| first), rid));
-        drop(tries);
+    }
+
+    fn request(&self, lease: &Lease, lease_ms: i64, _announce: Option<&str>) -> Request {
+        // Never asked to announce (no takes).
         let names = &self.lock.names;
-        Call::new(
-            &lease.conn,
+        Request::new(
             &ACQUIRE,
             [
                 names.key.clone(),
@@ -200,25 +203,15 @@ impl Tries for FairTries<'_> {
                 names.timeouts.clone(),
                 names.grants.clone(),
             ],
-            [
-                lease_ms.into(),
-                Value::String(lease.field()),
-                now_ms().into(),
-                (THREAD_WAIT.as_millis() as i64).into(),
-                i64::from(self.waits).into(),
-                i64::from(lease.holds() > 0).into(),
-                // acquire_check.lua: the holds the client counts, if
-                // nothing of the client is unknown (-1: use the record).
-                if lease.conn.records_optional() {
-                    i64::from(lease.holds()).into()
-                } else {
-                    (-1).into()
-                },
-                self.member.map_or(0, Member::mark).into(),
-            ],
-            &lease.request_record(),
-            rid,
         )
+        .arg(lease_ms)
+        .arg(Value::String(lease.field()))
+        .arg(now_ms())
+        .arg(THREAD_WAIT.as_millis() as i64)
+        .arg(i64::from(self.waits))
+        .arg(i64::from(lease.holds() > 0))
+        .expected_holds(Before::Acquire)
+        .arg(self.member.map_or(0, Member::mark))
     }
 }
 

@@ -6,10 +6,11 @@ use std::time::Duration;
 use fred::types::{Key, Value};
 
 use super::queue::{kick_if_unheard, now_ms, GRANT, THREAD_WAIT};
-use crate::core::call::{int_arg, Call, Reply};
+use crate::core::call::Reply;
 use crate::core::handoff;
 use crate::core::kind::Kind;
 use crate::core::lease::Lease;
+use crate::core::request::{Before, Request};
 use crate::core::script::Script;
 use crate::core::watchdog::Renewal;
 use crate::core::{concat, prefix_name};
@@ -176,32 +177,17 @@ pub(super) fn waiter_channel(stem: &str, field: &str) -> String {
 // === impl FairKind ===
 
 impl Kind for FairKind {
-    fn release_call(&self, lease: &Lease, count: u32, ttl_ms: i64, rid: u64) -> Call {
+    fn release(&self, lease: &Lease, count: u32, ttl_ms: i64) -> Request {
         let names = Names::of_key(&lease.key());
-        let mut args = vec![
-            ttl_ms.into(),
-            Value::String(lease.field()),
-            int_arg(i64::from(count)),
-            lease.conn.publish_arg(),
-            now_ms().into(),
-        ];
-        args.extend(Names::hand_over_args());
-        // release_check.lua: the count this owner's field holds now, if
-        // nothing of the client is unknown (0: read and write the record
-        // as always).
-        args.push(int_arg(if lease.conn.records_optional() {
-            i64::from(lease.holds())
-        } else {
-            0
-        }));
-        Call::new(
-            &lease.conn,
-            &RELEASE,
-            names.script_keys(),
-            args,
-            &lease.request_record(),
-            rid,
-        )
+        Request::new(&RELEASE, names.script_keys())
+            .arg(ttl_ms)
+            .arg(Value::String(lease.field()))
+            .int(i64::from(count))
+            .publish()
+            .arg(now_ms())
+            .args(Names::hand_over_args())
+            // release_check.lua: the count this owner's field holds now.
+            .expected_holds(Before::Release)
     }
 
     fn after_release(&self, lease: &Lease, reply: &Reply) {

@@ -54,11 +54,12 @@ use futures_util::FutureExt;
 
 use crate::client::Client;
 use crate::core::acquire::{acquire, Profile, Spec, Tries};
-use crate::core::call::{int_arg, static_arg, Call};
+use crate::core::call::static_arg;
 use crate::core::key_then_channel;
 use crate::core::kind::{AcquireReply, Kind};
 use crate::core::lease::Lease;
 use crate::core::pubsub::wake_one;
+use crate::core::request::{Before, Request};
 use crate::core::script::Script;
 use crate::core::watchdog::{Packed, Renewal};
 use crate::error::{Error, Result};
@@ -457,61 +458,33 @@ struct LockTries<'a> {
 }
 
 impl Tries for LockTries<'_> {
-    fn call(&self, lease: &Lease, lease_ms: i64, rid: u64, announce: Option<&str>) -> Call {
-        let publish = match announce {
-            Some(_) => lease.conn.publish_command(),
-            None => "",
-        };
-        Call::new(
-            &lease.conn,
+    fn request(&self, lease: &Lease, lease_ms: i64, announce: Option<&str>) -> Request {
+        Request::new(
             self.script,
             std::iter::once(lease.key())
                 .chain(self.extra_keys.iter().cloned())
                 .chain(announce.map(Key::from)),
-            [
-                lease_ms.into(),
-                Value::String(lease.field()),
-                // acquire_check.lua: the holds the client counts, if
-                // nothing of the client is unknown (-1: use the record).
-                int_arg(if lease.conn.records_optional() {
-                    i64::from(lease.holds())
-                } else {
-                    -1
-                }),
-                // acquire.lua: how to announce a take (core/takes.rs).
-                static_arg(publish),
-            ],
-            &lease.request_record(),
-            rid,
         )
+        .arg(lease_ms)
+        .arg(Value::String(lease.field()))
+        // acquire_check.lua: the holds the client counts.
+        .expected_holds(Before::Acquire)
+        // acquire.lua: how to announce a take (core/takes.rs).
+        .publish_if(announce.is_some())
     }
 }
 
 // === impl LockKind ===
 
 impl Kind for LockKind {
-    fn release_call(&self, lease: &Lease, count: u32, ttl_ms: i64, rid: u64) -> Call {
-        Call::new(
-            &lease.conn,
-            &RELEASE,
-            [lease.key(), lease.channel()],
-            [
-                ttl_ms.into(),
-                Value::String(lease.field()),
-                int_arg(i64::from(count)),
-                lease.conn.publish_arg(),
-                // release_check.lua: the count this owner's field holds
-                // now, if nothing of the client is unknown (0: read the
-                // record as always).
-                int_arg(if lease.conn.records_optional() {
-                    i64::from(lease.holds())
-                } else {
-                    0
-                }),
-            ],
-            &lease.request_record(),
-            rid,
-        )
+    fn release(&self, lease: &Lease, count: u32, ttl_ms: i64) -> Request {
+        Request::new(&RELEASE, [lease.key(), lease.channel()])
+            .arg(ttl_ms)
+            .arg(Value::String(lease.field()))
+            .int(i64::from(count))
+            .publish()
+            // release_check.lua: the count this owner's field holds now.
+            .expected_holds(Before::Release)
     }
 
     fn acquire_reply(&self, reply: &[i64]) -> AcquireReply {

@@ -119,12 +119,12 @@ use fred::types::{Key, Value};
 
 use crate::client::Client;
 use crate::core::acquire::{acquire, Profile, Spec, Tries};
-use crate::core::call::Call;
 use crate::core::kind::Kind;
 use crate::core::lease::Lease;
 use crate::core::names::LeaseNames;
 use crate::core::prefix_name;
 use crate::core::pubsub::wake_all_on_one;
+use crate::core::request::Request;
 use crate::core::script::Script;
 use crate::core::watchdog::{ttl_ms, Renewal};
 use crate::error::{Error, Result};
@@ -608,31 +608,25 @@ impl Mode {
 /// need, the rest is the lease's.
 impl Tries for Mode {
     /// One acquire try of `lease` (this mode's lease of one owner).
-    fn call(&self, lease: &Lease, lease_ms: i64, rid: u64, _announce: Option<&str>) -> Call {
+    fn request(&self, lease: &Lease, lease_ms: i64, _announce: Option<&str>) -> Request {
         match self {
-            Mode::Read => Call::new(
-                &lease.conn,
+            Mode::Read => Request::new(
                 &READ_ACQUIRE,
                 [
                     lease.key(),
                     Key::from(timeout_prefix(&lease.key(), &lease.field())),
                 ],
-                [
-                    lease_ms.into(),
-                    Value::String(lease.field()),
-                    Value::from(format!("{}{}", &*lease.field(), Mode::Write.suffix())),
-                ],
-                &lease.request_record(),
-                rid,
-            ),
-            Mode::Write => Call::new(
-                &lease.conn,
-                &WRITE_ACQUIRE,
-                [lease.key()],
-                [lease_ms.into(), Value::String(lease.field())],
-                &lease.request_record(),
-                rid,
-            ),
+            )
+            .arg(lease_ms)
+            .arg(Value::String(lease.field()))
+            .arg(Value::from(format!(
+                "{}{}",
+                &*lease.field(),
+                Mode::Write.suffix()
+            ))),
+            Mode::Write => Request::new(&WRITE_ACQUIRE, [lease.key()])
+                .arg(lease_ms)
+                .arg(Value::String(lease.field())),
         }
     }
 }
@@ -647,38 +641,29 @@ fn holders_prefix(lease: &Lease) -> Key {
 
 /// A release of `count` holds of `lease` by `script` (`read_release.lua`
 /// or `write_release.lua`: their `keys` differ, their arguments do not).
-fn release_call(
+fn release_request(
     script: &'static Script,
     keys: impl IntoIterator<Item = Key>,
     lease: &Lease,
     count: u32,
     ttl_ms: i64,
-    rid: u64,
-) -> Call {
-    Call::new(
-        &lease.conn,
-        script,
-        keys,
-        [
-            ttl_ms.into(),
-            Value::String(lease.field()),
-            i64::from(count).into(),
-            lease.conn.publish_arg(),
-        ],
-        &lease.request_record(),
-        rid,
-    )
+) -> Request {
+    Request::new(script, keys)
+        .arg(ttl_ms)
+        .arg(Value::String(lease.field()))
+        .arg(i64::from(count))
+        .publish()
 }
 
 impl Kind for ReadKind {
-    fn release_call(&self, lease: &Lease, count: u32, ttl_ms: i64, rid: u64) -> Call {
+    fn release(&self, lease: &Lease, count: u32, ttl_ms: i64) -> Request {
         let keys = [
             lease.key(),
             lease.channel(),
             Key::from(timeout_prefix(&lease.key(), &lease.field())),
             holders_prefix(lease),
         ];
-        release_call(&READ_RELEASE, keys, lease, count, ttl_ms, rid)
+        release_request(&READ_RELEASE, keys, lease, count, ttl_ms)
     }
 
     fn renewal(&self) -> &'static Renewal {
@@ -701,9 +686,9 @@ impl Kind for ReadKind {
 }
 
 impl Kind for WriteKind {
-    fn release_call(&self, lease: &Lease, count: u32, ttl_ms: i64, rid: u64) -> Call {
+    fn release(&self, lease: &Lease, count: u32, ttl_ms: i64) -> Request {
         let keys = [lease.key(), lease.channel(), holders_prefix(lease)];
-        release_call(&WRITE_RELEASE, keys, lease, count, ttl_ms, rid)
+        release_request(&WRITE_RELEASE, keys, lease, count, ttl_ms)
     }
 
     fn renewal(&self) -> &'static Renewal {

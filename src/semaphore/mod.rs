@@ -84,10 +84,11 @@ use tokio::time::Instant;
 
 use crate::client::Client;
 use crate::core::acquire::{acquire, Profile, Spec, Tries};
-use crate::core::call::{Call, Reply};
+use crate::core::call::Reply;
 use crate::core::kind::{AcquireReply, Kind, ReleaseReply};
 use crate::core::lease::Lease;
 use crate::core::pubsub::wake_count;
+use crate::core::request::Request;
 use crate::core::script::Script;
 use crate::core::watchdog::Renewal;
 use crate::core::{prefix_name, suffix_name};
@@ -722,24 +723,19 @@ struct PermitTries<'a> {
 }
 
 impl Tries for PermitTries<'_> {
-    fn call(&self, lease: &Lease, lease_ms: i64, rid: u64, _announce: Option<&str>) -> Call {
+    fn request(&self, lease: &Lease, lease_ms: i64, _announce: Option<&str>) -> Request {
         let now = now_ms();
         // Rounded up: the permit never expires before `sent + lease`, the
         // engine's idea of its end (`now` is floored).
         let expiry = now.saturating_add(lease_ms).saturating_add(1);
-        Call::new(
-            &lease.conn,
+        Request::new(
             &ACQUIRE,
             [lease.key(), self.timeout_key.clone(), lease.channel()],
-            [
-                expiry.into(),
-                now.into(),
-                lease.conn.publish_arg(),
-                self.member.clone(),
-            ],
-            &lease.request_record(),
-            rid,
         )
+        .arg(expiry)
+        .arg(now)
+        .publish()
+        .arg(self.member.clone())
     }
 }
 
@@ -751,20 +747,15 @@ fn must_acquire(permit: Option<Permit>) -> Permit {
 // === impl PermitKind ===
 
 impl Kind for PermitKind {
-    fn release_call(&self, lease: &Lease, _count: u32, _ttl_ms: i64, rid: u64) -> Call {
+    fn release(&self, lease: &Lease, _count: u32, _ttl_ms: i64) -> Request {
         // A permit is one hold: `count` is 1, and no TTL is left to keep.
-        Call::new(
-            &lease.conn,
+        Request::new(
             &RELEASE,
             [lease.key(), timeout_key_of(lease), lease.channel()],
-            [
-                id_bytes(&lease.field()),
-                now_ms().into(),
-                lease.conn.publish_arg(),
-            ],
-            &lease.request_record(),
-            rid,
         )
+        .arg(id_bytes(&lease.field()))
+        .arg(now_ms())
+        .publish()
     }
 
     fn busy_proves_gone(&self) -> bool {

@@ -68,7 +68,7 @@ mod release;
 mod sent;
 mod table;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 pub(crate) use lease_ref::{LeaseRef, Taken, Turn};
 pub(crate) use record::{Lease, Term};

@@ -10,7 +10,7 @@ use fred::types::Key;
 use tokio::time::Instant;
 
 use super::{Lease, LeaseRef, Leases, Term};
-use crate::core::call::{Call, Reply};
+use crate::core::call::Reply;
 use crate::core::conn::Conn;
 use crate::core::kind::{AcquireReply, Kind, ReleaseReply};
 use crate::core::names::LeaseNames;
@@ -22,7 +22,7 @@ use crate::core::watchdog::{Renewal, Watchdog};
 pub(super) struct Offline;
 
 impl Kind for Offline {
-    fn release_call(&self, _: &Lease, _: u32, _: i64, _: u64) -> Call {
+    fn release(&self, _: &Lease, _: u32, _: i64) -> crate::core::request::Request {
         unreachable!("nothing is sent in these tests")
     }
     fn acquire_reply(&self, _: &[i64]) -> AcquireReply {
@@ -58,7 +58,7 @@ pub(super) fn offline_ref(
 }
 
 /// A lease record on a connection that never connects, and its table.
-pub(super) fn offline_lease() -> (Arc<Leases>, LeaseRef) {
+pub(crate) fn offline_lease() -> (Arc<Leases>, LeaseRef) {
     let table = Arc::new(Leases::default());
     let conn = Arc::new(Conn::offline());
     let watchdog = Watchdog::new(Duration::from_secs(30)).unwrap();

@@ -1,0 +1,178 @@
+//! The door a primitive sends a lease's mutation through: what to send,
+//! never how it is made exactly-once.
+//!
+//! A primitive says which script, with *its own* keys and arguments, and
+//! marks where the script wants two of the engine's values:
+//!
+//! * [`Request::publish`]: the command the scripts publish with
+//!   (`publish` or `spublish`, the connection's choice);
+//! * [`Request::expected_holds`]: the hold count the client counts for
+//!   the lease before this request, which a script's check before the
+//!   record compares with Redis (`script.rs`, "A check before the
+//!   record"), or its sentinel when the client must read its record
+//!   anyway (a call of the client had an unknown outcome:
+//!   `Conn::records_optional`): `-1` before an acquire, `0` before a
+//!   release.
+//!
+//! The engine alone turns it into a [`Call`] ([`Request::for_lease`]):
+//! fills those places, adds the lease's request record (the last key), the
+//! record's TTL and the request id (the last two arguments), and from then
+//! on sends, re-sends, fences, reads the reply and settles it (`call.rs`,
+//! `hold.rs`).
+
+use fred::types::{Key, Value};
+use smallvec::SmallVec;
+
+use super::call::{int_arg, static_arg, Call};
+use super::lease::Lease;
+use super::script::Script;
+
+/// What a primitive sends for a lease (see the module docs).
+#[derive(Debug)]
+pub(crate) struct Request {
+    script: &'static Script,
+    keys: Vec<Key>,
+    args: Vec<Value>,
+    /// The arguments the engine fills, by index.
+    places: SmallVec<[(usize, Place); 2]>,
+}
+
+/// An argument the engine fills.
+#[derive(Clone, Copy, Debug)]
+enum Place {
+    Publish,
+    Expected(Before),
+}
+
+/// What a request's expected hold count comes before (it picks the
+/// sentinel that tells the script's check to read the record anyway).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Before {
+    /// An acquire: sentinel `-1`.
+    Acquire,
+    /// A release: sentinel `0`.
+    Release,
+}
+
+impl Request {
+    /// A request for `script` with the primitive's own `keys`.
+    pub(crate) fn new(script: &'static Script, keys: impl IntoIterator<Item = Key>) -> Request {
+        let keys = keys.into_iter();
+        let mut all = Vec::with_capacity(keys.size_hint().0 + 1);
+        all.extend(keys);
+        Request {
+            script,
+            keys: all,
+            // The largest request's arguments (the fair lock's acquire:
+            // 10) and the record's two.
+            args: Vec::with_capacity(12),
+            places: SmallVec::new(),
+        }
+    }
+
+    /// The next argument.
+    pub(crate) fn arg(mut self, arg: impl Into<Value>) -> Request {
+        self.args.push(arg.into());
+        self
+    }
+
+    /// The next arguments.
+    pub(crate) fn args(mut self, args: impl IntoIterator<Item = Value>) -> Request {
+        self.args.extend(args);
+        self
+    }
+
+    /// The next argument, a whole number (small ones go as static
+    /// strings: `call::int_arg`).
+    pub(crate) fn int(self, n: i64) -> Request {
+        self.arg(int_arg(n))
+    }
+
+    /// The next argument: the command the scripts publish with.
+    pub(crate) fn publish(mut self) -> Request {
+        self.places.push((self.args.len(), Place::Publish));
+        self.args.push(Value::Null);
+        self
+    }
+
+    /// The next argument: the publish command if `announce`, else empty
+    /// (a script that publishes only when told).
+    pub(crate) fn publish_if(self, announce: bool) -> Request {
+        if announce {
+            self.publish()
+        } else {
+            self.arg(static_arg(""))
+        }
+    }
+
+    /// The next argument: the holds the client counts for the lease
+    /// before this request (see the module docs).
+    pub(crate) fn expected_holds(mut self, before: Before) -> Request {
+        self.places.push((self.args.len(), Place::Expected(before)));
+        self.args.push(Value::Null);
+        self
+    }
+
+    /// The call the engine sends for `lease` under request id `rid`.
+    pub(crate) fn for_lease(self, lease: &Lease, rid: u64) -> Call {
+        let Request {
+            script,
+            keys,
+            mut args,
+            places,
+        } = self;
+        let conn = &lease.conn;
+        for (at, place) in places {
+            args[at] = match place {
+                Place::Publish => conn.publish_arg(),
+                Place::Expected(before) => int_arg(match (conn.records_optional(), before) {
+                    (true, _) => i64::from(lease.holds()),
+                    (false, Before::Acquire) => -1,
+                    (false, Before::Release) => 0,
+                }),
+            };
+        }
+        Call::from_vecs(conn, script, keys, args, &lease.request_record(), rid)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The engine fills the places a primitive marked, and adds the
+    /// lease's request record, its TTL and the request id last.
+    #[test]
+    fn the_engine_fills_the_places_and_adds_the_record() {
+        static SCRIPT: Script = Script::plain("t.request", "return 1");
+        let (_table, lease) = crate::core::lease::tests::offline_lease();
+        let call = Request::new(&SCRIPT, [Key::from("k")])
+            .arg(7)
+            .publish()
+            .expected_holds(Before::Acquire)
+            .publish_if(false)
+            .expected_holds(Before::Release)
+            .for_lease(&lease, 42);
+        let (keys, args) = call.parts();
+        assert_eq!(keys, [Key::from("k"), lease.request_record()]);
+        let expected = |sentinel| {
+            if lease.conn.records_optional() {
+                int_arg(i64::from(lease.holds()))
+            } else {
+                int_arg(sentinel)
+            }
+        };
+        assert_eq!(
+            args,
+            [
+                Value::Integer(7),
+                lease.conn.publish_arg(),
+                expected(-1),
+                static_arg(""),
+                expected(0),
+                Value::Integer(lease.conn.record_ttl_ms()),
+                Value::Integer(42),
+            ]
+        );
+    }
+}
