@@ -192,28 +192,9 @@ const RESEND_MAX: Duration = Duration::from_millis(500);
 const UNPROVED: i64 = -2;
 
 impl Call {
-    /// A call of `script` with its own `keys` and `args`; the request record,
-    /// record TTL and `rid` are appended as the script expects. Each list is
-    /// one allocation of the size it needs (an array or an iterator with an
-    /// exact size hint is best).
-    pub(crate) fn new(
-        conn: &Conn,
-        script: &'static Script,
-        keys: impl IntoIterator<Item = Key>,
-        args: impl IntoIterator<Item = Value>,
-        record: &Key,
-        rid: u64,
-    ) -> Call {
-        let (keys, args) = (keys.into_iter(), args.into_iter());
-        let mut all_keys = Vec::with_capacity(keys.size_hint().0 + 1);
-        all_keys.extend(keys);
-        let mut all_args = Vec::with_capacity(args.size_hint().0 + 2);
-        all_args.extend(args);
-        Call::from_vecs(conn, script, all_keys, all_args, record, rid)
-    }
-
-    /// [`new`](Self::new) from vectors that take the record and its
-    /// arguments in place (`request.rs` sizes them for it).
+    /// A call of `script` with its own `keys` and `args` (built by
+    /// `request.rs`, which sizes them for what is appended here): the
+    /// request record, its TTL and `rid`, as the script expects.
     pub(crate) fn from_vecs(
         conn: &Conn,
         script: &'static Script,
@@ -246,15 +227,13 @@ impl Call {
     /// Cancel safety: dropped once sent, the script ran at most once.
     pub(crate) async fn run_once(
         conn: &Conn,
-        script: &'static Script,
+        request: super::request::Request,
         key: &str,
         client: &str,
-        keys: Vec<Key>,
-        args: Vec<Value>,
     ) -> crate::Result<Reply> {
         let rid = conn.rid();
         let record = super::record_key(key, &format!("{client}:call:{rid}"));
-        let call = Call::new(conn, script, keys, args, &record, rid);
+        let call = request.for_record(conn, &record, rid);
         match call.run(conn, Instant::now()).await? {
             Settled::Ran(reply) => {
                 call.forget_record(conn);

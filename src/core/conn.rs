@@ -525,6 +525,22 @@ impl Conn {
         self.settings.rids.fetch_add(1, Ordering::Relaxed)
     }
 
+    /// Publishes `message` on `channel` from the client, with the command
+    /// [`publish_command`](Self::publish_command) names.
+    pub(crate) async fn publish(
+        &self,
+        channel: String,
+        message: &'static str,
+    ) -> crate::Result<()> {
+        use fred::interfaces::PubsubInterface;
+        if self.sharded {
+            self.redis.spublish::<i64, _, _>(channel, message).await?;
+        } else {
+            self.redis.publish::<i64, _, _>(channel, message).await?;
+        }
+        Ok(())
+    }
+
     /// The command the scripts publish with.
     pub(crate) fn publish_command(&self) -> &'static str {
         if self.sharded {

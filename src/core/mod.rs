@@ -357,30 +357,11 @@ impl Engine {
         &self.conn
     }
 
-    /// What a script publishes with (`SPUBLISH` on a cluster with sharded
-    /// pub/sub, `PUBLISH` otherwise), as its argument: `Conn::publish_command`
-    /// chooses.
-    pub(crate) fn publish_arg(&self) -> fred::types::Value {
-        self.conn.publish_arg()
-    }
-
     /// Publishes `message` on `channel` from the client (for a channel a
     /// script may not touch: another slot on a cluster), with the command
     /// `Conn::publish_command` names.
     pub(crate) async fn publish(&self, channel: String, message: &'static str) -> Result<()> {
-        use fred::interfaces::PubsubInterface;
-        if self.conn.sharded {
-            self.conn
-                .redis
-                .spublish::<i64, _, _>(channel, message)
-                .await?;
-        } else {
-            self.conn
-                .redis
-                .publish::<i64, _, _>(channel, message)
-                .await?;
-        }
-        Ok(())
+        self.conn.publish(channel, message).await
     }
 
     /// Whether the server is a cluster.
@@ -454,13 +435,11 @@ impl Engine {
     /// `call::Call::run_once`).
     pub(crate) async fn run_once(
         &self,
-        script: &'static script::Script,
+        request: request::Request,
         key: &str,
         client: &str,
-        keys: Vec<fred::types::Key>,
-        args: Vec<fred::types::Value>,
     ) -> Result<call::Reply> {
-        call::Call::run_once(&self.conn, script, key, client, keys, args).await
+        call::Call::run_once(&self.conn, request, key, client).await
     }
 
     /// Keeps `channel` subscribed while the returned pin lives (see
@@ -545,14 +524,12 @@ impl Engine {
     /// holds then end at their next renewal).
     pub(crate) async fn force_unlock(
         &self,
-        script: &'static script::Script,
+        request: request::Request,
         (key, key_str): (&fred::types::Key, &str),
         client: &str,
-        keys: Vec<fred::types::Key>,
-        args: Vec<fred::types::Value>,
     ) -> Result<call::Reply> {
         let holding = self.leases.holding(key);
-        let reply = call::Call::run_once(&self.conn, script, key_str, client, keys, args).await?;
+        let reply = call::Call::run_once(&self.conn, request, key_str, client).await?;
         if reply.first() == Some(&1) {
             holding.gone("force-unlocked");
         }

@@ -14,16 +14,28 @@
 //!   `Conn::records_optional`): `-1` before an acquire, `0` before a
 //!   release.
 //!
-//! The engine alone turns it into a [`Call`] ([`Request::for_lease`]):
-//! fills those places, adds the lease's request record (the last key), the
-//! record's TTL and the request id (the last two arguments), and from then
-//! on sends, re-sends, fences, reads the reply and settles it (`call.rs`,
-//! `hold.rs`).
+//! The engine alone turns it into a [`Call`]: fills those places, adds
+//! the request record (the last key), the record's TTL and the request id
+//! (the last two arguments), and from then on sends, re-sends, fences,
+//! reads the reply and settles it (`call.rs`, `hold.rs`). Three doors, by
+//! what the request is for:
+//!
+//! * a lease's acquire or release: [`Request::for_lease`] (the engine
+//!   numbers it), or [`Request::for_lease_once`] for a request a job may
+//!   send again as the same request ([`RequestId`]: a fair waiter's leave);
+//! * a call that changes no lease (a count, a force unlock):
+//!   `Engine::run_once` / `Engine::force_unlock`, with a request record of
+//!   its own;
+//! * a script that needs no record (a copy is harmless: `call.rs` lists
+//!   which): [`Request::run_plain`].
 
-use fred::types::{Key, Value};
+use std::sync::OnceLock;
+
+use fred::types::{FromValue, Key, Value};
 use smallvec::SmallVec;
 
 use super::call::{int_arg, static_arg, Call};
+use super::conn::Conn;
 use super::lease::Lease;
 use super::script::Script;
 
@@ -43,6 +55,12 @@ enum Place {
     Publish,
     Expected(Before),
 }
+
+/// The id of a request sent more than once as one request (a job that
+/// runs again): the engine picks it when the request is first sent
+/// ([`Request::for_lease_once`]).
+#[derive(Debug, Default)]
+pub(crate) struct RequestId(OnceLock<u64>);
 
 /// What a request's expected hold count comes before (it picks the
 /// sentinel that tells the script's check to read the record anyway).
@@ -113,6 +131,50 @@ impl Request {
         self
     }
 
+    /// The call the engine sends for `lease` as the request `id` (chosen
+    /// when first sent, then kept: a job run again sends the same request).
+    pub(crate) fn for_lease_once(self, lease: &Lease, id: &RequestId) -> Call {
+        let rid = *id.0.get_or_init(|| lease.conn.rid());
+        self.for_lease(lease, rid)
+    }
+
+    /// The call for a request that changes no lease: `record` its own
+    /// request record, `rid` its id (`Call::run_once`).
+    pub(crate) fn for_record(self, conn: &Conn, record: &Key, rid: u64) -> Call {
+        debug_assert!(
+            self.places.iter().all(|(_, p)| matches!(p, Place::Publish)),
+            "no lease, no expected holds"
+        );
+        let Request {
+            script,
+            keys,
+            mut args,
+            places,
+        } = self;
+        for (at, _) in places {
+            args[at] = conn.publish_arg();
+        }
+        Call::from_vecs(conn, script, keys, args, record, rid)
+    }
+
+    /// Runs a script that needs no request record (a copy of it is
+    /// harmless), its places filled.
+    pub(crate) async fn run_plain<R: FromValue>(
+        self,
+        conn: &Conn,
+    ) -> Result<R, fred::error::Error> {
+        let Request {
+            script,
+            keys,
+            mut args,
+            places,
+        } = self;
+        for (at, _) in places {
+            args[at] = conn.publish_arg();
+        }
+        script.run(&conn.redis, &keys, &args).await
+    }
+
     /// The call the engine sends for `lease` under request id `rid`.
     pub(crate) fn for_lease(self, lease: &Lease, rid: u64) -> Call {
         let Request {
@@ -173,6 +235,73 @@ mod tests {
                 Value::Integer(lease.conn.record_ttl_ms()),
                 Value::Integer(42),
             ]
+        );
+    }
+
+    /// What only the engine may build: no primitive's file (its folder:
+    /// the lock family, semaphore, latch, multi-locks) names a request
+    /// id, a request record, the expected-count rule, the publish command
+    /// or a call of its own.
+    #[test]
+    fn no_primitive_builds_the_exactly_once_protocol() {
+        const ENGINE_ONLY: &[&str] = &[
+            ".rid()",
+            "request_record(",
+            "record_key(",
+            "records_optional(",
+            "publish_arg(",
+            "publish_command(",
+            "Call::",
+            "forget_record(",
+        ];
+        // The fair waiter's leave forgets its record once it ran (one
+        // call, the engine's method).
+        const ALLOWED: &[(&str, &str)] = &[("fair_lock/queue.rs", "call.forget_record(conn)")];
+        fn walk(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+            for entry in std::fs::read_dir(dir).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    walk(&path, out);
+                } else if path.extension().is_some_and(|e| e == "rs") {
+                    out.push(path);
+                }
+            }
+        }
+        let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut files = Vec::new();
+        for primitive in [
+            "lock",
+            "fair_lock",
+            "fenced_lock",
+            "rw_lock",
+            "semaphore",
+            "latch",
+            "multi",
+        ] {
+            walk(&src.join(primitive), &mut files);
+        }
+        assert!(files.len() > 12, "read {} files", files.len());
+        let mut found = Vec::new();
+        for path in files {
+            let rel = path
+                .strip_prefix(&src)
+                .unwrap()
+                .to_string_lossy()
+                .replace('\\', "/");
+            for (n, line) in std::fs::read_to_string(&path).unwrap().lines().enumerate() {
+                let code = line.split("//").next().unwrap_or("");
+                for needle in ENGINE_ONLY {
+                    let allowed = ALLOWED.iter().any(|(f, l)| rel == *f && code.contains(l));
+                    if code.contains(needle) && !allowed {
+                        found.push(format!("src/{rel}:{}: {}", n + 1, line.trim()));
+                    }
+                }
+            }
+        }
+        assert!(
+            found.is_empty(),
+            "the protocol built outside the engine:\n{}",
+            found.join("\n")
         );
     }
 }

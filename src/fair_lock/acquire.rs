@@ -100,7 +100,7 @@ impl Fair {
                 lease: lease_ref,
                 names: self.names.clone(),
                 tries: calls.tries.clone(),
-                rid: Default::default(),
+                id: Default::default(),
             },
         );
         let outcome = {

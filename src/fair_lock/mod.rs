@@ -212,6 +212,7 @@ use fred::interfaces::KeysInterface;
 
 use crate::client::Client;
 use crate::core::prefix_name;
+use crate::core::request::Request;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::handle::raw::{sealed, RawLock, RawSingle};
@@ -434,17 +435,16 @@ impl RawSingle for Fair {
     async fn force_unlock(&self) -> Result<bool> {
         self.check()?;
         let engine = self.client.engine();
-        let mut args = vec![now_ms().into(), engine.publish_arg()];
-        args.extend(Names::hand_over_args());
         // The waiter the script hands the lock to held nothing when it was
         // sent: it keeps the grant (see `Engine::force_unlock`).
         let reply = engine
             .force_unlock(
-                &FORCE_UNLOCK,
+                Request::new(&FORCE_UNLOCK, self.names.script_keys())
+                    .arg(now_ms())
+                    .publish()
+                    .args(Names::hand_over_args()),
                 (&self.names.key, &self.key_str),
                 &self.client.id().to_string(),
-                self.names.script_keys(),
-                args,
             )
             .await?;
         if !reply.is_replay() {

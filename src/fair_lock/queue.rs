@@ -37,19 +37,19 @@
 //!   runtime); waiters still re-check on their own bound.
 
 use std::convert::Infallible;
-use std::sync::{Arc, OnceLock, Weak};
+use std::sync::{Arc, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fred::bytes_utils::Str;
-use fred::interfaces::ClientLike;
-use fred::types::{ClusterHash, CustomCommand, Value};
+use fred::types::Value;
 use tokio::time::Instant;
 
 use super::kind::{Names, KICK, LEAVE, REFRESH};
 use crate::core::background::{spawn_here, BoxFuture, Job};
-use crate::core::call::{Call, Settled};
+use crate::core::call::Settled;
 use crate::core::conn::Conn;
 use crate::core::lease::LeaseRef;
+use crate::core::request::{Request, RequestId};
 use crate::core::Engine;
 
 /// How long a waiter counts as alive after it last showed up (Redisson's
@@ -117,13 +117,7 @@ pub(crate) async fn refresh(
             // Not queued while waiting (purged): nobody will tell this
             // waiter its turn, so it re-checks now (and queues again).
             tracing::debug!(field = %field, "fair lock: waiter purged from the queue; re-checking");
-            let publish =
-                CustomCommand::new_static(conn.publish_command(), ClusterHash::FirstKey, false);
-            let _ = Box::pin(
-                conn.redis
-                    .custom::<Value, Value>(publish, vec![own_channel.into(), "0".into()]),
-            )
-            .await;
+            let _ = Box::pin(conn.publish(own_channel.to_owned(), "0")).await;
         }
     }
 }
@@ -142,7 +136,7 @@ pub(crate) struct Leave {
     /// The leave's request id, chosen when it is first sent (under the
     /// turn: newer than every try of this wait) and kept, so running the
     /// job again sends the same request.
-    pub(crate) rid: OnceLock<u64>,
+    pub(crate) id: RequestId,
 }
 
 impl Leave {
@@ -156,17 +150,15 @@ impl Leave {
             // turn, so no try of that wait is in flight.
             return;
         }
-        let keys = self.names.script_keys();
         // Under the lease's turn: whether this client counts holds of the
         // field (an adopted grant must never be given back here).
         let counted = i64::from(self.lease.holds() > 0);
-        let mut args = vec![
-            Value::String(self.lease.field()),
-            now_ms().into(),
-            conn.publish_arg(),
-            counted.into(),
-        ];
-        args.extend(Names::hand_over_args());
+        let request = Request::new(&LEAVE, self.names.script_keys())
+            .arg(Value::String(self.lease.field()))
+            .arg(now_ms())
+            .publish()
+            .arg(counted)
+            .args(Names::hand_over_args());
         // The request ids that count as this wait's: its own tries, or,
         // under the turn, any. Then no try of the owner is in flight, no
         // other wait of it is in progress (above) and no hold is counted
@@ -182,16 +174,17 @@ impl Leave {
                 .lock()
                 .map_or((1, 0), |(first, last)| (first as i64, last as i64))
         };
-        args.extend([first.into(), last.into()]);
         // Recorded on the lease's record: a copy of this leave that arrives
         // after a later wait of the owner tried finds a newer request id
         // there and never runs (it could give back a grant that wait
         // adopted: under the turn any nonce counts).
-        let rid = *self.rid.get_or_init(|| conn.rid());
-        let call = Call::new(conn, &LEAVE, keys, args, &self.lease.request_record(), rid);
+        let call = request
+            .arg(first)
+            .arg(last)
+            .for_lease_once(&self.lease, &self.id);
         match call.run(conn, Instant::now()).await {
             Ok(Settled::Ran(reply)) => {
-                conn.forget_record(self.lease.request_record(), rid);
+                call.forget_record(conn);
                 kick_if_unheard(conn, &self.names, &reply);
             }
             Ok(Settled::Stale) => {
@@ -305,10 +298,11 @@ fn kick_later(conn: &Arc<Conn>, names: Names, timeout: i64) {
             if conn.is_closed() {
                 return;
             }
-            let mut args = vec![now_ms().into(), conn.publish_arg()];
-            args.extend(Names::hand_over_args());
-            let reply = KICK
-                .run::<Vec<i64>>(&conn.redis, &names.script_keys(), &args)
+            let reply = Request::new(&KICK, names.script_keys())
+                .arg(now_ms())
+                .publish()
+                .args(Names::hand_over_args())
+                .run_plain::<Vec<i64>>(&conn)
                 .await;
             match reply.as_deref() {
                 Ok([1, 0, next, ..]) => timeout = *next,

@@ -51,6 +51,7 @@ use fred::types::{Key, Value};
 use crate::client::Client;
 
 use crate::core::pubsub::Wake;
+use crate::core::request::Request;
 use crate::core::script::Script;
 use crate::core::wait::{wait_for, Step};
 use crate::error::{Error, Result};
@@ -380,15 +381,11 @@ impl CountDownLatch {
         if !self.channel_apart() {
             keys.push(self.channel_key.clone());
         }
-        let mut args: Vec<Value> = arg.into_iter().collect();
-        args.push(engine.publish_arg());
         engine
             .run_once(
-                script,
+                Request::new(script, keys).args(arg).publish(),
                 &self.key_str,
                 &self.client.id().to_string(),
-                keys,
-                args,
             )
             .await
     }

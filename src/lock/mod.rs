@@ -396,11 +396,14 @@ impl RawSingle for Plain {
         let engine = self.inner.client.engine();
         let reply = engine
             .force_unlock(
-                &FORCE_UNLOCK,
+                Request::new(
+                    &FORCE_UNLOCK,
+                    [self.inner.key.clone(), self.inner.channel_key.clone()],
+                )
+                .arg(static_arg("0"))
+                .publish(),
                 (&self.inner.key, self.key_str()),
                 &self.inner.client.id().to_string(),
-                vec![self.inner.key.clone(), self.inner.channel_key.clone()],
-                vec![static_arg("0"), engine.publish_arg()],
             )
             .await?;
         Ok(reply.first() == Some(&1))

@@ -547,19 +547,19 @@ impl Names {
         let engine = self.client.engine();
         let reply = engine
             .force_unlock(
-                &FORCE_UNLOCK,
+                Request::new(
+                    &FORCE_UNLOCK,
+                    [
+                        self.key.clone(),
+                        self.channel_key.clone(),
+                        self.key_prefix.clone(),
+                    ],
+                )
+                .arg(mode.as_str())
+                .arg(mode.message())
+                .publish(),
                 (&self.key, &self.key_str),
                 &self.client.id().to_string(),
-                vec![
-                    self.key.clone(),
-                    self.channel_key.clone(),
-                    self.key_prefix.clone(),
-                ],
-                vec![
-                    mode.as_str().into(),
-                    mode.message().into(),
-                    engine.publish_arg(),
-                ],
             )
             .await?;
         Ok(reply.first() == Some(&1))

@@ -412,15 +412,17 @@ impl Semaphore {
         let engine = self.client.engine();
         let reply = engine
             .force_unlock(
-                &FORCE_RELEASE_ALL,
+                Request::new(
+                    &FORCE_RELEASE_ALL,
+                    [
+                        self.key.clone(),
+                        self.timeout_key.clone(),
+                        self.channel_key.clone(),
+                    ],
+                )
+                .publish(),
                 (&self.key, &self.key_str),
                 &self.client.id().to_string(),
-                vec![
-                    self.key.clone(),
-                    self.timeout_key.clone(),
-                    self.channel_key.clone(),
-                ],
-                vec![engine.publish_arg()],
             )
             .await?;
         Ok(match *reply {
@@ -447,17 +449,18 @@ impl Semaphore {
     /// ```
     pub async fn available_permits(&self) -> Result<u64> {
         self.check()?;
-        let free: i64 = AVAILABLE
-            .run(
-                self.client.engine().redis(),
-                &[
-                    self.key.clone(),
-                    self.timeout_key.clone(),
-                    self.channel_key.clone(),
-                ],
-                &[now_ms().into(), self.client.engine().publish_arg()],
-            )
-            .await?;
+        let free: i64 = Request::new(
+            &AVAILABLE,
+            [
+                self.key.clone(),
+                self.timeout_key.clone(),
+                self.channel_key.clone(),
+            ],
+        )
+        .arg(now_ms())
+        .publish()
+        .run_plain(self.client.engine().conn())
+        .await?;
         Ok(free.max(0) as u64)
     }
 
@@ -673,11 +676,11 @@ impl Semaphore {
         let engine = self.client.engine();
         engine
             .run_once(
-                script,
+                Request::new(script, [self.key.clone(), self.channel_key.clone()])
+                    .arg(arg)
+                    .publish(),
                 &self.key_str,
                 &self.client.id().to_string(),
-                vec![self.key.clone(), self.channel_key.clone()],
-                vec![arg, engine.publish_arg()],
             )
             .await
     }
