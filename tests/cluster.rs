@@ -491,12 +491,6 @@ async fn cluster_resharding_under_a_held_lock() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_end_of_a_migration_sends_no_renewal_to_the_old_owner() {
     const LEASES: usize = 50;
-    if let Ok(filter) = std::env::var("LEASEHOLD_TEST_LOG") {
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(filter)
-            .with_test_writer()
-            .try_init();
-    }
     let cluster = RedisCluster::start(3, 0);
     let c = Client::builder()
         .url(&cluster.url())

@@ -141,19 +141,7 @@ impl Request {
     /// The call for a request that changes no lease: `record` its own
     /// request record, `rid` its id (`Call::run_once`).
     pub(crate) fn for_record(self, conn: &Conn, record: &Key, rid: u64) -> Call {
-        debug_assert!(
-            self.places.iter().all(|(_, p)| matches!(p, Place::Publish)),
-            "no lease, no expected holds"
-        );
-        let Request {
-            script,
-            keys,
-            mut args,
-            places,
-        } = self;
-        for (at, _) in places {
-            args[at] = conn.publish_arg();
-        }
+        let (script, keys, args) = self.filled(conn, None);
         Call::from_vecs(conn, script, keys, args, record, rid)
     }
 
@@ -163,38 +151,47 @@ impl Request {
         self,
         conn: &Conn,
     ) -> Result<R, fred::error::Error> {
-        let Request {
-            script,
-            keys,
-            mut args,
-            places,
-        } = self;
-        for (at, _) in places {
-            args[at] = conn.publish_arg();
-        }
+        let (script, keys, args) = self.filled(conn, None);
         script.run(&conn.redis, &keys, &args).await
     }
 
     /// The call the engine sends for `lease` under request id `rid`.
     pub(crate) fn for_lease(self, lease: &Lease, rid: u64) -> Call {
+        let (script, keys, args) = self.filled(&lease.conn, Some(lease.holds()));
+        Call::from_vecs(
+            &lease.conn,
+            script,
+            keys,
+            args,
+            &lease.request_record(),
+            rid,
+        )
+    }
+
+    /// The script, keys and arguments with every place filled: the
+    /// publish command, and the expected holds from `holds` (a request
+    /// without a lease has none to expect).
+    fn filled(self, conn: &Conn, holds: Option<u32>) -> (&'static Script, Vec<Key>, Vec<Value>) {
         let Request {
             script,
             keys,
             mut args,
             places,
         } = self;
-        let conn = &lease.conn;
         for (at, place) in places {
             args[at] = match place {
                 Place::Publish => conn.publish_arg(),
-                Place::Expected(before) => int_arg(match (conn.records_optional(), before) {
-                    (true, _) => i64::from(lease.holds()),
-                    (false, Before::Acquire) => -1,
-                    (false, Before::Release) => 0,
-                }),
+                Place::Expected(before) => {
+                    debug_assert!(holds.is_some(), "no lease, no expected holds");
+                    int_arg(match (holds, conn.records_optional(), before) {
+                        (Some(holds), true, _) => i64::from(holds),
+                        (_, _, Before::Acquire) => -1,
+                        (_, _, Before::Release) => 0,
+                    })
+                }
             };
         }
-        Call::from_vecs(conn, script, keys, args, &lease.request_record(), rid)
+        (script, keys, args)
     }
 }
 

@@ -239,18 +239,7 @@ impl Script {
     /// flagged one is refused up front (a node over `maxmemory`, a
     /// `min-replicas` shortage, `MISCONF`: `PEXPIRE` may still run there).
     pub(crate) const fn node_renewal(name: &'static str, source: &'static str) -> Script {
-        Script::new(
-            name,
-            [
-                Piece::One(RENEW_BATCH),
-                Piece::One(source),
-                NONE,
-                NONE,
-                NONE,
-                NONE,
-            ],
-            None,
-        )
+        Script::renewal(name, source)
     }
 
     /// A mutation: `body` (its files in order: helpers, then the body)
