@@ -7,7 +7,7 @@
 //! every acquire of the kind shares: the kind of its leases, what a
 //! message on the channel wakes, whether its tries announce takes, how
 //! long the channel lingers), having checked its own arguments first.
-//! What stays a call-back is how one try is sent ([`Tries::call`]) and,
+//! What stays a call-back is what one try sends ([`Tries::request`]) and,
 //! through the kind, how its reply is read (`Kind::acquire_reply`); the
 //! engine does the rest — lease records, turns, unknown outcomes,
 //! cancellation, waiting (see `hold.rs` and `wait.rs`). The spec and the tries are kept
@@ -100,7 +100,7 @@ pub(crate) struct Profile {
     pub(crate) field_of_owner: bool,
     /// Whether a try announces a take of the free lock on the companion
     /// of the spec's channel (`takes.rs`) when the wait loop asks it to
-    /// (see [`Tries::call`]).
+    /// (see [`Tries::request`]).
     pub(crate) announces_takes: bool,
     /// How long the channel stays subscribed after an acquire that waited
     /// on it (see `wait::Attempts::linger`); `None`: not at all.

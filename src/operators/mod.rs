@@ -1,6 +1,6 @@
 //! What operators see: client records, long waits, the deadlocks among
 //! them ([`Client::deadlocks`](crate::Client::deadlocks)), and every
-//! lock-family object on a Redis (`inspect.rs`: [`inspect`] and
+//! lock-family object on a Redis (`inspect.rs`: [`fn@inspect`] and
 //! [`LockObject::force_unlock`]), for the `leasehold` command-line tool in
 //! `cli/`, which names no key of its own.
 //!
