@@ -152,6 +152,7 @@ mod fair_lock;
 mod fenced_lock;
 mod guard;
 mod handle;
+mod inspect;
 mod latch;
 mod lock;
 mod multi;
@@ -172,13 +173,14 @@ pub use fenced_lock::FencedLock;
 pub use guard::{LeaseSignal, LockGuard};
 pub use handle::Holder;
 pub use handle::LockHandle;
+pub use inspect::{
+    inspect, inspect_name, LockObject, ObjectHolder, ObjectKind, ObjectWaiter, PermitOut,
+    QueuedWaiter,
+};
 pub use latch::CountDownLatch;
 pub use lock::Lock;
 pub use multi::{Member, MultiGuard, MultiLock, RedLock};
-pub use operators::{
-    inspect, inspect_name, ClientRecord, Deadlock, DeadlockMember, LockObject, ObjectHolder,
-    ObjectKind, ObjectWaiter, PermitOut, QueuedWaiter, WaitRecord,
-};
+pub use operators::{ClientRecord, Deadlock, DeadlockMember, WaitRecord};
 pub use owner::Owner;
 pub use rw_lock::{ReadLock, ReadWriteLock, WriteLock};
 pub use semaphore::{Permit, Semaphore};

@@ -41,10 +41,10 @@ use fred::interfaces::{
 use fred::types::{Key, Value};
 use futures_util::TryStreamExt;
 
-use super::{ClientRecord, RECORD_PREFIX};
 use crate::client::Client;
 use crate::core::{prefix_name, suffix_name, REQUEST_RECORD_PREFIX};
 use crate::error::Result;
+use crate::operators::{ClientRecord, RECORD_PREFIX};
 use crate::{fair_lock, fenced_lock, latch, rw_lock, semaphore};
 
 /// Redisson's unlock latch (its `RLock` waits for a release's result

@@ -1,8 +1,8 @@
-//! What operators see: client records, long waits, the deadlocks among
-//! them ([`Client::deadlocks`](crate::Client::deadlocks)), and every
-//! lock-family object on a Redis (`inspect.rs`: [`fn@inspect`] and
-//! [`LockObject::force_unlock`]), for the `leasehold` command-line tool in
-//! `cli/`, which names no key of its own.
+//! What operators see: client records, long waits, and the deadlocks
+//! among them ([`Client::deadlocks`](crate::Client::deadlocks)), for the
+//! `leasehold` command-line tool in `cli/` (every lock-family object on a
+//! Redis is `inspect.rs`'s: it reads the primitives' key names, which the
+//! engine, reading these records, must not).
 //!
 //! # Records
 //!
@@ -24,13 +24,6 @@
 //! deadlock is a cycle of that graph. This file knows nothing of Redis:
 //! it is the pure part ([`find_cycles`]) and the public types; the engine
 //! (`core/registry.rs`) reads the records and the lock hashes.
-
-mod inspect;
-
-pub use inspect::{
-    inspect, inspect_name, LockObject, ObjectHolder, ObjectKind, ObjectWaiter, PermitOut,
-    QueuedWaiter,
-};
 
 use std::collections::BTreeMap;
 use std::fmt;
