@@ -81,9 +81,9 @@ impl Request {
         Request {
             script,
             keys: all,
-            // The largest request's arguments (the fair lock's acquire:
-            // 10) and the record's two.
-            args: Vec::with_capacity(12),
+            // The plain lock's release and the record's two (the fair
+            // lock's acquire, with 8, grows it once).
+            args: Vec::with_capacity(7),
             places: SmallVec::new(),
         }
     }
@@ -157,7 +157,7 @@ impl Request {
 
     /// The call the engine sends for `lease` under request id `rid`.
     pub(crate) fn for_lease(self, lease: &Lease, rid: u64) -> Call {
-        let (script, keys, args) = self.filled(&lease.conn, Some(lease.holds()));
+        let (script, keys, args) = self.filled(&lease.conn, Some(lease));
         Call::from_vecs(
             &lease.conn,
             script,
@@ -169,9 +169,10 @@ impl Request {
     }
 
     /// The script, keys and arguments with every place filled: the
-    /// publish command, and the expected holds from `holds` (a request
-    /// without a lease has none to expect).
-    fn filled(self, conn: &Conn, holds: Option<u32>) -> (&'static Script, Vec<Key>, Vec<Value>) {
+    /// publish command, and the holds the client counts for `lease` (a
+    /// request without a lease has none to expect; read only where a
+    /// place asks for them).
+    fn filled(self, conn: &Conn, lease: Option<&Lease>) -> (&'static Script, Vec<Key>, Vec<Value>) {
         let Request {
             script,
             keys,
@@ -182,9 +183,9 @@ impl Request {
             args[at] = match place {
                 Place::Publish => conn.publish_arg(),
                 Place::Expected(before) => {
-                    debug_assert!(holds.is_some(), "no lease, no expected holds");
-                    int_arg(match (holds, conn.records_optional(), before) {
-                        (Some(holds), true, _) => i64::from(holds),
+                    debug_assert!(lease.is_some(), "no lease, no expected holds");
+                    int_arg(match (lease, conn.records_optional(), before) {
+                        (Some(lease), true, _) => i64::from(lease.holds()),
                         (_, _, Before::Acquire) => -1,
                         (_, _, Before::Release) => 0,
                     })
