@@ -447,7 +447,16 @@ fn bookkeeping(key: &str) -> bool {
         || under(key, fair_lock::GRANTS_PREFIX).is_some()
         || under(key, fair_lock::ALIVE_PREFIX).is_some()
         || key.starts_with(REDISSON_UNLOCK_LATCH)
-        || key.contains(&format!(":{}:", rw_lock::READ_TIMEOUT_MARK))
+        || read_timeout_key(key)
+}
+
+/// Whether `key` has the read-hold timeout mark between two colons
+/// (`{name}:<field>:rwlock_timeout:<n>`), without building the pattern for
+/// every key of a scan.
+fn read_timeout_key(key: &str) -> bool {
+    let mark = rw_lock::READ_TIMEOUT_MARK;
+    key.match_indices(mark)
+        .any(|(at, _)| key[..at].ends_with(':') && key[at + mark.len()..].starts_with(':'))
 }
 
 fn text(v: &Value) -> Option<String> {
