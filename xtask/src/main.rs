@@ -62,13 +62,18 @@ struct TestRun {
 
 /// The servers of the compatibility matrix beside Debian's redis-server
 /// (the workspace run): folder under `../shared/servers/` (or
-/// `LEASEHOLD_SERVERS_DIR`), server binary, cli binary. A folder that is
-/// missing is reported and skipped; `LEASEHOLD_SERVER_MATRIX=skip` skips
-/// the matrix.
-const MATRIX: &[(&str, &str, &str)] = &[
-    ("redis-6.2.14", "redis-server", "redis-cli"),
-    ("redis-7.4.1", "redis-server", "redis-cli"),
-    ("valkey-8.0.1", "valkey-server", "valkey-cli"),
+/// `LEASEHOLD_SERVERS_DIR`), server binary, cli binary, the test files
+/// run on it. A folder that is missing is reported and skipped;
+/// `LEASEHOLD_SERVER_MATRIX=skip` skips the matrix.
+const MATRIX: &[(&str, &str, &str, &[&str])] = &[
+    ("redis-6.2.14", "redis-server", "redis-cli", MATRIX_TESTS),
+    (
+        "redis-7.4.1",
+        "redis-server",
+        "redis-cli",
+        MATRIX_TESTS_NEAR,
+    ),
+    ("valkey-8.0.1", "valkey-server", "valkey-cli", MATRIX_TESTS),
 ];
 
 /// The tests that say something about the server, run on each server of
@@ -388,7 +393,7 @@ fn test_runs(extra: &[OsString]) -> Vec<TestRun> {
     runs
 }
 
-/// One run of [`MATRIX_TESTS`] per server of [`MATRIX`] found.
+/// One run of its test files per server of [`MATRIX`] found.
 fn matrix_runs() -> Vec<TestRun> {
     if env::var_os("LEASEHOLD_SERVER_MATRIX").is_some_and(|v| v == "skip") {
         println!("xtask: LEASEHOLD_SERVER_MATRIX=skip: the server matrix is NOT run");
@@ -398,7 +403,7 @@ fn matrix_runs() -> Vec<TestRun> {
         .map(PathBuf::from)
         .unwrap_or_else(|| workspace_root().join("..").join("shared").join("servers"));
     let mut runs = Vec::new();
-    for (folder, server, cli) in MATRIX {
+    for (folder, server, cli, tests) in MATRIX {
         let (server, cli) = (dir.join(folder).join(server), dir.join(folder).join(cli));
         if !server.is_file() || !cli.is_file() {
             println!(
@@ -408,12 +413,7 @@ fn matrix_runs() -> Vec<TestRun> {
             continue;
         }
         let mut args: Vec<OsString> = vec!["test".into(), "-p".into(), "leasehold".into()];
-        let tests = if folder.starts_with("redis-7.") {
-            MATRIX_TESTS_NEAR
-        } else {
-            MATRIX_TESTS
-        };
-        for test in tests {
+        for test in *tests {
             args.push("--test".into());
             args.push((*test).into());
         }
@@ -1014,7 +1014,7 @@ mod tests {
 
     #[test]
     fn every_matrix_test_is_a_test_file() {
-        for test in MATRIX_TESTS.iter().chain(MATRIX_TESTS_NEAR) {
+        for test in MATRIX.iter().flat_map(|(.., tests)| tests.iter()) {
             let file = workspace_root().join("tests").join(format!("{test}.rs"));
             assert!(file.is_file(), "{} is missing", file.display());
         }
