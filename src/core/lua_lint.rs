@@ -20,14 +20,12 @@
 //! declarations start at column 0; comments are `--` to the end of the
 //! line; strings are quoted on one line.
 
-/// The names `SHARED` declares.
-const SHARED: &[&str] = &[
-    "early",
-    "early_replay",
-    "read_record",
-    "write_record",
-    "found",
-];
+use crate::core::script::SHARED;
+
+/// The names [`SHARED`] declares, read from it.
+fn shared_names() -> Vec<&'static str> {
+    SHARED.lines().flat_map(declared).collect()
+}
 
 /// Lua words that are not variables.
 const KEYWORDS: &[&str] = &[
@@ -125,13 +123,14 @@ fn top_level(piece: &[String]) -> Vec<String> {
 pub(crate) fn breaches(name: &str, pieces: &[&str]) -> Vec<String> {
     let pieces: Vec<Vec<String>> = pieces
         .iter()
-        .filter(|p| !p.is_empty() && !p.starts_with("-- shared by the pieces"))
+        .filter(|p| !p.is_empty() && **p != SHARED)
         .map(|p| code(p))
         .collect();
+    let shared_names = shared_names();
     let mut out = Vec::new();
     for (j, piece) in pieces.iter().enumerate() {
         let own: Vec<&str> = piece.iter().flat_map(|l| declared(l)).collect();
-        for shared in SHARED {
+        for shared in &shared_names {
             if own.contains(shared) {
                 out.push(format!(
                     "{name}: piece {j} declares the shared `{shared}` again"
@@ -178,6 +177,16 @@ mod tests {
 
     #[test]
     fn a_variable_read_across_pieces_is_a_breach() {
+        assert_eq!(
+            shared_names(),
+            [
+                "early",
+                "early_replay",
+                "read_record",
+                "write_record",
+                "found"
+            ]
+        );
         let check = "local pttl = redis.call('pttl', KEYS[1])\nlocal early = nil\n";
         let body = "local function body()\n    return {pttl}\nend\n";
         let found = breaches("t", &[check, body]);

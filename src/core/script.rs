@@ -179,7 +179,7 @@ const NONE: Piece = Piece::One("");
 /// tests of each primitive): a kind's check hands the engine's pieces
 /// `early`, `early_replay`, `read_record` and `write_record`, and hands
 /// its body what it read as fields of `found`.
-const SHARED: &str = shared_lua!();
+pub(crate) const SHARED: &str = shared_lua!();
 
 /// A script's source and SHA-1.
 #[derive(Debug)]
@@ -344,9 +344,8 @@ impl Script {
         })
     }
 
-    /// The pieces the script (and its twin) is joined from, for the lint
-    /// of what they share (`core/lua_lint.rs`).
-    /// Its files, in order, and its twin's.
+    /// The files the script is joined from, in order, and its twin's, for
+    /// the lint of what they share (`core/lua_lint.rs`).
     #[cfg(test)]
     pub(crate) fn pieces(&self) -> Vec<Vec<&'static str>> {
         let files = |p: Pieces| p.iter().flat_map(Piece::files).collect();
