@@ -42,6 +42,7 @@ use fred::types::{Key, Value};
 use futures_util::TryStreamExt;
 
 use crate::client::Client;
+use crate::core::registry::now_ms;
 use crate::core::{prefix_name, suffix_name, REQUEST_RECORD_PREFIX};
 use crate::error::Result;
 use crate::operators::{ClientRecord, RECORD_PREFIX};
@@ -365,12 +366,6 @@ impl LockObject {
 }
 
 // === reading ===
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
 
 /// `{name}` → `name`; a name with braces is kept as it is (the inverse
 /// of [`prefix_name`]'s and [`suffix_name`]'s rule).
