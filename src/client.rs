@@ -339,7 +339,7 @@ impl Client {
     /// The owner field `<client-uuid>:<owner-id>` for `owner`, with
     /// `suffix` appended.
     pub(crate) fn field(&self, owner: u64, suffix: &str) -> String {
-        crate::core::owner_field(&self.inner.field_prefix, owner, suffix)
+        crate::naming::owner_field(&self.inner.field_prefix, owner, suffix)
     }
 
     /// What every owner field of this client starts with: `<client-uuid>:`.
@@ -349,7 +349,7 @@ impl Client {
 
     /// `name` with the client's key prefix.
     pub(crate) fn key(&self, name: &str) -> String {
-        crate::core::concat([&self.inner.key_prefix, name])
+        crate::naming::concat([&self.inner.key_prefix, name])
     }
 
     /// The key prefix given to the builder ("" if none).

@@ -42,9 +42,9 @@ use fred::types::{Key, Value};
 use futures_util::TryStreamExt;
 
 use crate::client::Client;
-use crate::core::registry::now_ms;
-use crate::core::{prefix_name, suffix_name, REQUEST_RECORD_PREFIX};
+use crate::clock::epoch_ms;
 use crate::error::Result;
+use crate::naming::{prefix_name, suffix_name, REQUEST_RECORD_PREFIX};
 use crate::operators::{ClientRecord, RECORD_PREFIX};
 use crate::{fair_lock, fenced_lock, latch, rw_lock, semaphore};
 
@@ -538,7 +538,7 @@ async fn build(
         .into_iter()
         .map(|r| (r.id.to_string(), r))
         .collect();
-    let now = now_ms();
+    let now = epoch_ms().max(0) as u64;
     let mut objects: BTreeMap<String, LockObject> = BTreeMap::new();
     let object = |name: &str, kind: ObjectKind, ttl_ms: i64| LockObject {
         name: name.to_owned(),

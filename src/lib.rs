@@ -145,6 +145,7 @@ local found = {}
 #[cfg_attr(docsrs, doc(cfg(feature = "blocking")))]
 pub mod blocking;
 mod client;
+mod clock;
 mod core;
 mod doctor;
 mod error;
@@ -156,6 +157,7 @@ mod inspect;
 mod latch;
 mod lock;
 mod multi;
+mod naming;
 mod operators;
 mod owner;
 mod rw_lock;

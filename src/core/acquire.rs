@@ -1,25 +1,22 @@
 //! The acquire every lock kind uses: the current owner's lease, the one
 //! wait loop, one recorded script call per try.
 //!
-//! A primitive describes what it acquires as plain data (a [`Spec`]: the
-//! owner, the key, the channel its releases are announced on, the field;
-//! and, behind one reference to a `static` [`Profile`] of the kind, what
-//! every acquire of the kind shares: the kind of its leases, what a
-//! message on the channel wakes, whether its tries announce takes, how
-//! long the channel lingers), having checked its own arguments first.
-//! What stays a call-back is what one try sends ([`Tries::request`]) and,
-//! through the kind, how its reply is read (`Kind::acquire_reply`); the
-//! engine does the rest — lease records, turns, unknown outcomes,
-//! cancellation, waiting (see `hold.rs` and `wait.rs`). The spec and the tries are kept
+//! A primitive describes what it acquires as plain data (a [`Spec`]: its
+//! [`Kind`], the owner, the key, the channel its releases are announced
+//! on, the field, its own extra keys), having checked its own arguments
+//! first, and calls [`Engine::acquire`]. The kind says what one try sends
+//! ([`Kind::acquire`]) and how its reply is read ([`Kind::acquire_reply`]);
+//! the engine does the rest — lease records, turns, unknown outcomes,
+//! cancellation, waiting (see `hold.rs` and `wait.rs`). The spec is kept
 //! by value in the wait loop's future, the only layer of an acquire: a
 //! parked waiter carries its arguments once.
 //!
 //! A primitive whose releases may hand the lock straight to a waiter
-//! opts into the handoff (`handoff.rs`) by acquiring with
-//! [`acquire_or_adopt`] and its [`Handoff`]: a message handed to the
+//! acquires with [`Engine::acquire_or_adopt`] and its wait's [`Handoff`]
+//! (the contract's extension, `handoff.rs`): a message handed to the
 //! waiter that grants this wait the hold is then *adopted*
-//! (`handoff::adopt`) instead of sending a try. [`acquire`] is that with
-//! [`NoHandoff`], which costs a waiter nothing.
+//! (`handoff::adopt`) instead of sending a try. [`Engine::acquire`] is
+//! that with [`NoHandoff`], which costs a waiter nothing.
 //!
 //! Each acquire runs in an `acquire` span (`lock`, `owner`, then
 //! `outcome`, `attempts`, `wait_ms` when it concludes) and is counted once
@@ -41,123 +38,45 @@ use super::background::BoxFuture;
 use super::boxed::boxed_in_place;
 use super::handoff::{self, Handoff, NoHandoff};
 use super::hold::{self, AcquireCall, Attempt, Hold};
-use super::kind::Kind;
-use super::lease::{Lease, LeaseRef, Term};
+use super::kind::{Kind, Try};
+use super::lease::{LeaseRef, Term};
 use super::names::LeaseNames;
 use super::pubsub::Policy;
-use super::request::Request;
 use super::stats::{AcquireEnd, Counters, KeyName};
 use super::takes::taken_channel;
 use super::wait::{self, Step};
-use super::{lease_millis, owner_field, Engine};
+use super::{lease_millis, Engine};
 use crate::error::{Error, Result};
+use crate::naming::owner_field;
 
 /// What a primitive acquires: the one description it hands the engine
 /// (see the module docs), built after its own arguments were checked.
-/// Plain data: the engine reads it, and calls only the functions of its
-/// [`Profile`] (the owner's, once at the first poll; the policy, per
-/// message delivered on `channel`). Small, since a parked waiter carries
-/// it: what is the same for every acquire of a kind is in the profile,
-/// behind one reference.
+/// Plain data: the engine reads it, and calls its kind. Small, since a
+/// parked waiter carries it.
 #[derive(Clone)]
 pub(crate) struct Spec<'a> {
-    /// What every acquire of this kind shares.
-    pub(crate) profile: &'static Profile,
+    /// The kind of the leases it takes: what a try sends, how leases are
+    /// released and renewed, and, by its identity, which record of the
+    /// key is theirs.
+    pub(crate) kind: &'static dyn Kind,
     /// Whose acquire it is; 0: the task that first polls the acquire
-    /// ([`Profile::owner_at_first_poll`]).
+    /// ([`Kind::owner_at_first_poll`]).
     pub(crate) owner: u64,
     /// The key the lease is of.
     pub(crate) key: &'a Key,
     /// Where the wait listens for releases.
     pub(crate) channel: &'a str,
-    /// The holder's field, or with [`Profile::field_of_owner`] the
-    /// client's prefix of its owners' fields (`Client::field` with no
-    /// suffix): made into the owner's field the first time the owner
-    /// acquires (see [`Spec::lease_names`]).
+    /// The holder's field, or with [`Kind::field_of_owner`] the client's
+    /// prefix of its owners' fields (`Client::field` with no suffix): made
+    /// into the owner's field the first time the owner acquires (see
+    /// [`Spec::lease_names`]).
     pub(crate) field: &'a str,
     /// The channel the lease's releases are published on (not always
     /// where a wait listens: a waiter may listen on a channel of its own).
     pub(crate) release_channel: &'a [u8],
-}
-
-/// What every acquire of a kind of lease shares: constants of the
-/// primitive, one `static` per kind (see [`Spec`]).
-pub(crate) struct Profile {
-    /// The kind of the leases it takes: how they are released and renewed,
-    /// how an acquire's reply is read, and, by its identity, which record
-    /// of the key is theirs.
-    pub(crate) kind: &'static dyn Kind,
-    /// What a message on the spec's channel wakes.
-    pub(crate) policy: Policy,
-    /// The owner of an acquire whose [`Spec::owner`] is 0: the owner of
-    /// the task that first polls it, read once with this function (an
-    /// acquire's future may be made in one task, or outside an owner's
-    /// scope, and polled in another).
-    pub(crate) owner_at_first_poll: fn() -> u64,
-    /// Whether [`Spec::field`] is the client's prefix of its owners'
-    /// fields rather than the field itself (a primitive that learns its
-    /// owner only at the first poll).
-    pub(crate) field_of_owner: bool,
-    /// Whether a try announces a take of the free lock on the companion
-    /// of the spec's channel (`takes.rs`) when the wait loop asks it to
-    /// (see [`Tries::request`]).
-    pub(crate) announces_takes: bool,
-    /// How long the channel stays subscribed after an acquire that waited
-    /// on it (see `wait::Attempts::linger`); `None`: not at all.
-    pub(crate) linger: Option<Duration>,
-    /// The spec's key exists exactly while someone holds it (the lock
-    /// family): a parked waiter's periodic re-check asks its `PTTL` and
-    /// tries only when it is gone (see `wait::Attempts::probe`).
-    pub(crate) held_while_key_lives: bool,
-}
-
-impl Profile {
-    /// The profile of a kind whose acquires know their owner and field
-    /// when their spec is made, announce no takes and do not linger; a
-    /// kind that differs sets its fields on top (`..Profile::of(kind,
-    /// policy)`).
-    pub(crate) const fn of(kind: &'static dyn Kind, policy: Policy) -> Profile {
-        Profile {
-            kind,
-            policy,
-            owner_at_first_poll: owner_given,
-            field_of_owner: false,
-            announces_takes: false,
-            linger: None,
-            held_while_key_lives: false,
-        }
-    }
-}
-
-/// [`Profile::owner_at_first_poll`] of a kind whose specs always name
-/// their owner (never called: a spec's owner is not 0).
-fn owner_given() -> u64 {
-    0
-}
-
-/// How a primitive's tries are sent: what of an acquire the engine calls
-/// back. Kept by value in the acquire's future with its [`Spec`]: a few
-/// references.
-pub(crate) trait Tries: Send + Sync {
-    /// What one try sends, from the lease record and the lease in
-    /// milliseconds (the engine makes it a recorded call: `request.rs`).
-    /// With `announce`, a try that takes the free lock announces it on
-    /// that channel (`takes.rs`); only given to a spec whose profile
-    /// [announces takes](Profile::announces_takes).
-    fn request(&self, lease: &Lease, lease_ms: i64, announce: Option<&str>) -> Request;
-
-    /// The request id the engine gives the try about to be built (under
-    /// the lease's turn): a handoff that names tries by it (the fair
-    /// lock's grants) keeps it. The default: nothing.
-    fn numbered(&self, _rid: u64) {}
-
-    /// `Some(bound)` while another waiter re-checks for this one (a fair
-    /// lock's waiter behind its client's first one): after a busy try it
-    /// sleeps until told, at most `bound`, instead of the usual bound
-    /// (`wait::Attempts::recheck_bound`). The default: `None`.
-    fn covered_for(&self) -> Option<Duration> {
-        None
-    }
+    /// The primitive's own keys for its tries, after the lease's key
+    /// ([`Try::keys`]).
+    pub(crate) keys: &'a [Key],
 }
 
 /// One acquire's span and counts; dropped before `end`, it records the
@@ -172,68 +91,95 @@ struct Observed {
     ended: bool,
 }
 
-/// Acquires what `spec` describes, each try sent as `tries` says, with a
-/// fixed `lease` (`None`: the watchdog keeps it), waiting up to `wait`
-/// (`None`: forever; zero: one try); `Ok(None)` when the wait ran out.
-/// For a primitive without the handoff: [`acquire_or_adopt`] with
-/// [`NoHandoff`].
-///
-/// # Cancel safety
-///
-/// Cancel safe: a dropped acquire holds nothing (an acquire under way is
-/// settled in the background and a hold it took given back), leaves the
-/// channel's queue and passes on a wake-up it held.
-pub(crate) fn acquire<'a, T: Tries + 'a>(
-    engine: &'a Arc<Engine>,
-    spec: Spec<'a>,
-    tries: T,
-    lease: Option<Duration>,
-    wait: Option<Duration>,
-) -> impl Future<Output = Result<Option<Hold>>> + Send + 'a {
-    acquire_or_adopt(engine, spec, tries, NoHandoff, lease, wait)
-}
+// === impl Engine ===
 
-/// As [`acquire`], for a primitive with the handoff (`handoff.rs`): a
-/// message handed to the waiter that `handoff` reads as a grant is adopted
-/// instead of trying again, unless the client has a replicas requirement
-/// (the grant's replication cannot be waited for here).
-///
-/// # Cancel safety
-///
-/// As for [`acquire`]. A wait dropped after a grant to it ran but before
-/// it was adopted holds nothing locally: the primitive gives the grant
-/// back.
-pub(crate) fn acquire_or_adopt<'a, T: Tries + 'a, H: Handoff + 'a>(
-    engine: &'a Arc<Engine>,
-    spec: Spec<'a>,
-    tries: T,
-    handoff: H,
-    lease: Option<Duration>,
-    wait: Option<Duration>,
-) -> impl Future<Output = Result<Option<Hold>>> + Send + 'a {
-    // The wait loop's future is the acquire's: one layer, the arguments
-    // kept once (in `Acquiring`).
-    wait::wait_with(
-        engine,
-        wait,
-        Acquiring {
-            engine,
-            spec,
-            tries,
-            handoff,
-            lease,
-            observed: None,
-            companion: OnceLock::new(),
-        },
-    )
+impl Engine {
+    /// Acquires what `spec` describes, each try sent as its kind says
+    /// ([`Kind::acquire`]), with a fixed `lease` (`None`: the watchdog
+    /// keeps it), waiting up to `wait` (`None`: forever; zero: one try);
+    /// `Ok(None)` when the wait ran out. For a primitive without the
+    /// handoff: [`acquire_or_adopt`](Self::acquire_or_adopt) with
+    /// [`NoHandoff`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a dropped acquire holds nothing (an acquire under way
+    /// is settled in the background and a hold it took given back), leaves
+    /// the channel's queue and passes on a wake-up it held.
+    pub(crate) fn acquire<'a>(
+        self: &'a Arc<Self>,
+        spec: Spec<'a>,
+        lease: Option<Duration>,
+        wait: Option<Duration>,
+    ) -> impl Future<Output = Result<Option<Hold>>> + Send + 'a {
+        self.acquire_or_adopt(spec, NoHandoff, lease, wait)
+    }
+
+    /// The lease record `spec` names (its key, owner and kind), made the
+    /// first time; a release of the same owner through another kind of the
+    /// same field lands first (see `Engine::lease_of`). For a primitive
+    /// that keeps a record across its acquire's tries (the fair lock's
+    /// queue entry).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only waits.
+    pub(crate) async fn lease_for(&self, spec: &Spec<'_>) -> Result<LeaseRef> {
+        let owner = spec.owner;
+        self.lease_of(spec.key, owner, spec.kind, &|| spec.lease_names(owner))
+            .await
+    }
+
+    /// How many live holds the client counts now for the lease `spec`
+    /// names (0 without a record, or while another kind's release of its
+    /// field is on its way). Sends nothing.
+    pub(crate) fn live_holds(&self, spec: &Spec<'_>) -> u32 {
+        let owner = spec.owner;
+        self.lease_now(spec.key, owner, spec.kind, &|| spec.lease_names(owner))
+            .map_or(0, |lease| lease.live_holds())
+    }
+
+    /// As [`acquire`](Self::acquire), for a primitive with the handoff
+    /// (`handoff.rs`): each try is sent as `handoff` says
+    /// ([`Handoff::acquire`]), and a message handed to the waiter that it
+    /// reads as a grant is adopted instead of trying again, unless the
+    /// client has a replicas requirement (the grant's replication cannot be
+    /// waited for here).
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`acquire`](Self::acquire). A wait dropped after a grant to
+    /// it ran but before it was adopted holds nothing locally: the
+    /// primitive gives the grant back.
+    pub(crate) fn acquire_or_adopt<'a, H: Handoff + 'a>(
+        self: &'a Arc<Self>,
+        spec: Spec<'a>,
+        handoff: H,
+        lease: Option<Duration>,
+        wait: Option<Duration>,
+    ) -> impl Future<Output = Result<Option<Hold>>> + Send + 'a {
+        // The wait loop's future is the acquire's: one layer, the
+        // arguments kept once (in `Acquiring`).
+        wait::wait_with(
+            self,
+            wait,
+            Acquiring {
+                engine: self,
+                spec,
+                handoff,
+                lease,
+                observed: None,
+                companion: OnceLock::new(),
+            },
+        )
+    }
 }
 
 /// An acquire's attempts (see [`wait::Attempts`]).
-struct Acquiring<'a, T, H> {
+struct Acquiring<'a, H> {
     engine: &'a Arc<Engine>,
     /// Its owner is set (not 0) from the start on.
     spec: Spec<'a>,
-    tries: T,
     /// Zero-sized ([`NoHandoff`]) for a primitive without the handoff.
     handoff: H,
     lease: Option<Duration>,
@@ -251,12 +197,12 @@ impl Spec<'_> {
     /// The names of `owner`'s lease record: made only when the owner has
     /// no record yet (its first acquire of the key, or its record left the
     /// idle ring), since making them allocates (their buffer, and with
-    /// [`Profile::field_of_owner`] the field), which an acquire that finds
+    /// [`Kind::field_of_owner`] the field), which an acquire that finds
     /// its record does not pay.
     pub(crate) fn lease_names(&self, owner: u64) -> Result<LeaseNames> {
         let key = std::str::from_utf8(self.key.as_bytes())
             .map_err(|_| Error::invalid("lock name is not UTF-8"))?;
-        if self.profile.field_of_owner {
+        if self.kind.field_of_owner() {
             LeaseNames::new(
                 key,
                 &owner_field(self.field, owner, ""),
@@ -270,21 +216,21 @@ impl Spec<'_> {
 
 // === impl Acquiring ===
 
-impl<T: Tries, H> Acquiring<'_, T, H> {
+impl<H> Acquiring<'_, H> {
     /// The lease a hold is taken for: the spec's, or the watchdog's.
     fn lease_ms(&self) -> Result<i64> {
         lease_millis(self.lease.unwrap_or(self.engine.watchdog.timeout()))
     }
 }
 
-impl<T: Tries, H: Handoff> wait::Attempts for Acquiring<'_, T, H> {
+impl<H: Handoff> wait::Attempts for Acquiring<'_, H> {
     type Output = Hold;
 
     fn start(&mut self) -> Result<()> {
         self.engine.check()?;
         self.lease_ms()?;
         if self.spec.owner == 0 {
-            self.spec.owner = (self.spec.profile.owner_at_first_poll)();
+            self.spec.owner = self.spec.kind.owner_at_first_poll();
         }
         self.observed = Some(Observed::start(self.spec.key, self.spec.owner));
         Ok(())
@@ -295,13 +241,13 @@ impl<T: Tries, H: Handoff> wait::Attempts for Acquiring<'_, T, H> {
     }
 
     fn policy(&self) -> Policy {
-        self.spec.profile.policy
+        self.spec.kind.wakes()
     }
 
     fn companion(&self) -> Option<&str> {
         self.companion
             .get_or_init(|| {
-                let announces = self.spec.profile.announces_takes;
+                let announces = self.spec.kind.announces_takes();
                 announces
                     .then(|| taken_channel(self.spec.channel))
                     .flatten()
@@ -332,7 +278,7 @@ impl<T: Tries, H: Handoff> wait::Attempts for Acquiring<'_, T, H> {
         // Where to announce a take, if the wait loop asks for it.
         let announce = if announce { this.companion() } else { None };
         let attempt = move || async move {
-            let kind = this.spec.profile.kind;
+            let kind = this.spec.kind;
             // A release of this owner through another kind of the same
             // field still on its way lands first (`Engine::lease_of`).
             let lease = engine.lease_of(this.spec.key, owner, kind, &names).await?;
@@ -343,7 +289,12 @@ impl<T: Tries, H: Handoff> wait::Attempts for Acquiring<'_, T, H> {
                 None => {
                     let lease_ms = this.lease_ms()?;
                     let fixed = this.lease.is_some();
-                    attempt(engine, &lease, fixed, lease_ms, &this.tries, announce).await
+                    let at = Try {
+                        lease_ms,
+                        keys: this.spec.keys,
+                        announce,
+                    };
+                    attempt(engine, &lease, fixed, &at, kind, &this.handoff).await
                 }
             }
         };
@@ -363,13 +314,13 @@ impl<T: Tries, H: Handoff> wait::Attempts for Acquiring<'_, T, H> {
     }
 
     fn recheck_bound(&self, interval: Duration, hint: Option<Duration>) -> Duration {
-        self.tries
+        self.handoff
             .covered_for()
             .unwrap_or_else(|| wait::shorter_bound(interval, hint))
     }
 
     fn probe(&self) -> Option<BoxFuture<'static, Option<Option<Duration>>>> {
-        if !self.spec.profile.held_while_key_lives {
+        if !self.spec.kind.held_while_key_lives() {
             return None;
         }
         let (engine, key) = (self.engine.clone(), self.spec.key.clone());
@@ -384,7 +335,7 @@ impl<T: Tries, H: Handoff> wait::Attempts for Acquiring<'_, T, H> {
     }
 
     fn linger(&self) -> Option<Duration> {
-        self.spec.profile.linger
+        self.spec.kind.linger()
     }
 
     fn concluded(&mut self, outcome: &Result<Option<Hold>>) {
@@ -403,21 +354,20 @@ impl<T: Tries, H: Handoff> wait::Attempts for Acquiring<'_, T, H> {
 
 /// One try (announcing a take on `announce`, if given). Cancel safe (see
 /// `hold::acquire`).
-async fn attempt<T: Tries>(
+async fn attempt<H: Handoff>(
     engine: &Arc<Engine>,
     lease: &LeaseRef,
     fixed: bool,
-    lease_ms: i64,
-    tries: &T,
-    announce: Option<&str>,
+    at: &Try<'_>,
+    kind: &dyn Kind,
+    handoff: &H,
 ) -> Result<Step<Hold>> {
+    let lease_ms = at.lease_ms;
     let ttl = Duration::from_millis(lease_ms as u64);
     let attempt = hold::acquire(engine, lease, |rid| AcquireCall {
         call: {
-            tries.numbered(rid);
-            tries
-                .request(lease, lease_ms, announce)
-                .for_lease(lease, rid)
+            handoff.numbered(rid);
+            handoff.acquire(kind, lease, at).for_lease(lease, rid)
         },
         term: if fixed {
             Term::Fixed(Instant::now() + ttl)

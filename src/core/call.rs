@@ -232,7 +232,7 @@ impl Call {
         client: &str,
     ) -> crate::Result<Reply> {
         let rid = conn.rid();
-        let record = super::record_key(key, &format!("{client}:call:{rid}"));
+        let record = crate::naming::record_key(key, &format!("{client}:call:{rid}"));
         let call = request.for_record(conn, &record, rid);
         match call.run(conn, Instant::now()).await? {
             Settled::Ran(reply) => {

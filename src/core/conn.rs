@@ -31,7 +31,8 @@ use super::backoff::Backoff;
 use super::caps::{self, ServerInfo, ServerKind};
 use super::fence::Fence;
 use super::forget::{Forget, Forgotten, Route};
-use super::reset::{now_ms, Resets, BASE};
+use super::reset::Resets;
+use crate::clock::{ticks_ms, ticks_of};
 
 type FredResult<T> = Result<T, fred::error::Error>;
 
@@ -58,17 +59,17 @@ pub(crate) struct Conn {
     /// ([`Conn::refresh_slots_since`]); held while one runs, so that
     /// callers asking at once share it.
     last_refresh: tokio::sync::Mutex<Option<tokio::time::Instant>>,
-    /// Since when renewals on this connection have gone unanswered (ms
-    /// since `BASE`, the send time of the first unanswered one); 0 while
-    /// they are answered. See [`Conn::renewal_unanswered`].
+    /// Since when renewals on this connection have gone unanswered (a
+    /// `clock::ticks_ms` stamp: the send time of the first unanswered
+    /// one); 0 while they are answered. See [`Conn::renewal_unanswered`].
     unanswered_since: AtomicU64,
     /// The command connections fred has had, to kill a replaced one on
     /// the server (`fence.rs`).
     pub(crate) fence: Arc<Fence>,
     /// Request records whose calls have ended, to delete (`forget.rs`).
     forget: Forget,
-    /// Until when (ms since `BASE`) requests must read their record even
-    /// on what looks like a first run: a call ended with an unknown
+    /// Until when (a `clock::ticks_ms` stamp) requests must read their
+    /// record even on what looks like a first run: a call ended with an unknown
     /// outcome, or a replaced connection could not be killed (see
     /// [`Conn::records_optional`]). 0: never set.
     unsettled_until: AtomicU64,
@@ -392,13 +393,13 @@ impl Conn {
         }
         // Read on every lock call: the clock only once something was unsettled.
         let until = self.unsettled_until.load(Ordering::Relaxed);
-        until == 0 || now_ms() >= until
+        until == 0 || ticks_ms() >= until
     }
 
     /// A call ended with an unknown outcome (or a replaced connection
     /// could not be killed): requests read their records for a record TTL.
     pub(crate) fn unsettled(&self) {
-        let until = now_ms() + self.settings.record_ttl.as_millis() as u64;
+        let until = ticks_ms() + self.settings.record_ttl.as_millis() as u64;
         self.unsettled_until.fetch_max(until, Ordering::Relaxed);
     }
 
@@ -433,11 +434,7 @@ impl Conn {
     /// tell, and stops sending once the leases are lost): one check is
     /// armed when renewals start going unanswered.
     pub(crate) fn renewal_unanswered(self: &Arc<Self>, sent_at: tokio::time::Instant) {
-        let since = sent_at
-            .into_std()
-            .saturating_duration_since(*BASE)
-            .as_millis() as u64
-            + 1;
+        let since = ticks_of(sent_at.into_std());
         if self
             .unanswered_since
             .compare_exchange(0, since, Ordering::Relaxed, Ordering::Relaxed)

@@ -87,9 +87,9 @@
 //!
 //! # How a primitive opts in
 //!
-//! It implements [`Handoff`] (reading its grant messages), acquires with
-//! `acquire::acquire_or_adopt` instead of `acquire::acquire` (which passes
-//! [`NoHandoff`]), sets a channel policy that answers its grant messages
+//! It implements [`Handoff`] for its waits (reading its grant messages),
+//! acquires with `Engine::acquire_or_adopt` instead of `Engine::acquire`
+//! (which passes [`NoHandoff`]), sets a channel policy that answers its grant messages
 //! with `Wake::OneWith`, and calls [`hand_here`] from its kind's
 //! `Kind::after_release` for a release that granted. The acquire is
 //! generic over the handoff, so a primitive without it pays nothing: the
@@ -105,19 +105,43 @@ use tokio::time::Instant;
 
 use super::background::spawn_here;
 use super::hold::{self, Hold};
-use super::lease::{LeaseRef, Term};
+use super::kind::{Kind, Try};
+use super::lease::{Lease, LeaseRef, Term};
 use super::pubsub::{PubSub, WeakPubSub};
+use super::request::Request;
 use super::Engine;
 use crate::error::Result;
 
-/// The handoff capability of a primitive (see the module docs): how a
-/// message handed to one of its waiters with its wake-up is read.
+/// The contract's one extension (see `kind.rs`): a wait of a primitive
+/// whose releases may hand the lock straight to it (the fair lock). How a
+/// message handed to the waiter with its wake-up is read, and what of a
+/// wait differs from its kind's defaults: its tries' arguments, the request
+/// ids they are numbered with, who re-checks for it.
 pub(crate) trait Handoff: Send + Sync {
     /// `Some` if `message` grants this very wait the hold (it is then
     /// adopted, see [`Granted`]); `None` makes the waiter try as for any
     /// wake-up. Never called without a handed message, nor for a client
     /// with a replicas requirement.
     fn granted(&self, message: &[u8]) -> Option<Granted>;
+
+    /// What one try of this wait sends. The default: the kind's
+    /// ([`Kind::acquire`]).
+    fn acquire(&self, kind: &dyn Kind, lease: &Lease, at: &Try<'_>) -> Request {
+        kind.acquire(lease, at)
+    }
+
+    /// The request id the engine gives the try about to be built (under
+    /// the lease's turn): a handoff that names tries by it (the fair
+    /// lock's grants) keeps it. The default: nothing.
+    fn numbered(&self, _rid: u64) {}
+
+    /// `Some(bound)` while another waiter re-checks for this one (a fair
+    /// lock's waiter behind its client's first one): after a busy try it
+    /// sleeps until told, at most `bound`, instead of the usual bound
+    /// (`wait::Attempts::recheck_bound`). The default: `None`.
+    fn covered_for(&self) -> Option<Duration> {
+        None
+    }
 }
 
 /// The handoff of a primitive that has none: reads no message as a grant.
@@ -229,6 +253,18 @@ impl Handoff for NoHandoff {
 impl<H: Handoff + ?Sized> Handoff for &H {
     fn granted(&self, message: &[u8]) -> Option<Granted> {
         (**self).granted(message)
+    }
+
+    fn acquire(&self, kind: &dyn Kind, lease: &Lease, at: &Try<'_>) -> Request {
+        (**self).acquire(kind, lease, at)
+    }
+
+    fn numbered(&self, rid: u64) {
+        (**self).numbered(rid)
+    }
+
+    fn covered_for(&self) -> Option<Duration> {
+        (**self).covered_for()
     }
 }
 

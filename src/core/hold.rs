@@ -283,7 +283,7 @@ pub(crate) async fn renew_one(lease: &LeaseRef, ttl_ms: i64) -> Result<bool> {
     let (mut keys, mut args) = (Vec::with_capacity(2), Vec::with_capacity(4));
     args.push(fred::types::Value::Integer(nonce));
     args.push(fred::types::Value::Integer(ttl_ms));
-    (renewal.entry)(lease, &mut keys, &mut args, false);
+    lease.kind.renew_entry(lease, &mut keys, &mut args, false);
     let snapshot = lease.lease().snapshot();
     let sent = Instant::now();
     let reply = renewal

@@ -1,29 +1,99 @@
-//! What a primitive tells the engine about its leases (a [`Kind`]): how
-//! to give a hold back, how to read its scripts' replies, how the watchdog
-//! renews them, and which other leases a hold of it excludes.
+//! The contract between the engine and a primitive: one trait, [`Kind`].
+//!
+//! A primitive that holds leases (the lock, the fenced lock, each half of
+//! the read-write lock, the fair lock, a semaphore's permits) implements
+//! `Kind` once, for a `static` value, and the engine does everything else:
+//! lease records, turns, the exactly-once calls, waiting, renewal, the
+//! release on unlock, drop or shutdown. Three methods are required — what
+//! one acquire try sends ([`Kind::acquire`]), what gives holds back
+//! ([`Kind::release`]) and which scripts renew them ([`Kind::renewal`]);
+//! the rest have defaults for the lock family (a Redis hash whose fields
+//! are owners, values hold counts), which a kind overrides where it
+//! differs. A primitive whose releases hand the lock straight to a waiter
+//! adds the extension trait [`Handoff`] for its waits (the fair lock).
+//!
+//! A kind says *what* to send as a [`Request`]: its script, its own keys
+//! and arguments, and marked places for the engine's parts (the publish
+//! command, the hold count the engine expects). How a request is made
+//! exactly-once — its request id, its request record and that record's
+//! TTL, re-sending after an unknown outcome, fencing a replaced connection,
+//! settling on drop — only the engine knows (`request.rs`, `call.rs`).
+//!
+//! This module is also the door a kind goes through: it re-exports the
+//! types the trait's methods take and return, so a primitive's folder
+//! names the engine's modules `kind` (this contract) and `script` (its Lua)
+//! and, for the pub/sub-only latch, `wait`.
 
 use std::any::TypeId;
 use std::time::Duration;
 
-use super::call::Reply;
-use super::lease::Lease;
-use super::request::Request;
-use super::watchdog::Renewal;
+use fred::types::{Key, Value};
 
-/// What a primitive tells the engine about its leases: how to give a hold
-/// back, how to read its scripts' replies, how the watchdog renews them.
+// What a kind's methods take and return, and what a facade hands the
+// engine (`Engine::acquire` with a `Spec`, `Engine::run_once` with a
+// `Request`).
+pub(crate) use super::acquire::Spec;
+pub(crate) use super::call::{static_arg, Reply};
+pub(crate) use super::caps::Feature;
+pub(crate) use super::hold::Hold;
+pub(crate) use super::lease::Lease;
+use super::pack::Pack;
+pub(crate) use super::pubsub::{wake_all_on_one, wake_count, wake_one, Policy, Wake};
+pub(crate) use super::request::{Before, Request};
+pub(crate) use super::watchdog::{ttl_ms, PackedScripts, Renewal};
+pub(crate) use super::Engine;
+
+// The handoff extension's surface: what a primitive whose waits keep a
+// queue of their own needs (the fair lock: its grants, its queue entry
+// left exactly once in the background, its waiters' refreshes).
+pub(crate) use super::background::{spawn_here, BoxFuture, Job};
+pub(crate) use super::call::Settled;
+pub(crate) use super::conn::Conn;
+pub(crate) use super::handoff::{hand_here, Granted, Handoff};
+pub(crate) use super::lease::LeaseRef;
+pub(crate) use super::request::RequestId;
+
+/// One acquire try, as the engine hands it to [`Kind::acquire`].
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Try<'a> {
+    /// The lease's TTL in milliseconds: the fixed lease asked for, or the
+    /// watchdog's timeout.
+    pub(crate) lease_ms: i64,
+    /// The keys the primitive gave its acquire ([`Spec::keys`]), after the
+    /// lease's own key: the fenced lock's token counter, the fair lock's
+    /// queue.
+    pub(crate) keys: &'a [Key],
+    /// Where to announce that this try took the lock over waiters of other
+    /// clients, if the wait loop asks for it ([`Kind::announces_takes`]):
+    /// a key the script publishes on.
+    pub(crate) announce: Option<&'a str>,
+}
+
+/// The whole contract of a kind of lease (see the module docs).
 pub(crate) trait Kind: std::fmt::Debug + Send + Sync + 'static {
+    /// What one acquire try of `lease` sends. The engine makes it a
+    /// recorded call (`request.rs`) and reads its reply with
+    /// [`acquire_reply`](Self::acquire_reply).
+    fn acquire(&self, lease: &Lease, at: &Try<'_>) -> Request;
+
+    /// What gives back `count` holds of `lease` (the engine makes it a
+    /// recorded call); `ttl_ms` is the TTL the key keeps if holds remain.
+    fn release(&self, lease: &Lease, count: u32, ttl_ms: i64) -> Request;
+
+    /// The scripts the watchdog renews (or checks) this kind's leases
+    /// with, in batches; each lease adds its entry with
+    /// [`renew_entry`](Self::renew_entry) or
+    /// [`renew_packed`](Self::renew_packed).
+    fn renewal(&self) -> &'static Renewal;
+
     /// The kind's identity: its type. Leases of one kind on one key and
-    /// owner share one record; kinds that count the same holds (the plain
-    /// and the fenced lock) are one kind. No hand-picked tag.
+    /// owner share one record; values of one type (the plain and the
+    /// fenced lock: one `LockKind`, two acquire scripts) are one kind. No
+    /// hand-picked tag.
     fn id(&self) -> TypeId {
         TypeId::of::<Self>()
     }
 
-    /// What gives back `count` holds of `lease` (the engine makes it a
-    /// recorded call: `request.rs`); `ttl_ms` is the TTL the key keeps if
-    /// holds remain.
-    fn release(&self, lease: &Lease, count: u32, ttl_ms: i64) -> Request;
     /// Reads an acquire script's reply (without the request id). The
     /// default reads the lock family's shape: `{1, count, …}` held (the
     /// field's new hold count), `{0, pttl}` busy (retry after the key's
@@ -37,6 +107,7 @@ pub(crate) trait Kind: std::fmt::Debug + Send + Sync + 'static {
             _ => AcquireReply::busy(reply),
         }
     }
+
     /// Reads a release script's reply (without the request id). The
     /// default reads the lock family's shape: `{1}` holds remain, `{2}`
     /// freed, `{0}` the field was gone, `{3}` [gone where the release
@@ -49,14 +120,43 @@ pub(crate) trait Kind: std::fmt::Debug + Send + Sync + 'static {
             _ => ReleaseReply::NotHeld,
         }
     }
+
     /// Called with every release reply of `lease` once it is applied, for
     /// follow-up work the kind starts itself (e.g. a task that checks later
     /// that the waiter its release told took over, or handing a waiter of
     /// this process what the release granted it). Runs before the caller's
     /// unlock returns, so it must not block; the default does nothing.
     fn after_release(&self, _lease: &Lease, _reply: &Reply) {}
-    /// How the watchdog renews (or checks) this kind's leases.
-    fn renewal(&self) -> &'static Renewal;
+
+    /// Adds `lease`'s entry to a renewal batch: to the keys and arguments
+    /// of a [`Renewal::slot`] call, or (`node`) to the arguments of a
+    /// [`Renewal::node`] call. The default is the lock family's: the key
+    /// and the field.
+    fn renew_entry(&self, lease: &Lease, keys: &mut Vec<Key>, args: &mut Vec<Value>, node: bool) {
+        if node {
+            args.push(Value::Bytes(lease.key().inner().clone()));
+        } else {
+            keys.push(lease.key());
+        }
+        args.push(Value::String(lease.field()));
+    }
+
+    /// Appends `lease`'s entry to a packed renewal batch
+    /// ([`Renewal::packed`]). The default is the lock family's: the key
+    /// and the field.
+    fn renew_packed(&self, lease: &Lease, pack: &mut Pack) {
+        pack.push(lease.key_bytes());
+        pack.push(lease.field_bytes());
+    }
+
+    /// Whether holding `mine` proves that `other` (another owner's lease on
+    /// the same key, of any kind) cannot be held: then a successful acquire
+    /// of `mine` ends `other`'s incarnation at once. The default is the
+    /// plain lock's: its hash holds one owner at a time.
+    fn excludes(&self, _mine: &Lease, _other: &Lease) -> bool {
+        true
+    }
+
     /// Whether a refused acquire of a lease proves that the lease's field
     /// is missing from Redis (every lock kind: a try of an owner whose
     /// field exists re-enters). Then an owner's own refused try ends the
@@ -65,6 +165,7 @@ pub(crate) trait Kind: std::fmt::Debug + Send + Sync + 'static {
     fn busy_proves_gone(&self) -> bool {
         true
     }
+
     /// Whether the watchdog also renews this kind's fixed-term holds, up
     /// to their deadline and never past it: for a key another library's
     /// owners share and may cut the TTL of (Redisson's read renewal *sets*
@@ -74,10 +175,46 @@ pub(crate) trait Kind: std::fmt::Debug + Send + Sync + 'static {
     fn renews_fixed(&self) -> bool {
         false
     }
-    /// Whether holding `mine` proves that `other` (another owner's lease on
-    /// the same key, of any kind) cannot be held: then a successful acquire
-    /// of `mine` ends `other`'s incarnation at once.
-    fn excludes(&self, mine: &Lease, other: &Lease) -> bool;
+
+    /// What a message on the channel a wait listens on wakes (the
+    /// default: one waiter per message).
+    fn wakes(&self) -> Policy {
+        wake_one
+    }
+
+    /// The owner of an acquire whose [`Spec::owner`] is 0, read when it is
+    /// first polled (a future made in one task may be polled in another).
+    /// The default: 0, the spec names its owner.
+    fn owner_at_first_poll(&self) -> u64 {
+        0
+    }
+
+    /// Whether [`Spec::field`] is the client's prefix of its owners'
+    /// fields, completed with the owner's id (the lock family), rather
+    /// than the holder's whole field (a permit's id, a fair waiter's
+    /// field).
+    fn field_of_owner(&self) -> bool {
+        false
+    }
+
+    /// Whether a try that takes the lock over waiters of other clients
+    /// announces it (`core/takes.rs`), so they re-check at once.
+    fn announces_takes(&self) -> bool {
+        false
+    }
+
+    /// How long the wait's channel stays subscribed after the acquire
+    /// ends (an owner that waited is likely to come back soon); `None`:
+    /// it goes with the last waiter.
+    fn linger(&self) -> Option<Duration> {
+        None
+    }
+
+    /// Whether the key exists exactly while someone holds it, so that a
+    /// waiter may learn when to re-check from the key's TTL.
+    fn held_while_key_lives(&self) -> bool {
+        false
+    }
 }
 
 /// What an acquire script found.

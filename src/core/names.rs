@@ -17,8 +17,8 @@ use fred::bytes::Bytes;
 use fred::bytes_utils::Str;
 use fred::types::Key;
 
-use super::record_parts;
 use crate::error::{Error, Result};
+use crate::naming::record_parts;
 
 /// A lease's key, field, request record and channel in one buffer.
 #[derive(Clone)]
@@ -136,7 +136,10 @@ mod tests {
             assert_eq!(names.key_bytes(), key.as_bytes());
             assert_eq!(&*names.field(), field);
             assert_eq!(names.field_bytes(), field.as_bytes());
-            assert_eq!(names.request_record(), super::super::record_key(key, field));
+            assert_eq!(
+                names.request_record(),
+                crate::naming::record_key(key, field)
+            );
             assert_eq!(names.channel(), Key::from(channel));
             let whole = names.buf.as_ptr_range();
             for part in [names.key_bytes(), names.field_bytes()] {

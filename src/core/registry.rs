@@ -32,7 +32,9 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
+
+use crate::clock::epoch_ms;
 
 use fred::clients::Client as FredClient;
 use fred::interfaces::{ClientLike, HashesInterface, KeysInterface, LuaInterface};
@@ -133,13 +135,6 @@ pub(crate) struct Waiting {
     found: Option<Arc<Found>>,
 }
 
-/// Now, epoch ms.
-pub(crate) fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
-
 /// The host name, as the kernel knows it.
 fn host_name() -> String {
     ["/proc/sys/kernel/hostname", "/etc/hostname"]
@@ -180,7 +175,7 @@ impl Registry {
             ("host", host_name()),
             ("pid", std::process::id().to_string()),
             ("version", env!("CARGO_PKG_VERSION").to_owned()),
-            ("started_ms", now_ms().to_string()),
+            ("started_ms", epoch_ms().to_string()),
             ("watchdog_ms", watchdog_timeout.as_millis().to_string()),
         ];
         Registry {
@@ -272,7 +267,7 @@ impl Registry {
             LocalWait {
                 lock: lock.clone(),
                 owner,
-                since_ms: now_ms(),
+                since_ms: epoch_ms().max(0) as u64,
                 started: Instant::now(),
                 written: false,
                 found: found.clone(),

@@ -11,23 +11,14 @@ use fred::clients::Client as FredClient;
 use fred::interfaces::ClientLike;
 
 use super::background::spawn_here;
+use crate::clock::ticks_ms;
 
-/// Origin of the millisecond clocks of this module and of `conn.rs`.
-pub(crate) static BASE: std::sync::LazyLock<std::time::Instant> =
-    std::sync::LazyLock::new(std::time::Instant::now);
-
-/// Milliseconds since `BASE`, plus one: never 0, which the clocks keep for
-/// "never".
-pub(crate) fn now_ms() -> u64 {
-    BASE.elapsed().as_millis() as u64 + 1
-}
-
-/// Whether at least a second passed since the time in `last` (ms since
-/// `BASE`); if so, sets it to now. One caller wins a race.
-/// `last` 0 means never: the first call passes (`BASE` may have been set
-/// just now, by this very call).
+/// Whether at least a second passed since the time in `last` (a
+/// `clock::ticks_ms` stamp); if so, sets it to now. One caller wins a race.
+/// `last` 0 means never: the first call passes (the clock may have
+/// started just now, by this very call).
 pub(crate) fn once_a_second(last: &AtomicU64) -> bool {
-    let now = now_ms();
+    let now = ticks_ms();
     let then = last.load(Ordering::Relaxed);
     (then == 0 || now.saturating_sub(then) >= 1000)
         && last
@@ -38,7 +29,7 @@ pub(crate) fn once_a_second(last: &AtomicU64) -> bool {
 /// The resets of one command connection.
 #[derive(Debug, Default)]
 pub(crate) struct Resets {
-    /// When the connection was last reset as suspect (ms since `BASE`).
+    /// When the connection was last reset as suspect (a `clock::ticks_ms` stamp).
     last: AtomicU64,
 }
 

@@ -80,14 +80,14 @@ impl Private {
             .map(String::from)
             .unwrap_or_default();
         let field = client.field(0, "");
-        let record = crate::core::record_key(&key, &field);
+        let record = crate::naming::record_key(&key, &field);
         let record = String::from_utf8_lossy(record.as_bytes()).into_owned();
         Private {
             queue: client.fair_lock(&name).queue_key().to_owned(),
             timeouts: client.fair_lock(&name).timeout_key().to_owned(),
             token: client.fenced_lock(&name).token_key().to_owned(),
             client_record: format!("leasehold:client:{{{}}}", uuid::Uuid::new_v4()),
-            alive: crate::core::prefix_name("leasehold_alive", &key)
+            alive: crate::naming::prefix_name("leasehold_alive", &key)
                 + ":"
                 + &client.id().to_string(),
             name,

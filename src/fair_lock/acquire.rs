@@ -6,20 +6,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use fred::types::Value;
 use parking_lot::Mutex;
 use tokio::time::Instant;
 
 use super::alive::{Member, BEHIND};
-use super::kind::{waiter_channel, FairKind, ACQUIRE, LINGER};
-use super::queue::{self, now_ms, Leave, Queued, THREAD_WAIT};
+use super::kind::{try_request, waiter_channel, FairKind, LINGER};
+use super::queue::{self, Leave, Queued};
 use super::Fair;
-use crate::core::acquire::{acquire, acquire_or_adopt, Profile, Spec, Tries};
-use crate::core::handoff::{Granted, Handoff};
-use crate::core::hold::Hold;
-use crate::core::lease::Lease;
-use crate::core::pubsub::Wake;
-use crate::core::request::{Before, Request};
+use crate::core::kind::{Granted, Handoff, Hold, Kind, Lease, Request, Spec, Try};
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::owner::Owner;
@@ -35,17 +29,6 @@ struct Calls {
     /// The first and last request ids of this wait's tries (shared with
     /// its `Leave`).
     tries: Arc<Mutex<Option<(u64, u64)>>>,
-}
-
-/// The waiter's channel policy: `grant:…` (the release made this waiter
-/// the holder) wakes one waiter handing it the message; anything else
-/// (Redisson's `0`) wakes one.
-pub(super) fn wake_or_grant(message: &[u8]) -> Wake {
-    if message.starts_with(b"grant:") {
-        Wake::OneWith
-    } else {
-        Wake::One
-    }
 }
 
 // === impl Fair ===
@@ -71,27 +54,24 @@ impl Fair {
             .then(|| Member::join(engine, self.client.id(), &self.names, &own_channel))
             .flatten();
         let tries = FairTries {
-            lock: self,
             calls: &calls,
             waits,
             member: member.as_ref(),
         };
         if !waits {
+            // One try, not queued: the kind's own request.
             let spec = self.spec(owner.id(), &field, &own_channel);
-            let hold = acquire(engine, spec, tries, lease, wait).await?;
+            let hold = engine.acquire(spec, lease, wait).await?;
             return Ok(hold.map(|h| self.guard(h, owner)));
         }
         // The waiter's channel stays subscribed from now until a moment
         // after the hold it gets ends, so an owner that locks again and
         // again queues and is told with one script call each.
-        let pin = engine.pin(&own_channel, wake_or_grant).await;
+        let pin = engine.pin(&own_channel, FairKind.wakes()).await;
         // Dropped from here on, the waiter leaves the queue (and gives
         // back a grant it did not adopt).
         let lease_ref = engine
-            .lease_of(&self.names.key, owner.id(), &FairKind, &|| {
-                self.spec(owner.id(), &field, &own_channel)
-                    .lease_names(owner.id())
-            })
+            .lease_for(&self.spec(owner.id(), &field, &own_channel))
             .await?;
         let field_str = lease_ref.field();
         let mut queued = Queued::new(
@@ -105,7 +85,7 @@ impl Fair {
         );
         let outcome = {
             let spec = self.spec(owner.id(), &field, &own_channel);
-            let acquiring = acquire_or_adopt(engine, spec, tries, &calls, lease, wait);
+            let acquiring = engine.acquire_or_adopt(spec, tries, lease, wait);
             if member.is_some() {
                 acquiring.await
             } else {
@@ -140,12 +120,14 @@ impl Fair {
     /// channel) acquires (see `core::acquire::Spec`).
     fn spec<'a>(&'a self, owner: u64, field: &'a str, own_channel: &'a str) -> Spec<'a> {
         Spec {
-            profile: &FAIR_PROFILE,
+            kind: &FairKind,
             owner,
             key: &self.names.key,
             channel: own_channel,
             field,
             release_channel: self.names.channel.as_bytes(),
+            // `acquire.lua`'s KEYS[2..4] (`FairKind::acquire`).
+            keys: self.names.try_keys(),
         }
     }
 
@@ -154,20 +136,10 @@ impl Fair {
     }
 }
 
-/// What every wait of a fair lock shares. Its channel does not linger:
-/// the waiter's own channel is pinned instead (see `acquire`).
-static FAIR_PROFILE: Profile = Profile {
-    // The lock's hash exists exactly while someone holds it (a grant
-    // included).
-    held_while_key_lives: true,
-    ..Profile::of(&FairKind, wake_or_grant)
-};
-
-/// How one wait of a fair lock sends its tries (see
-/// `core::acquire::Tries`).
+/// One queued wait of a fair lock: the contract's extension (see
+/// `core::handoff::Handoff`): its tries, their numbering, its grants.
 #[derive(Clone, Copy)]
 struct FairTries<'a> {
-    lock: &'a Fair,
     calls: &'a Calls,
     /// Queue if busy (not a single try).
     waits: bool,
@@ -176,14 +148,14 @@ struct FairTries<'a> {
     member: Option<&'a Member>,
 }
 
-impl Tries for FairTries<'_> {
+impl Handoff for FairTries<'_> {
     /// A wait behind its client's oldest wait on the lock is re-checked
     /// for by that one (`alive.rs`): it sleeps until told, or `BEHIND`.
     fn covered_for(&self) -> Option<Duration> {
         self.member.filter(|m| !m.is_first()).map(|_| BEHIND)
     }
 
-    /// The try's request id is its grant nonce (see `Calls`' handoff).
+    /// The try's request id is its grant nonce (see `Calls::granted`).
     /// Under the lease's turn: numbered before it is sent.
     fn numbered(&self, rid: u64) {
         let calls = self.calls;
@@ -192,34 +164,20 @@ impl Tries for FairTries<'_> {
         *tries = Some((tries.map_or(rid, |(first, _)| first), rid));
     }
 
-    fn request(&self, lease: &Lease, lease_ms: i64, _announce: Option<&str>) -> Request {
-        // Never asked to announce (no takes).
-        let names = &self.lock.names;
-        Request::new(
-            &ACQUIRE,
-            [
-                names.key.clone(),
-                names.queue.clone(),
-                names.timeouts.clone(),
-                names.grants.clone(),
-            ],
-        )
-        .arg(lease_ms)
-        .arg(Value::String(lease.field()))
-        .arg(now_ms())
-        .arg(THREAD_WAIT.as_millis() as i64)
-        .arg(i64::from(self.waits))
-        .arg(i64::from(lease.holds() > 0))
-        .expected_holds(Before::Acquire)
-        .arg(self.member.map_or(0, Member::mark))
+    /// The kind's try, queueing if busy and marked as a member of its
+    /// client's group of waits (`alive.rs`).
+    fn acquire(&self, _kind: &dyn Kind, lease: &Lease, at: &Try<'_>) -> Request {
+        try_request(lease, at, self.waits, self.member.map_or(0, Member::mark))
+    }
+
+    fn granted(&self, message: &[u8]) -> Option<Granted> {
+        self.calls.granted(message)
     }
 }
 
 // === impl Calls ===
 
-/// The fair lock's handoff (`core/handoff.rs`): a wait's grant messages
-/// are read against its own calls.
-impl Handoff for Calls {
+impl Calls {
     /// Reads a grant message `grant:<nonce>:<ttl ms>`: it grants this wait
     /// the lock if its nonce is the request id of the latest try this
     /// wait built (that try ran, found the lock busy and recorded the

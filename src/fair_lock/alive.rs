@@ -47,9 +47,7 @@ use tokio::time::Instant;
 
 use super::kind::Names;
 use super::queue::{REFRESH_EVERY, THREAD_WAIT};
-use crate::core::background::spawn_here;
-use crate::core::conn::Conn;
-use crate::core::Engine;
+use crate::core::kind::{spawn_here, Conn, Engine};
 
 /// How often a waiter that is not its group's oldest re-checks: the bound
 /// of a lost message for it (its group's oldest re-checks for the rest,
@@ -192,7 +190,7 @@ fn alive_key(one_key: bool, key: &Key, client: uuid::Uuid) -> Key {
         return Key::from(format!("{ALIVE_PREFIX}:{client}"));
     }
     let name = String::from_utf8_lossy(key.as_bytes());
-    Key::from(crate::core::prefix_name(ALIVE_PREFIX, &name) + ":" + &client.to_string())
+    Key::from(crate::naming::prefix_name(ALIVE_PREFIX, &name) + ":" + &client.to_string())
 }
 
 /// The alive keys' prefix: `leasehold_alive:`.

@@ -5,15 +5,13 @@ use std::time::Duration;
 
 use fred::types::{Key, Value};
 
-use super::queue::{kick_if_unheard, now_ms, GRANT, THREAD_WAIT};
-use crate::core::call::Reply;
-use crate::core::handoff;
-use crate::core::kind::Kind;
-use crate::core::lease::Lease;
-use crate::core::request::{Before, Request};
+use super::queue::{kick_if_unheard, GRANT, THREAD_WAIT};
+use crate::clock::epoch_ms;
+use crate::core::kind::{
+    hand_here, Before, Kind, Lease, Policy, Renewal, Reply, Request, Try, Wake,
+};
 use crate::core::script::Script;
-use crate::core::watchdog::Renewal;
-use crate::core::{concat, prefix_name};
+use crate::naming::{concat, prefix_name};
 
 /// The keys of one fair lock (and the channel stem), as scripts take them.
 #[derive(Clone, Debug)]
@@ -24,6 +22,9 @@ pub(crate) struct Names {
     pub(super) channel: Key,
     /// `leasehold_grant:{name}` (see the module docs).
     pub(super) grants: Key,
+    /// `queue`, `timeouts`, `grants`: the acquire's keys after the hash
+    /// (`FairKind::acquire`).
+    tries: [Key; 3],
 }
 
 /// The engine's view of a fair lock's holds.
@@ -106,13 +107,22 @@ pub(crate) const GRANTS_PREFIX: &str = "leasehold_grant";
 
 impl Names {
     pub(super) fn of(key: &str) -> Names {
+        let queue = Key::from(prefix_name(QUEUE_PREFIX, key));
+        let timeouts = Key::from(prefix_name(TIMEOUTS_PREFIX, key));
+        let grants = Key::from(prefix_name(GRANTS_PREFIX, key));
         Names {
             key: Key::from(key),
-            queue: Key::from(prefix_name(QUEUE_PREFIX, key)),
-            timeouts: Key::from(prefix_name(TIMEOUTS_PREFIX, key)),
+            tries: [queue.clone(), timeouts.clone(), grants.clone()],
+            queue,
+            timeouts,
             channel: Key::from(prefix_name("redisson_lock__channel", key)),
-            grants: Key::from(prefix_name(GRANTS_PREFIX, key)),
+            grants,
         }
+    }
+
+    /// The acquire's keys after the hash: queue, timeouts, grants.
+    pub(super) fn try_keys(&self) -> &[Key] {
+        &self.tries
     }
 
     /// The names of the lock on `key` (a lease's key).
@@ -164,7 +174,7 @@ fn hand_grant_here(names: &Names, reply: &Reply) {
         return;
     };
     let channel = waiter_channel(&String::from_utf8_lossy(names.channel.as_bytes()), field);
-    handoff::hand_here(client, &channel, format!("grant:{nonce}:{ms}").as_bytes());
+    hand_here(client, &channel, format!("grant:{nonce}:{ms}").as_bytes());
 }
 
 /// The waiter's own channel: the lock's channel `stem`
@@ -176,7 +186,41 @@ pub(super) fn waiter_channel(stem: &str, field: &str) -> String {
 
 // === impl FairKind ===
 
+/// One try of `lease` (`acquire.lua`): queueing if busy when `waits`,
+/// with its client's group mark `mark` (0: none, `alive.rs`).
+pub(super) fn try_request(lease: &Lease, at: &Try<'_>, waits: bool, mark: i64) -> Request {
+    Request::new(
+        &ACQUIRE,
+        std::iter::once(lease.key()).chain(at.keys.iter().cloned()),
+    )
+    .arg(at.lease_ms)
+    .arg(Value::String(lease.field()))
+    .arg(epoch_ms())
+    .arg(THREAD_WAIT.as_millis() as i64)
+    .arg(i64::from(waits))
+    .arg(i64::from(lease.holds() > 0))
+    .expected_holds(Before::Acquire)
+    .arg(mark)
+}
+
+/// The waiter's channel policy: `grant:…` (the release made this waiter
+/// the holder) wakes one waiter handing it the message; anything else
+/// (Redisson's `0`) wakes one.
+fn wake_or_grant(message: &[u8]) -> Wake {
+    if message.starts_with(b"grant:") {
+        Wake::OneWith
+    } else {
+        Wake::One
+    }
+}
+
 impl Kind for FairKind {
+    /// A single try, not queued (a wait's tries are its
+    /// [`Handoff`](crate::core::kind::Handoff)'s: `acquire.rs`).
+    fn acquire(&self, lease: &Lease, at: &Try<'_>) -> Request {
+        try_request(lease, at, false, 0)
+    }
+
     fn release(&self, lease: &Lease, count: u32, ttl_ms: i64) -> Request {
         let names = Names::of_key(&lease.key());
         Request::new(&RELEASE, names.script_keys())
@@ -184,7 +228,7 @@ impl Kind for FairKind {
             .arg(Value::String(lease.field()))
             .int(i64::from(count))
             .publish()
-            .arg(now_ms())
+            .arg(epoch_ms())
             .args(Names::hand_over_args())
             // release_check.lua: the count this owner's field holds now.
             .expected_holds(Before::Release)
@@ -197,7 +241,17 @@ impl Kind for FairKind {
     }
 
     fn renewal(&self) -> &'static Renewal {
-        crate::lock::hash_renewal()
+        &crate::lock::HASH_RENEWAL
+    }
+
+    fn wakes(&self) -> Policy {
+        wake_or_grant
+    }
+
+    /// The lock's hash exists exactly while someone holds it (a grant
+    /// included).
+    fn held_while_key_lives(&self) -> bool {
+        true
     }
 
     fn excludes(&self, mine: &Lease, other: &Lease) -> bool {

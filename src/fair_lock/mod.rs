@@ -211,19 +211,20 @@ use std::time::Duration;
 use fred::interfaces::KeysInterface;
 
 use crate::client::Client;
-use crate::core::prefix_name;
-use crate::core::request::Request;
+use crate::clock::epoch_ms;
+use crate::core::kind::{Feature, Request};
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::handle::raw::{sealed, RawLock, RawSingle};
 use crate::handle::Holder;
 use crate::handle::LockHandle;
 use crate::lock::{every_field, hold_count_of, holders_of, remaining_lease_of};
+use crate::naming::prefix_name;
 
 pub(crate) use alive::{entry_alive_until, ALIVE_PREFIX};
 pub(crate) use kind::{release_source, GRANTS_PREFIX, QUEUE_PREFIX, TIMEOUTS_PREFIX};
 use kind::{Names, FORCE_UNLOCK};
-use queue::{kick_if_unheard, now_ms, GRANT, THREAD_WAIT};
+use queue::{kick_if_unheard, GRANT, THREAD_WAIT};
 
 /// A reentrant distributed lock that serves waiters in arrival order,
 /// across every client and process (Redisson's `RFairLock`). Cheap to
@@ -378,9 +379,7 @@ impl Fair {
             return Err(Error::invalid("lock name is empty"));
         }
         // The queue's scripts use LPOS (Redis 6.0.6).
-        self.client
-            .engine()
-            .require(crate::core::caps::Feature::Lpos)
+        self.client.engine().require(Feature::Lpos)
     }
 }
 
@@ -440,7 +439,7 @@ impl RawSingle for Fair {
         let reply = engine
             .force_unlock(
                 Request::new(&FORCE_UNLOCK, self.names.script_keys())
-                    .arg(now_ms())
+                    .arg(epoch_ms())
                     .publish()
                     .args(Names::hand_over_args()),
                 (&self.names.key, &self.key_str),

@@ -38,19 +38,18 @@
 
 use std::convert::Infallible;
 use std::sync::{Arc, Weak};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
+
+use crate::clock::epoch_ms;
 
 use fred::bytes_utils::Str;
 use fred::types::Value;
 use tokio::time::Instant;
 
 use super::kind::{Names, KICK, LEAVE, REFRESH};
-use crate::core::background::{spawn_here, BoxFuture, Job};
-use crate::core::call::Settled;
-use crate::core::conn::Conn;
-use crate::core::lease::LeaseRef;
-use crate::core::request::{Request, RequestId};
-use crate::core::Engine;
+use crate::core::kind::{
+    spawn_here, BoxFuture, Conn, Engine, Job, LeaseRef, Request, RequestId, Settled,
+};
 
 /// How long a waiter counts as alive after it last showed up (Redisson's
 /// "thread wait time", `fairLockWaitTimeout`, 5 minutes there). A waiter
@@ -71,14 +70,6 @@ pub(crate) const REFRESH_EVERY: Duration = Duration::from_secs(2);
 /// Most kicks in a row after one release (each needs a head that was not
 /// listening and whose timeout passed).
 const MAX_KICKS: usize = 32;
-
-/// The client's clock in epoch milliseconds (Redisson's scores use the
-/// client's `System.currentTimeMillis()`, so ours do too).
-pub(crate) fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-}
 
 /// Keeps the waiter `field`'s liveness sign and score fresh while it
 /// waits; never ends (dropped with the acquire). See the module docs. Each
@@ -102,7 +93,7 @@ pub(crate) async fn refresh(
         let sent = tokio::time::Instant::now();
         let args = [
             Value::String(field.clone()),
-            now_ms().into(),
+            epoch_ms().into(),
             (THREAD_WAIT.as_millis() as i64).into(),
         ];
         // Boxed, as the publish below: a fred call's future is about
@@ -155,7 +146,7 @@ impl Leave {
         let counted = i64::from(self.lease.holds() > 0);
         let request = Request::new(&LEAVE, self.names.script_keys())
             .arg(Value::String(self.lease.field()))
-            .arg(now_ms())
+            .arg(epoch_ms())
             .publish()
             .arg(counted)
             .args(Names::hand_over_args());
@@ -218,7 +209,7 @@ impl Job for Leave {
 
 /// An acquire that may be queued: dropped armed, it leaves the queue in
 /// the background. It counts as one of its owner's waits (see
-/// [`Lease::wait_began`](crate::core::lease::Lease::wait_began)) from
+/// [`Lease::wait_began`](crate::core::kind::Lease::wait_began)) from
 /// [`Queued::new`] until it is disarmed, leaves or is dropped.
 pub(crate) struct Queued {
     engine: Arc<Engine>,
@@ -292,14 +283,14 @@ fn kick_later(conn: &Arc<Conn>, names: Names, timeout: i64) {
     spawn_here(async move {
         let mut timeout = timeout;
         for _ in 0..MAX_KICKS {
-            let after = (timeout - now_ms()).clamp(0, i64::MAX) as u64 + 1;
+            let after = (timeout - epoch_ms()).clamp(0, i64::MAX) as u64 + 1;
             tokio::time::sleep(Duration::from_millis(after)).await;
             let Some(conn) = conn.upgrade() else { return };
             if conn.is_closed() {
                 return;
             }
             let reply = Request::new(&KICK, names.script_keys())
-                .arg(now_ms())
+                .arg(epoch_ms())
                 .publish()
                 .args(Names::hand_over_args())
                 .run_plain::<Vec<i64>>(&conn)
@@ -309,7 +300,7 @@ fn kick_later(conn: &Arc<Conn>, names: Names, timeout: i64) {
                 // Still held by a grant nobody took up: its key outlives
                 // the grant's end as computed here by the release's
                 // delay; check again when it has run out.
-                Ok([2, pttl, ..]) if *pttl >= 0 => timeout = now_ms() + *pttl,
+                Ok([2, pttl, ..]) if *pttl >= 0 => timeout = epoch_ms() + *pttl,
                 Ok(_) => return,
                 Err(e) => {
                     tracing::debug!(key = ?names.key, error = %e, "fair lock: kick failed; waiters re-check on their own");

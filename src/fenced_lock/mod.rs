@@ -45,14 +45,14 @@ use fred::interfaces::KeysInterface;
 use fred::types::Key;
 
 use crate::client::Client;
-use crate::core::prefix_name;
 use crate::core::script::Script;
 use crate::error::Result;
 use crate::guard::LockGuard;
 use crate::handle::raw::{sealed, RawLock, RawSingle};
 use crate::handle::Holder;
 use crate::handle::LockHandle;
-use crate::lock::Plain;
+use crate::lock::{LockKind, Plain};
+use crate::naming::prefix_name;
 
 /// A reentrant distributed lock whose every acquire takes a fencing token
 /// ([`LockGuard::token`]) larger than all tokens taken before, by anyone.
@@ -162,6 +162,10 @@ pub struct Fenced {
     token_key_str: Arc<str>,
     token_key: Key,
 }
+
+/// The lock's kind with the fenced acquire script: holds of the same
+/// field as the plain lock's, in the same lease record.
+static FENCED: LockKind = LockKind::with_acquire(&ACQUIRE);
 
 /// Take or re-enter, and take a token. Recorded: re-sent with the same
 /// request id.
@@ -318,7 +322,7 @@ impl RawLock for Fenced {
         wait: Option<Duration>,
     ) -> impl Future<Output = Result<Option<LockGuard>>> + Send + '_ {
         self.lock
-            .acquire_with(&ACQUIRE, std::slice::from_ref(&self.token_key), lease, wait)
+            .acquire_with(&FENCED, std::slice::from_ref(&self.token_key), lease, wait)
     }
 }
 

@@ -50,8 +50,7 @@ use fred::types::{Key, Value};
 
 use crate::client::Client;
 
-use crate::core::pubsub::Wake;
-use crate::core::request::Request;
+use crate::core::kind::{Reply, Request, Wake};
 use crate::core::script::Script;
 use crate::core::wait::{wait_for, Step};
 use crate::error::{Error, Result};
@@ -370,11 +369,7 @@ impl CountDownLatch {
 
     /// Runs a latched script on the count (and the channel), with a latch
     /// key of its own (see `Call::run_once`).
-    async fn mutate(
-        &self,
-        script: &'static Script,
-        arg: Option<Value>,
-    ) -> Result<crate::core::call::Reply> {
+    async fn mutate(&self, script: &'static Script, arg: Option<Value>) -> Result<Reply> {
         self.check()?;
         let engine = self.client.engine();
         let mut keys = vec![self.key.clone()];

@@ -43,7 +43,7 @@ use crate::handle::Holder;
 pub(crate) use holders::{every_field, holders_of};
 
 use std::future::Future;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use fred::bytes_utils::Str;
@@ -53,19 +53,15 @@ use futures_util::future::Either;
 use futures_util::FutureExt;
 
 use crate::client::Client;
-use crate::core::acquire::{acquire, Profile, Spec, Tries};
-use crate::core::call::static_arg;
-use crate::core::key_then_channel;
-use crate::core::kind::{AcquireReply, Kind};
-use crate::core::lease::Lease;
-use crate::core::pubsub::wake_one;
-use crate::core::request::{Before, Request};
+use crate::core::kind::{
+    static_arg, AcquireReply, Before, Kind, Lease, PackedScripts, Renewal, Request, Spec, Try,
+};
 use crate::core::script::Script;
-use crate::core::watchdog::{Packed, Renewal};
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::handle::raw::{sealed, RawLock, RawSingle};
 use crate::handle::LockHandle;
+use crate::naming::key_then_channel;
 use crate::owner::Owner;
 
 /// A reentrant distributed lock, by name (Redisson `RLock`): the
@@ -165,10 +161,19 @@ pub(super) static HOLDERS: Script =
 /// The engine's view of the lock's holds, and of the fenced lock's: they
 /// are holds of the same field, and one field must have one lease record
 /// (one turn, one request record, one set of TTL needs), whichever handle
-/// took its holds, so both acquire as this one kind
+/// took its holds, so both are values of this one kind (one type: one
+/// `Kind::id`) that differ only in their acquire script
 /// ([`Plain::acquire_with`]).
 #[derive(Debug)]
-struct LockKind;
+pub(crate) struct LockKind {
+    /// A recorded script with `acquire.lua`'s `KEYS[1]`, ARGV and reply,
+    /// the acquire's own keys after `KEYS[1]`, and optionally a fencing
+    /// token after the count in its reply (the fenced lock's).
+    acquire: &'static Script,
+}
+
+/// The plain lock's kind.
+static PLAIN: LockKind = LockKind { acquire: &ACQUIRE };
 
 /// How long the unlock channel stays subscribed after an acquire that
 /// subscribed to it: an owner locking again within it starts subscribed.
@@ -207,26 +212,15 @@ const RELEASE_BARE: &str = concat!(
 );
 
 /// Renewal of hash-field leases (Redisson's `LockTask`).
-pub(crate) fn hash_renewal() -> &'static Renewal {
-    static RENEWAL: OnceLock<Renewal> = OnceLock::new();
-    RENEWAL.get_or_init(|| Renewal {
-        slot: &RENEW,
-        // Node batches are packed (`Packed::node`).
-        node: None,
-        entry: |lease, keys, args, _node| {
-            keys.push(lease.key());
-            args.push(Value::String(lease.field()));
-        },
-        packed: Some(Packed {
-            script: &RENEW_PACKED,
-            node: &RENEW_NODE_PACKED,
-            entry: |lease, pack| {
-                pack.push(lease.key_bytes());
-                pack.push(lease.field_bytes());
-            },
-        }),
-    })
-}
+pub(crate) static HASH_RENEWAL: Renewal = Renewal {
+    slot: &RENEW,
+    // Node batches are packed.
+    node: None,
+    packed: Some(PackedScripts {
+        server: &RENEW_PACKED,
+        node: &RENEW_NODE_PACKED,
+    }),
+};
 
 /// The acquire and release scripts exactly as an uncontended lock + unlock
 /// sends them (the twins without the request record, `core/script.rs`),
@@ -303,17 +297,16 @@ impl Plain {
         Ok(())
     }
 
-    /// The wait loop (see the module docs), sending `script` for each try:
-    /// a recorded script with `acquire.lua`'s `KEYS[1]`, ARGV and reply,
-    /// `extra_keys` after `KEYS[1]`, and optionally a fencing token after the
-    /// count in its reply (the fenced lock's). Holds taken either way are
-    /// holds of the same field, counted in one lease record with one turn
-    /// and one request record, so they may be mixed freely by one owner. `wait:
+    /// The wait loop (see the module docs), each try sent as `kind` says
+    /// (the plain lock's, or the fenced lock's: [`LockKind::with_acquire`]),
+    /// with `keys` after `KEYS[1]`. Holds taken either way are holds of the
+    /// same field, counted in one lease record with one turn and one
+    /// request record, so they may be mixed freely by one owner. `wait:
     /// None` waits forever.
     pub(crate) fn acquire_with<'a>(
         &'a self,
-        script: &'static Script,
-        extra_keys: &'a [Key],
+        kind: &'static LockKind,
+        keys: &'a [Key],
         lease: Option<Duration>,
         wait: Option<Duration>,
     ) -> impl Future<Output = Result<Option<LockGuard>>> + Send + 'a {
@@ -330,16 +323,16 @@ impl Plain {
         // acquire, and the guard is made from what its hold knows.
         let name_at = self.inner.client.key_prefix().len();
         let spec = Spec {
-            profile: &LOCK_PROFILE,
-            // Read at the first poll (see `LOCK_PROFILE`).
+            kind,
+            // Read at the first poll (`LockKind::owner_at_first_poll`).
             owner: 0,
             key: &self.inner.key,
             channel: RawSingle::channel(self),
             field: self.inner.client.field_prefix(),
             release_channel: self.inner.channel_key.as_bytes(),
+            keys,
         };
-        let tries = LockTries { script, extra_keys };
-        Either::Right(acquire(engine, spec, tries, lease, wait).map(move |hold| {
+        Either::Right(engine.acquire(spec, lease, wait).map(move |hold| {
             Ok(hold?.map(|hold| {
                 let owner = Owner::from_id(hold.owner());
                 LockGuard::new(hold, name_at, owner)
@@ -362,7 +355,7 @@ impl RawLock for Plain {
         lease: Option<Duration>,
         wait: Option<Duration>,
     ) -> impl Future<Output = Result<Option<LockGuard>>> + Send + '_ {
-        self.acquire_with(&ACQUIRE, &[], lease, wait)
+        self.acquire_with(&PLAIN, &[], lease, wait)
     }
 }
 
@@ -438,48 +431,32 @@ pub(crate) async fn remaining_lease_of(
     Ok((ttl >= 0).then(|| Duration::from_millis(ttl as u64)))
 }
 
-/// What every acquire of a lock (plain or fenced) shares.
-static LOCK_PROFILE: Profile = Profile {
-    // `owner.scope(lock.lock())` locks as `owner`, and a future made in
-    // one task may be polled in another: the owner is the first poller's.
-    owner_at_first_poll: || Owner::current().id(),
-    field_of_owner: true,
-    // Both the lock's and the fenced lock's acquire announce.
-    announces_takes: true,
-    // An owner that waited is likely to come back soon (a hot lock).
-    linger: Some(LINGER),
-    // The lock's hash exists exactly while someone holds it.
-    held_while_key_lives: true,
-    ..Profile::of(&LockKind, wake_one)
-};
+// === impl LockKind ===
 
-/// How a lock's tries are sent (see `core::acquire::Tries`): its acquire
-/// script and the keys after `KEYS[1]`.
-struct LockTries<'a> {
-    script: &'static Script,
-    extra_keys: &'a [Key],
+impl LockKind {
+    /// A lock kind whose tries send `acquire` (see [`LockKind::acquire`]):
+    /// the fenced lock's.
+    pub(crate) const fn with_acquire(acquire: &'static Script) -> LockKind {
+        LockKind { acquire }
+    }
 }
 
-impl Tries for LockTries<'_> {
-    fn request(&self, lease: &Lease, lease_ms: i64, announce: Option<&str>) -> Request {
+impl Kind for LockKind {
+    fn acquire(&self, lease: &Lease, at: &Try<'_>) -> Request {
         Request::new(
-            self.script,
+            self.acquire,
             std::iter::once(lease.key())
-                .chain(self.extra_keys.iter().cloned())
-                .chain(announce.map(Key::from)),
+                .chain(at.keys.iter().cloned())
+                .chain(at.announce.map(Key::from)),
         )
-        .arg(lease_ms)
+        .arg(at.lease_ms)
         .arg(Value::String(lease.field()))
         // acquire_check.lua: the holds the client counts.
         .expected_holds(Before::Acquire)
         // acquire.lua: how to announce a take (core/takes.rs).
-        .publish_if(announce.is_some())
+        .publish_if(at.announce.is_some())
     }
-}
 
-// === impl LockKind ===
-
-impl Kind for LockKind {
     fn release(&self, lease: &Lease, count: u32, ttl_ms: i64) -> Request {
         Request::new(&RELEASE, [lease.key(), lease.channel()])
             .arg(ttl_ms)
@@ -503,12 +480,34 @@ impl Kind for LockKind {
     }
 
     fn renewal(&self) -> &'static Renewal {
-        hash_renewal()
+        &HASH_RENEWAL
     }
 
-    fn excludes(&self, _mine: &Lease, _other: &Lease) -> bool {
-        // A plain lock's hash holds one owner's field at a time: whoever
-        // else this client counted on the key is gone.
+    // `excludes`: the default. A plain lock's hash holds one owner's field
+    // at a time: whoever else this client counted on the key is gone.
+
+    /// `owner.scope(lock.lock())` locks as `owner`, and a future made in
+    /// one task may be polled in another: the owner is the first poller's.
+    fn owner_at_first_poll(&self) -> u64 {
+        Owner::current().id()
+    }
+
+    fn field_of_owner(&self) -> bool {
+        true
+    }
+
+    /// Both the lock's and the fenced lock's acquire announce.
+    fn announces_takes(&self) -> bool {
+        true
+    }
+
+    /// An owner that waited is likely to come back soon (a hot lock).
+    fn linger(&self) -> Option<Duration> {
+        Some(LINGER)
+    }
+
+    /// The lock's hash exists exactly while someone holds it.
+    fn held_while_key_lives(&self) -> bool {
         true
     }
 }

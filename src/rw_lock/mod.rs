@@ -112,26 +112,22 @@ mod halves;
 pub use halves::{Read, ReadLock, Write, WriteLock};
 
 use std::borrow::Cow;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use fred::types::{Key, Value};
 
 use crate::client::Client;
-use crate::core::acquire::{acquire, Profile, Spec, Tries};
-use crate::core::kind::Kind;
-use crate::core::lease::Lease;
-use crate::core::names::LeaseNames;
-use crate::core::prefix_name;
-use crate::core::pubsub::wake_all_on_one;
-use crate::core::request::Request;
+use crate::core::kind::{
+    ttl_ms, wake_all_on_one, Feature, Kind, Lease, Policy, Renewal, Request, Spec, Try,
+};
 use crate::core::script::Script;
-use crate::core::watchdog::{ttl_ms, Renewal};
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::handle::Holder;
 use crate::handle::LockHandle;
 use crate::lock::{hold_count_of, holders_of, remaining_lease_of};
+use crate::naming::{concat, prefix_name};
 use crate::owner::Owner;
 
 /// A distributed read-write lock, by name: many readers or one writer.
@@ -295,29 +291,13 @@ static RENEW_READ_NODE: Script = Script::node_renewal(
 );
 
 /// Renewal of read leases: the hash and the owner's timeout keys
-/// (Redisson's `ReadLockTask`).
-fn read_renewal() -> &'static Renewal {
-    static RENEWAL: OnceLock<Renewal> = OnceLock::new();
-    RENEWAL.get_or_init(|| Renewal {
-        slot: &RENEW_READ,
-        node: Some(&RENEW_READ_NODE),
-        entry: |lease, keys, args, node| {
-            let prefix = timeout_prefix(&lease.key(), &lease.field());
-            if node {
-                args.push(Value::Bytes(lease.key().inner().clone()));
-                args.push(Value::from(prefix));
-            } else {
-                keys.push(lease.key());
-                keys.push(Key::from(prefix));
-            }
-            args.push(Value::String(lease.field()));
-            // Each entry its own TTL: fixed read leases are renewed too, up
-            // to their end (see `ReadKind::renews_fixed`).
-            args.push(Value::Integer(ttl_ms(lease.renew_ttl())));
-        },
-        packed: None,
-    })
-}
+/// (Redisson's `ReadLockTask`); each entry is written by
+/// `ReadKind::renew_entry`.
+static READ_RENEWAL: Renewal = Renewal {
+    slot: &RENEW_READ,
+    node: Some(&RENEW_READ_NODE),
+    packed: None,
+};
 
 /// Redisson's `suffixName` stem: `{key}`, or `key` when it has braces.
 fn key_prefix(key: &str) -> String {
@@ -452,17 +432,24 @@ impl Names {
             return Err(Error::invalid("lock name is empty"));
         }
         // Its scripts name the read holds' timeout keys inside Lua.
-        self.client
-            .engine()
-            .require(crate::core::caps::Feature::UndeclaredKeys)
+        self.client.engine().require(Feature::UndeclaredKeys)
     }
 
     fn redis(&self) -> &fred::clients::Client {
         self.client.engine().redis()
     }
 
-    fn lease_init(&self, field: &str) -> Result<LeaseNames> {
-        LeaseNames::new(&self.key_str, field, self.channel_key.as_bytes())
+    /// What an acquire of `mode` by `owner` (holding `field`) takes.
+    fn spec<'a>(&'a self, mode: Mode, owner: Owner, field: &'a str) -> Spec<'a> {
+        Spec {
+            kind: mode.kind(),
+            owner: owner.id(),
+            key: &self.key,
+            channel: &self.channel,
+            field,
+            release_channel: self.channel_key.as_bytes(),
+            keys: &[],
+        }
     }
 
     /// Takes `mode` for the current owner (see the module docs). `wait:
@@ -484,28 +471,18 @@ impl Names {
             )));
         }
         let field = self.client.field(owner.id(), mode.suffix());
-        let spec = Spec {
-            profile: mode.profile(),
-            owner: owner.id(),
-            key: &self.key,
-            channel: &self.channel,
-            field: &field,
-            release_channel: self.channel_key.as_bytes(),
-        };
-        let hold = acquire(self.client.engine(), spec, mode, lease, wait).await?;
+        let spec = self.spec(mode, owner, &field);
+        let hold = self.client.engine().acquire(spec, lease, wait).await?;
         Ok(hold.map(|hold| LockGuard::new(hold, self.client.key_prefix().len(), owner)))
     }
 
     /// Whether `owner` has a live read guard on this lock in this client.
     fn reads_held(&self, owner: Owner) -> bool {
-        let engine = self.client.engine();
         let field = self.client.field(owner.id(), Mode::Read.suffix());
-        let lease = engine.lease_now(&self.key, owner.id(), &ReadKind, &|| {
-            self.lease_init(&field)
-        });
         // A name too long for a record has no holds; nor does a read record
         // while another kind's release of the field is on its way.
-        lease.is_some_and(|lease| lease.live_holds() > 0)
+        let spec = self.spec(Mode::Read, owner, &field);
+        self.client.engine().live_holds(&spec) > 0
     }
 
     async fn is_locked(&self, mode: Mode) -> Result<bool> {
@@ -593,40 +570,11 @@ impl Mode {
         }
     }
 
-    /// What every acquire of this mode shares.
-    fn profile(self) -> &'static Profile {
-        static READ: Profile = Profile::of(&ReadKind, wake_all_on_one);
-        static WRITE: Profile = Profile::of(&WriteKind, wake_all_on_one);
+    /// The kind of this mode's leases.
+    fn kind(self) -> &'static dyn Kind {
         match self {
-            Mode::Read => &READ,
-            Mode::Write => &WRITE,
-        }
-    }
-}
-
-/// One half's tries (see `core::acquire::Tries`): the mode is all they
-/// need, the rest is the lease's.
-impl Tries for Mode {
-    /// One acquire try of `lease` (this mode's lease of one owner).
-    fn request(&self, lease: &Lease, lease_ms: i64, _announce: Option<&str>) -> Request {
-        match self {
-            Mode::Read => Request::new(
-                &READ_ACQUIRE,
-                [
-                    lease.key(),
-                    Key::from(timeout_prefix(&lease.key(), &lease.field())),
-                ],
-            )
-            .arg(lease_ms)
-            .arg(Value::String(lease.field()))
-            .arg(Value::from(format!(
-                "{}{}",
-                &*lease.field(),
-                Mode::Write.suffix()
-            ))),
-            Mode::Write => Request::new(&WRITE_ACQUIRE, [lease.key()])
-                .arg(lease_ms)
-                .arg(Value::String(lease.field())),
+            Mode::Read => &ReadKind,
+            Mode::Write => &WriteKind,
         }
     }
 }
@@ -656,6 +604,19 @@ fn release_request(
 }
 
 impl Kind for ReadKind {
+    fn acquire(&self, lease: &Lease, at: &Try<'_>) -> Request {
+        Request::new(
+            &READ_ACQUIRE,
+            [
+                lease.key(),
+                Key::from(timeout_prefix(&lease.key(), &lease.field())),
+            ],
+        )
+        .arg(at.lease_ms)
+        .arg(Value::String(lease.field()))
+        .arg(Value::from(concat([&lease.field(), Mode::Write.suffix()])))
+    }
+
     fn release(&self, lease: &Lease, count: u32, ttl_ms: i64) -> Request {
         let keys = [
             lease.key(),
@@ -667,7 +628,27 @@ impl Kind for ReadKind {
     }
 
     fn renewal(&self) -> &'static Renewal {
-        read_renewal()
+        &READ_RENEWAL
+    }
+
+    /// The hash and the owner's timeout keys, the field, and the entry's
+    /// own TTL: fixed read leases are renewed too, up to their end (see
+    /// `renews_fixed`).
+    fn renew_entry(&self, lease: &Lease, keys: &mut Vec<Key>, args: &mut Vec<Value>, node: bool) {
+        let prefix = timeout_prefix(&lease.key(), &lease.field());
+        if node {
+            args.push(Value::Bytes(lease.key().inner().clone()));
+            args.push(Value::from(prefix));
+        } else {
+            keys.push(lease.key());
+            keys.push(Key::from(prefix));
+        }
+        args.push(Value::String(lease.field()));
+        args.push(Value::Integer(ttl_ms(lease.renew_ttl())));
+    }
+
+    fn wakes(&self) -> Policy {
+        wake_all_on_one
     }
 
     /// Read leases with a fixed term are renewed up to their end: a
@@ -686,13 +667,23 @@ impl Kind for ReadKind {
 }
 
 impl Kind for WriteKind {
+    fn acquire(&self, lease: &Lease, at: &Try<'_>) -> Request {
+        Request::new(&WRITE_ACQUIRE, [lease.key()])
+            .arg(at.lease_ms)
+            .arg(Value::String(lease.field()))
+    }
+
     fn release(&self, lease: &Lease, count: u32, ttl_ms: i64) -> Request {
         let keys = [lease.key(), lease.channel(), holders_prefix(lease)];
         release_request(&WRITE_RELEASE, keys, lease, count, ttl_ms)
     }
 
     fn renewal(&self) -> &'static Renewal {
-        crate::lock::hash_renewal()
+        &crate::lock::HASH_RENEWAL
+    }
+
+    fn wakes(&self) -> Policy {
+        wake_all_on_one
     }
 
     fn excludes(&self, mine: &Lease, other: &Lease) -> bool {

@@ -75,26 +75,24 @@ mod permit;
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::clock::epoch_ms;
 
 use fred::bytes::Bytes;
 use fred::types::{Key, Value};
 use tokio::time::Instant;
 
 use crate::client::Client;
-use crate::core::acquire::{acquire, Profile, Spec, Tries};
-use crate::core::call::Reply;
-use crate::core::kind::{AcquireReply, Kind, ReleaseReply};
-use crate::core::lease::Lease;
-use crate::core::pubsub::wake_count;
-use crate::core::request::Request;
+use crate::core::kind::{
+    wake_count, AcquireReply, Kind, Lease, Policy, ReleaseReply, Renewal, Reply, Request, Spec, Try,
+};
 use crate::core::script::Script;
-use crate::core::watchdog::Renewal;
-use crate::core::{prefix_name, suffix_name};
 use crate::error::{Error, Result};
 use crate::guard::LeaseSignal;
 use crate::handle::run;
+use crate::naming::{prefix_name, suffix_name};
 
 pub use permit::Permit;
 
@@ -198,27 +196,13 @@ struct PermitKind;
 /// Owners of permits: one per permit, unique in the process.
 static NEXT_OWNER: AtomicU64 = AtomicU64::new(1);
 
-/// Renewal of permits: their scores in the semaphore's zset.
-fn renewal() -> &'static Renewal {
-    static RENEWAL: OnceLock<Renewal> = OnceLock::new();
-    RENEWAL.get_or_init(|| Renewal {
-        slot: &RENEW,
-        node: None,
-        entry: |lease, keys, args, _node| {
-            keys.push(timeout_key_of(lease));
-            args.push(id_bytes(&lease.field()));
-            args.push(now_ms().into());
-        },
-        packed: None,
-    })
-}
-
-/// Now, in epoch milliseconds (the clock Redisson's scripts are given).
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis().min(i64::MAX as u128) as i64)
-}
+/// Renewal of permits: their scores in the semaphore's zset (each entry
+/// written by `PermitKind::renew_entry`).
+static RENEWAL: Renewal = Renewal {
+    slot: &RENEW,
+    node: None,
+    packed: None,
+};
 
 /// A fresh permit id: 16 random bytes as 32 lowercase hex digits.
 fn new_id() -> String {
@@ -457,7 +441,7 @@ impl Semaphore {
                 self.channel_key.clone(),
             ],
         )
-        .arg(now_ms())
+        .arg(epoch_ms())
         .publish()
         .run_plain(self.client.engine().conn())
         .await?;
@@ -667,11 +651,7 @@ impl Semaphore {
 
     /// Runs a recorded script on the count and channel (one request record per
     /// call: see `Call::run_once`).
-    async fn mutate(
-        &self,
-        script: &'static Script,
-        arg: Value,
-    ) -> Result<crate::core::call::Reply> {
+    async fn mutate(&self, script: &'static Script, arg: Value) -> Result<Reply> {
         self.check()?;
         let engine = self.client.engine();
         engine
@@ -695,7 +675,7 @@ impl Semaphore {
         self.check()?;
         let id: Arc<str> = new_id().into();
         let spec = Spec {
-            profile: &PERMIT_PROFILE,
+            kind: &PermitKind,
             // A fresh owner per acquire: a permit is one hold.
             owner: NEXT_OWNER.fetch_add(1, Ordering::Relaxed),
             key: &self.key,
@@ -703,42 +683,11 @@ impl Semaphore {
             // The permit's id.
             field: &id,
             release_channel: self.channel_key.as_bytes(),
+            // The zset of permit expiries.
+            keys: std::slice::from_ref(&self.timeout_key),
         };
-        let tries = PermitTries {
-            timeout_key: &self.timeout_key,
-            member: id_bytes(&id),
-        };
-        let hold = acquire(self.client.engine(), spec, tries, lease, wait).await?;
+        let hold = self.client.engine().acquire(spec, lease, wait).await?;
         Ok(hold.map(|hold| Permit::new(hold, id, self.name.clone(), self.key_str.clone())))
-    }
-}
-
-/// What every acquire of a permit shares.
-static PERMIT_PROFILE: Profile = Profile::of(&PermitKind, wake_count);
-
-/// How one acquire of a permit sends its tries (see
-/// `core::acquire::Tries`).
-struct PermitTries<'a> {
-    /// The semaphore's zset of permit expiries.
-    timeout_key: &'a Key,
-    /// The permit's id, as the member of that zset.
-    member: Value,
-}
-
-impl Tries for PermitTries<'_> {
-    fn request(&self, lease: &Lease, lease_ms: i64, _announce: Option<&str>) -> Request {
-        let now = now_ms();
-        // Rounded up: the permit never expires before `sent + lease`, the
-        // engine's idea of its end (`now` is floored).
-        let expiry = now.saturating_add(lease_ms).saturating_add(1);
-        Request::new(
-            &ACQUIRE,
-            [lease.key(), self.timeout_key.clone(), lease.channel()],
-        )
-        .arg(expiry)
-        .arg(now)
-        .publish()
-        .arg(self.member.clone())
     }
 }
 
@@ -750,6 +699,25 @@ fn must_acquire(permit: Option<Permit>) -> Permit {
 // === impl PermitKind ===
 
 impl Kind for PermitKind {
+    /// `KEYS[2]` is the zset of permit expiries (the spec's key), the
+    /// permit's id its member.
+    fn acquire(&self, lease: &Lease, at: &Try<'_>) -> Request {
+        let now = epoch_ms();
+        // Rounded up: the permit never expires before `sent + lease`, the
+        // engine's idea of its end (`now` is floored).
+        let expiry = now.saturating_add(at.lease_ms).saturating_add(1);
+        Request::new(
+            &ACQUIRE,
+            std::iter::once(lease.key())
+                .chain(at.keys.iter().cloned())
+                .chain(std::iter::once(lease.channel())),
+        )
+        .arg(expiry)
+        .arg(now)
+        .publish()
+        .arg(id_bytes(&lease.field()))
+    }
+
     fn release(&self, lease: &Lease, _count: u32, _ttl_ms: i64) -> Request {
         // A permit is one hold: `count` is 1, and no TTL is left to keep.
         Request::new(
@@ -757,7 +725,7 @@ impl Kind for PermitKind {
             [lease.key(), timeout_key_of(lease), lease.channel()],
         )
         .arg(id_bytes(&lease.field()))
-        .arg(now_ms())
+        .arg(epoch_ms())
         .publish()
     }
 
@@ -785,7 +753,19 @@ impl Kind for PermitKind {
     }
 
     fn renewal(&self) -> &'static Renewal {
-        renewal()
+        &RENEWAL
+    }
+
+    /// The zset of permit expiries, the permit's id, and now (the script
+    /// sets the score to now + TTL).
+    fn renew_entry(&self, lease: &Lease, keys: &mut Vec<Key>, args: &mut Vec<Value>, _node: bool) {
+        keys.push(timeout_key_of(lease));
+        args.push(id_bytes(&lease.field()));
+        args.push(epoch_ms().into());
+    }
+
+    fn wakes(&self) -> Policy {
+        wake_count
     }
 
     fn excludes(&self, _mine: &Lease, _other: &Lease) -> bool {

@@ -8,7 +8,7 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use crate::core::hold::Hold;
+use crate::core::kind::Hold;
 use crate::error::{Error, Result};
 use crate::guard::LeaseSignal;
 use crate::handle::raw::{sealed, RawGuard};

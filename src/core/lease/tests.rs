@@ -22,6 +22,9 @@ use crate::core::watchdog::{Renewal, Watchdog};
 pub(super) struct Offline;
 
 impl Kind for Offline {
+    fn acquire(&self, _: &Lease, _: &crate::core::kind::Try<'_>) -> crate::core::request::Request {
+        unreachable!("nothing is sent in these tests")
+    }
     fn release(&self, _: &Lease, _: u32, _: i64) -> crate::core::request::Request {
         unreachable!("nothing is sent in these tests")
     }

@@ -94,8 +94,8 @@ pub(super) async fn renew(
                 chunk
             }
         };
-        if let (Some(pack), Some(packed)) = (&mut chunk.pack, &renewal.packed) {
-            (packed.entry)(lease, pack);
+        if let Some(pack) = &mut chunk.pack {
+            lease.kind.renew_packed(lease, pack);
         }
         chunk.leases.push(sent);
     }

@@ -84,5 +84,5 @@ mod verdict;
 
 pub(crate) use cycle::check;
 pub use handle::Watchdog;
-pub(crate) use renewal::{ttl_ms, Packed, Renewal};
+pub(crate) use renewal::{ttl_ms, PackedScripts, Renewal};
 pub(crate) use verdict::gone_entries;

@@ -1,7 +1,7 @@
 //! How a kind of lease is renewed: the scripts a kind gives the watchdog
-//! ([`Renewal`], and [`Packed`] where it packs a batch in one argument),
-//! how each lease's entry is written into a call, and the TTL argument
-//! they take ([`ttl_ms`]).
+//! ([`Renewal`], and [`PackedScripts`] where it packs a batch in one
+//! argument) and the TTL argument they take ([`ttl_ms`]); each lease's
+//! entry is written by its kind (`Kind::renew_entry`, `Kind::renew_packed`).
 //!
 //! # The scripts' contract
 //!
@@ -14,21 +14,19 @@
 
 use std::time::Duration;
 
-use fred::types::{Key, Value};
-
-use crate::core::lease::Lease;
-use crate::core::pack::Pack;
 use crate::core::script::Script;
 
-/// How one kind of lease is renewed.
+/// The scripts one kind of lease is renewed with: plain data a
+/// [`Kind`](crate::core::kind::Kind) returns; each lease adds its entry
+/// with the kind's `renew_entry` or `renew_packed`.
 ///
-/// Both scripts take `ARGV[1]` = a nonce, `ARGV[2]` = the TTL in ms (0:
-/// only check), then one entry per lease (see `entry`), and reply
-/// `{nonce, i for each entry whose hold is gone}`: the nonce tells the
-/// batch's reply from any other (a connection out of step). A node script
-/// may also answer `-i` for an entry whose key the node does not serve (a
-/// slot moved or moving; `redis.pcall` catches the refusal): those entries
-/// are sent again per slot.
+/// Every script takes `ARGV[1]` = a nonce, `ARGV[2]` = the TTL in ms (0:
+/// only check), then one entry per lease, and replies `{nonce, i for each
+/// entry whose hold is gone}`: the nonce tells the batch's reply from any
+/// other (a connection out of step). A node script may also answer `-i`
+/// for an entry whose key the node does not serve (a slot moved or moving;
+/// `redis.pcall` catches the refusal): those entries are sent again per
+/// slot.
 #[derive(Debug)]
 pub(crate) struct Renewal {
     /// Declared keys, one hash slot per call.
@@ -37,26 +35,21 @@ pub(crate) struct Renewal {
     /// key (the call is sent to the node itself), the entries are
     /// arguments; same reply. For a kind without packed scripts.
     pub(crate) node: Option<&'static Script>,
-    /// Adds one lease's entry: to the keys and arguments of a slot call
-    /// (`node == false`), or to the arguments of a node call.
-    pub(crate) entry: fn(&Lease, &mut Vec<Key>, &mut Vec<Value>, bool),
-    /// Batches for a single server or a node in one packed argument, if
-    /// the kind has such scripts (else a single server's batches go as
-    /// slot calls, a node's with `node`).
-    pub(crate) packed: Option<Packed>,
+    /// Scripts that take the batch's entries packed in one argument
+    /// (`ARGV[3]`, see `pack.rs`) after the same nonce and TTL, and give
+    /// the same replies as their unpacked twins, if the kind has them
+    /// (else a single server's batches go as slot calls, a node's with
+    /// `node`).
+    pub(crate) packed: Option<PackedScripts>,
 }
 
-/// Renewal scripts that take the batch's entries packed in one argument
-/// (`ARGV[3]`, see `pack.rs`) after the same nonce and TTL, and give the
-/// same replies as their unpacked twins.
+/// A kind's packed renewal scripts (see [`Renewal::packed`]).
 #[derive(Debug)]
-pub(crate) struct Packed {
+pub(crate) struct PackedScripts {
     /// For a single server.
-    pub(crate) script: &'static Script,
+    pub(crate) server: &'static Script,
     /// For one cluster node, as [`Renewal::node`].
     pub(crate) node: &'static Script,
-    /// Appends one lease's entry.
-    pub(crate) entry: fn(&Lease, &mut Pack),
 }
 
 /// A TTL as the scripts take it.

@@ -89,7 +89,7 @@ pub(super) async fn send_batch(
         }
         (Target::Node(node), Some(script), ..) => Whole::Node(node, script, None),
         (Target::Server, _, Some(packed), Some(pack)) => {
-            Whole::Packed(packed.script, pack.finish())
+            Whole::Packed(packed.server, pack.finish())
         }
         _ => {
             per_slot(vec![batch], ttl, interval, until, Route::Plain).await;
@@ -114,7 +114,9 @@ pub(super) async fn send_batch(
             }
             Whole::Node(_, _, None) => {
                 for sent in &batch {
-                    (renewal.entry)(&sent.lease, &mut Vec::new(), &mut args, true);
+                    sent.lease
+                        .kind
+                        .renew_entry(&sent.lease, &mut Vec::new(), &mut args, true);
                 }
             }
         }
@@ -215,7 +217,8 @@ async fn per_slot(
     for (slot, mut leases) in slots {
         let per_lease = {
             let (mut keys, mut args) = (Vec::new(), Vec::new());
-            (leases[0].lease.kind.renewal().entry)(&leases[0].lease, &mut keys, &mut args, false);
+            let lease = &leases[0].lease;
+            lease.kind.renew_entry(lease, &mut keys, &mut args, false);
             (keys.len() + args.len()).max(1)
         };
         let most = ((MAX_ARGS - 2) / per_lease).max(1);
@@ -239,7 +242,7 @@ async fn per_slot(
             args.push(Value::Integer(nonce));
             args.push(Value::Integer(ttl_ms(ttl)));
             for sent in &leases {
-                (renewal.entry)(&sent.lease, &mut keys, &mut args, false);
+                sent.lease.kind.renew_entry(&sent.lease, &mut keys, &mut args, false);
             }
             let sent_at = Instant::now();
             let call = async {
