@@ -206,7 +206,10 @@ pub mod raw {
     pub use crate::fair_lock::Fair;
     pub use crate::fenced_lock::Fenced;
     pub use crate::handle::raw::{RawGuard, RawLock, RawSingle};
-    pub use crate::lock::Plain;
+    pub use crate::lock::Unfair;
+    /// The former name of [`Unfair`] (it named no property of the lock).
+    #[deprecated(note = "renamed `Unfair`: waiters take it in no order")]
+    pub type Plain = Unfair;
     pub use crate::multi::{Multi, Redlock};
     pub use crate::rw_lock::{Read, Write};
 }

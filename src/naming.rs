@@ -52,14 +52,14 @@ pub(crate) fn suffix_name(name: &str, suffix: &str) -> String {
 }
 
 /// The request record of `field` on `key` (see `call.rs`): in `key`'s slot.
-pub(crate) fn record_key(key: &str, field: &str) -> fred::types::Key {
-    fred::types::Key::from(concat(record_parts(key, field)))
+pub(crate) fn request_record_key(key: &str, field: &str) -> fred::types::Key {
+    fred::types::Key::from(concat(request_record_parts(key, field)))
 }
 
 /// The parts of [`record_key`], in order: the prefix, what [`braces`] opens
 /// with, `key`, what it closes with, `:`, `field`. (A lease record writes
 /// them after its channel, see `names.rs`.)
-pub(crate) fn record_parts<'a>(key: &'a str, field: &'a str) -> [&'a str; 6] {
+pub(crate) fn request_record_parts<'a>(key: &'a str, field: &'a str) -> [&'a str; 6] {
     let (open, close) = braces(key.contains('{'));
     [REQUEST_RECORD_PREFIX, open, key, close, ":", field]
 }
@@ -100,11 +100,11 @@ mod tests {
     #[test]
     fn a_request_record_is_in_its_keys_slot() {
         assert_eq!(
-            record_key("orders:42", "id:7"),
+            request_record_key("orders:42", "id:7"),
             fred::types::Key::from("leasehold_latch:{orders:42}:id:7")
         );
         assert_eq!(
-            record_key("{t}:a", "id:7"),
+            request_record_key("{t}:a", "id:7"),
             fred::types::Key::from("leasehold_latch:{t}:a:id:7")
         );
     }

@@ -43,7 +43,7 @@ pub struct LockHandle<R> {
 /// let guard = client.lock("orders:42").lock()?;
 /// # Ok(()) }
 /// ```
-pub type Lock = LockHandle<crate::raw::Plain>;
+pub type Lock = LockHandle<crate::raw::Unfair>;
 
 /// A blocking [`FairLock`](crate::FairLock): waiters are served in arrival
 /// order, across threads, clients and processes.

@@ -37,7 +37,7 @@ use tracing::{Instrument, Span};
 use super::background::BoxFuture;
 use super::boxed::boxed_in_place;
 use super::handoff::{self, Handoff, NoHandoff};
-use super::hold::{self, AcquireCall, Attempt, Hold};
+use super::hold::{self, AcquireCall, Hold};
 use super::kind::{Kind, Try};
 use super::lease::{LeaseRef, Term};
 use super::names::LeaseNames;
@@ -83,7 +83,7 @@ pub(crate) struct Spec<'a> {
 /// acquire as cancelled.
 struct Observed {
     /// Boxed, and only when enabled: a disabled span would still take
-    /// 40 B in every waiting task's future.
+    /// its full size in every waiting task's future.
     span: Option<Box<Span>>,
     started: Instant,
     /// Tries so far.
@@ -377,13 +377,10 @@ async fn attempt<H: Handoff>(
         ttl,
     })
     .await?;
-    Ok(match attempt {
-        Attempt::Held(hold) => Step::Done(hold),
-        Attempt::Busy(retry) => {
-            engine.stats.busy();
-            Step::Busy(retry)
-        }
-    })
+    if let Step::Busy(_) = attempt {
+        engine.stats.busy();
+    }
+    Ok(attempt)
 }
 
 // === impl Observed ===

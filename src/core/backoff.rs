@@ -8,7 +8,7 @@ use std::time::Duration;
 
 /// The pauses of one retry loop: `first`, then twice the last, at most
 /// `max`; [`reset`](Backoff::reset) after a success. Whole milliseconds
-/// (12 bytes: it lives in every waiting task's future).
+/// (small: it lives in every waiting task's future).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Backoff {
     first_ms: u32,

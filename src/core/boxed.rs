@@ -1,10 +1,11 @@
 //! Futures boxed where they are built.
 //!
 //! `Box::pin(f())` builds the future on the stack and then copies it into
-//! the box, all of it: an acquire's try and a release are several KiB each
-//! (fred's command future, about 5 KiB, is built inline in them, not boxed
-//! on its own: `script.rs`), so on the hot path the copy was a large share
-//! of the client's memory traffic (BENCHMARKS.md). Writing the result of
+//! the box, all of it: an acquire's try and a release are large (fred's
+//! command future is built inline in them, not boxed on its own:
+//! `script.rs`), so on the hot path the copy was a large share of the
+//! client's memory traffic (BENCHMARKS.md, "Sizes behind the code").
+//! Writing the result of
 //! the call into fresh uninitialised memory instead (`Box::write` into
 //! `Box::new_uninit`) lets the compiler hand the box to the call as its
 //! return slot, and the future is built in place. No `unsafe` is involved:

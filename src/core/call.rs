@@ -204,7 +204,7 @@ impl Call {
         rid: u64,
     ) -> Call {
         keys.push(record.clone());
-        args.push(conn.record_ttl_ms().into());
+        args.push(conn.request_record_ttl_ms().into());
         args.push(Value::Integer(rid as i64));
         Call {
             script,
@@ -214,7 +214,9 @@ impl Call {
             sent: AtomicBool::new(false),
             // The primitive tells its check the count it expects only while
             // records are optional (`Conn::records_optional`).
-            recorded: AtomicBool::new(script.proved().is_none() || !conn.records_optional()),
+            recorded: AtomicBool::new(
+                script.proved().is_none() || !conn.request_records_optional(),
+            ),
         }
     }
 
@@ -232,11 +234,11 @@ impl Call {
         client: &str,
     ) -> crate::Result<Reply> {
         let rid = conn.rid();
-        let record = crate::naming::record_key(key, &format!("{client}:call:{rid}"));
+        let record = crate::naming::request_record_key(key, &format!("{client}:call:{rid}"));
         let call = request.for_record(conn, &record, rid);
         match call.run(conn, Instant::now()).await? {
             Settled::Ran(reply) => {
-                call.forget_record(conn);
+                call.forget_request_record(conn);
                 Ok(reply)
             }
             Settled::Stale => Err(crate::Error::protocol("a one-off call was reported stale")),
@@ -262,10 +264,10 @@ impl Call {
     /// without the record") wrote none; and it ran while no call of the
     /// client had an unknown outcome within a record TTL, so any older
     /// record of its owner went with its own call, or has expired.
-    pub(crate) fn forget_record(&self, conn: &Conn) {
+    pub(crate) fn forget_request_record(&self, conn: &Conn) {
         if let Some(record) = self.keys.last() {
             if self.recorded.load(Ordering::Relaxed) {
-                conn.forget_record(record.clone(), self.rid);
+                conn.forget_request_record(record.clone(), self.rid);
             }
         }
     }

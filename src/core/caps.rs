@@ -361,7 +361,7 @@ pub(crate) async fn check_permissions(
 ) -> crate::Result<()> {
     let key = format!("{prefix}leasehold:probe");
     let channel = format!("redisson_lock__channel:{{{key}}}");
-    let record: String = crate::naming::concat(crate::naming::record_parts(&key, "probe"));
+    let record: String = crate::naming::concat(crate::naming::request_record_parts(&key, "probe"));
     let slot = fred::util::redis_keyslot(key.as_bytes());
     let publish = if sharded { "SPUBLISH" } else { "PUBLISH" };
     let probes: [(&str, &'static str, Vec<Value>, ClusterHash, &str); 4] = [

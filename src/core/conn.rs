@@ -387,7 +387,7 @@ impl Conn {
     /// Never while the fence is not known to work (`fence.rs`, "When the
     /// fence is not known to work"): a copy of any earlier request may
     /// then reach Redis for as long as its record lives.
-    pub(crate) fn records_optional(&self) -> bool {
+    pub(crate) fn request_records_optional(&self) -> bool {
         if !self.fence.trusted() {
             return false;
         }
@@ -409,7 +409,7 @@ impl Conn {
     /// While the fence is not known to work, nothing is deleted early: the
     /// record keeps its TTL, which is then what bounds a late copy
     /// (`fence.rs`).
-    pub(crate) fn forget_record(&self, record: Key, rid: u64) {
+    pub(crate) fn forget_request_record(&self, record: Key, rid: u64) {
         if self.fence.trusted() {
             self.forget.push(record, rid);
         }
@@ -554,7 +554,7 @@ impl Conn {
     }
 
     /// The request record TTL in milliseconds, as scripts take it.
-    pub(crate) fn record_ttl_ms(&self) -> i64 {
+    pub(crate) fn request_record_ttl_ms(&self) -> i64 {
         self.settings.record_ttl.as_millis().min(i64::MAX as u128) as i64
     }
 
@@ -618,9 +618,9 @@ mod tests {
     fn an_unknown_outcome_makes_records_required() {
         let conn = Conn::offline();
         conn.fence.trust_for_test();
-        assert!(conn.records_optional());
+        assert!(conn.request_records_optional());
         conn.unsettled();
-        assert!(!conn.records_optional());
+        assert!(!conn.request_records_optional());
     }
 
     /// A fence not known to work (not probed, refused, unnamed
@@ -629,6 +629,6 @@ mod tests {
     fn an_untrusted_fence_makes_records_required() {
         let conn = Conn::offline();
         assert!(!conn.fence.trusted());
-        assert!(!conn.records_optional());
+        assert!(!conn.request_records_optional());
     }
 }

@@ -9,8 +9,9 @@
 //! answered is the only one of the client on that server that could still
 //! hold a copy (fred's replaced connections are killed first: `fence.rs`),
 //! no copy of the request can reach Redis any more, and the record is
-//! waste: about 300 B of Redis memory for the record's TTL, for every lock
-//! name used (a lock per order id leaves one per order).
+//! waste: Redis memory for the record's TTL, for every lock name used (a
+//! lock per order id leaves one per order; BENCHMARKS.md, "Sizes behind
+//! the code").
 //!
 //! So the owner of a call hands its record to [`Forget`] when it is done
 //! with the call (never before: a background job that may be run again

@@ -45,6 +45,7 @@ use super::lease::{Lease, LeaseRef, Taken, Term, Turn};
 use super::open::Open;
 use super::signal::Signal;
 use super::stats::KeyName;
+use super::wait::Step;
 use super::Engine;
 use crate::error::{Error, Result};
 
@@ -60,14 +61,6 @@ pub(crate) struct Hold {
     /// may outlive its client: `open.rs`).
     engine: Open,
     token: Option<u64>,
-}
-
-/// One try of an acquire.
-#[derive(Debug)]
-pub(crate) enum Attempt {
-    Held(Hold),
-    /// Someone else holds it; retry after about this long.
-    Busy(Option<Duration>),
 }
 
 /// An acquire's call, the lease's term and the TTL the script raises the
@@ -165,7 +158,7 @@ pub(crate) async fn acquire(
     engine: &Arc<Engine>,
     lease: &LeaseRef,
     request: impl FnOnce(u64) -> AcquireCall,
-) -> Result<Attempt> {
+) -> Result<Step<Hold>> {
     let turn = lease.turn().await;
     let AcquireCall { call, term, ttl } = request(lease.conn.rid());
     let sent = Instant::now();
@@ -181,7 +174,7 @@ pub(crate) async fn acquire(
     let (reply, fresh) = match outcome {
         Ok(Settled::Ran(reply)) => {
             // Done with the call: its record may go (`forget.rs`).
-            flight.call().forget_record(&engine.conn);
+            flight.call().forget_request_record(&engine.conn);
             (lease.kind.acquire_reply(&reply), !reply.is_replay())
         }
         Ok(Settled::Stale) => {
@@ -197,7 +190,7 @@ pub(crate) async fn acquire(
             // Under the turn: the refusal follows every earlier call of
             // this owner, and proves its field is gone.
             lease.busy_seen(began);
-            return Ok(Attempt::Busy(retry));
+            return Ok(Step::Busy(retry));
         }
         AcquireReply::Held { count, token } => (count, token),
     };
@@ -205,8 +198,8 @@ pub(crate) async fn acquire(
     let hold = Hold::counted(engine, lease, count, term, (sent, ttl), taken, token);
     let hold = hold.unless_shut_down().await?;
     if let Some(wait) = engine.replicas {
-        // Boxed: fred's future is about 5 KiB, and inline it would make
-        // every try's future (boxed and copied per try) as large.
+        // Boxed: fred's future is large, and inline it would make every
+        // try's future (boxed per try) as large.
         let acked = Box::pin(
             engine
                 .conn
@@ -231,7 +224,7 @@ pub(crate) async fn acquire(
         }
     }
     drop(turn);
-    Ok(Attempt::Held(hold))
+    Ok(Step::Done(hold))
 }
 
 /// Counts a hold granted to this lease's field by another client's script
@@ -257,8 +250,8 @@ pub(crate) async fn count_granted(
     // refusal ends the incarnation, `Lease::busy_seen`), and a try of the
     // owner that ran after it found the granted field and counted it (a
     // re-entry: count 2 on a field of 1). So the grant joins them instead
-    // of ending them as a fresh field would (issue 44, item 7: a try
-    // beside the waiting `lock()` was lost at birth).
+    // of ending them as a fresh field would (which would lose a try made
+    // beside the waiting `lock()` at birth).
     let before = lease.holds();
     let (count, fresh) = if before > 0 {
         (before.saturating_add(1), false)
@@ -497,7 +490,7 @@ impl Hold {
         let outcome = flight.call().run(&engine.conn, sent).await;
         match outcome {
             Ok(Settled::Ran(reply)) => {
-                flight.call().forget_record(&engine.conn);
+                flight.call().forget_request_record(&engine.conn);
                 // The turn is kept until the reply is recorded: the next
                 // acquire or release of the owner must see it.
                 let _turn = flight.finish();
@@ -590,7 +583,7 @@ async fn send_give_back(
     match call.run(conn, sent).await {
         Ok(Settled::Ran(reply)) => {
             if forget {
-                call.forget_record(conn);
+                call.forget_request_record(conn);
             }
             let ttl = Duration::from_millis(ttl_ms as u64);
             Ok(lease.apply_release(&reply, count, sent, ttl))
@@ -767,7 +760,7 @@ impl Job for Settle {
             if settled {
                 // The newest request this job sent holds the record.
                 let newest = self.give_back.get().copied().unwrap_or(self.call.rid());
-                conn.forget_record(lease.request_record(), newest);
+                conn.forget_request_record(lease.request_record(), newest);
             }
             drop(self.turn.lock().take());
         })

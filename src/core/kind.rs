@@ -260,3 +260,60 @@ impl AcquireReply {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    /// The door holds: a primitive's folder names at most three engine
+    /// modules (`kind`, `script`, and for the latch `wait`), the plain
+    /// lock two. Counted as `crate::core::<module>` paths in code (not in
+    /// comments), the test-only Lua lint excluded.
+    #[test]
+    fn a_primitive_goes_through_the_door() {
+        fn walk(dir: &std::path::Path, text: &mut String) {
+            for entry in std::fs::read_dir(dir).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    walk(&path, text);
+                } else if path.extension().is_some_and(|e| e == "rs") {
+                    let source = std::fs::read_to_string(&path).unwrap();
+                    for line in source.lines() {
+                        text.push_str(line.split("//").next().unwrap_or(""));
+                        text.push('\n');
+                    }
+                }
+            }
+        }
+        let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        for (primitive, most) in [
+            ("lock", 2),
+            ("fenced_lock", 3),
+            ("rw_lock", 3),
+            ("semaphore", 3),
+            ("fair_lock", 3),
+            ("latch", 3),
+            ("multi", 3),
+        ] {
+            let mut text = String::new();
+            walk(&src.join(primitive), &mut text);
+            assert!(!text.is_empty(), "read nothing in src/{primitive}");
+            let mut modules: Vec<&str> = text
+                .match_indices("crate::core::")
+                .map(|(at, _)| {
+                    let rest = &text[at + "crate::core::".len()..];
+                    let end = rest
+                        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                        .unwrap_or(rest.len());
+                    &rest[..end]
+                })
+                .filter(|m| *m != "lua_lint")
+                .collect();
+            modules.sort_unstable();
+            modules.dedup();
+            assert!(
+                modules.len() <= most,
+                "src/{primitive} names {} engine modules (at most {most}): {modules:?}",
+                modules.len()
+            );
+        }
+    }
+}

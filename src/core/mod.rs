@@ -8,8 +8,11 @@
 //! re-acquire, reconnect, restart, shutdown, runtime teardown. A primitive
 //! (the lock, and later the fair lock, read-write lock, semaphore …) is a
 //! thin facade: its Lua scripts, the keys and fields they use, and a
-//! [`Kind`](kind::Kind) telling the engine how to release and renew its
-//! holds. The engine does the rest:
+//! [`Kind`](kind::Kind) telling the engine what to send to acquire and
+//! release its holds and how to renew them. A primitive's folder imports
+//! two engine modules, `kind` (the contract, and the door: every type the
+//! contract and a facade use is re-exported there) and `script`; the
+//! latch adds `wait`. The engine does the rest:
 //!
 //! | module | what it does |
 //! | --- | --- |
@@ -19,7 +22,7 @@
 //! | `forget` | request records deleted in batches once their calls have ended (only while they still hold that request) |
 //! | `reset` | reconnecting a command connection found out of step with its replies, at most once a second, whoever finds it |
 //! | `fence` | the late-copy bound: a command connection fred replaced is killed on the server (`CLIENT KILL ID`) before a reply that came after it is trusted |
-//! | `kind` | what a primitive tells the engine about its leases: its release call, how to read its replies, its renewal, what a hold of it excludes |
+//! | `kind` | **the contract and the door**: the trait `Kind` a primitive implements (what a try and a release send, the renewal scripts, how replies read, what a hold excludes, its waiting flags), and the types it and a facade use, re-exported |
 //! | `lease` | one record per (key, owner field): the hold count, the live holds' needs (watchdog or fixed deadline), incarnations, the turn |
 //! | `signal` | a lease's lost signal, shared with its guards: marked lost once, or lost by itself past a lower bound of the key's expiry |
 //! | `backoff` | the pauses of every retry loop: doubling from a first pause up to a cap |
@@ -30,7 +33,8 @@
 //! | `watchdog` | one task per watchdog renews every lease in batches (per node on a cluster) and checks every lease after a reconnect |
 //! | `pubsub` | one subscription per channel per client; messages wake one, all or N local waiters |
 //! | `wait` | the one wait loop: try, subscribe, try, sleep until woken or the bound, repeat |
-//! | `acquire` | the acquire every lock kind uses: its lease for the current owner, the wait loop, one recorded call per try |
+//! | `acquire` | `Engine::acquire`: the acquire every lock kind uses, from a `Spec` (plain data): its lease for the current owner, the wait loop, one recorded call per try |
+//! | `handoff` | the contract's one extension, `Handoff`: a wait a release may hand the lock to (the fair lock), adopted without a call |
 //! | `stats` | the client's counters (`Stats`), their `metrics` mirror, and what the `tracing` spans record |
 //! | `registry` | the client's record in Redis (who it is, its long waits), renewed by the watchdog's cycle; reading every client's records and the wait-for graph |
 //!
@@ -403,7 +407,7 @@ impl Engine {
     /// record batches have done (see `lib.rs`).
     pub(crate) fn bench_counts(&self) -> (usize, usize, forget::Forgotten) {
         (
-            self.leases.records_in_use(),
+            self.leases.lease_records_in_use(),
             self.leases.parked(),
             self.conn.forgotten(),
         )

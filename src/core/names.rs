@@ -6,9 +6,9 @@
 //! large share of what a held lock costs. They overlap: the request record is
 //! `leasehold_latch:{<key>}:<field>` (see `call.rs`), so it contains the key
 //! and ends with the field. One buffer holds the channel, then the request record
-//! key; the key and the field are slices of the request record. The record keeps
-//! that buffer and four offsets (48 bytes) instead of four separate
-//! strings (128 bytes and two more allocations).
+//! key; the key and the field are slices of the request record. The lease
+//! record keeps that buffer and four offsets instead of four separate
+//! strings (and two more allocations).
 //!
 //! Each name is handed out as a slice of the buffer: a reference count, no
 //! copy.
@@ -18,7 +18,7 @@ use fred::bytes_utils::Str;
 use fred::types::Key;
 
 use crate::error::{Error, Result};
-use crate::naming::record_parts;
+use crate::naming::request_record_parts;
 
 /// A lease's key, field, request record and channel in one buffer.
 #[derive(Clone)]
@@ -39,7 +39,7 @@ impl LeaseNames {
     /// [`Error::InvalidArgument`] if they do not fit in 4 GiB (Redis refuses
     /// a name over 512 MB anyway).
     pub(crate) fn new(key: &str, field: &str, channel: &[u8]) -> Result<LeaseNames> {
-        let record = record_parts(key, field);
+        let record = request_record_parts(key, field);
         let len = channel.len() + record.iter().map(|part| part.len()).sum::<usize>();
         let at = |n: usize| {
             u32::try_from(n).map_err(|_| {
@@ -138,7 +138,7 @@ mod tests {
             assert_eq!(names.field_bytes(), field.as_bytes());
             assert_eq!(
                 names.request_record(),
-                crate::naming::record_key(key, field)
+                crate::naming::request_record_key(key, field)
             );
             assert_eq!(names.channel(), Key::from(channel));
             let whole = names.buf.as_ptr_range();

@@ -156,7 +156,7 @@ pub(crate) fn exe_name() -> String {
 }
 
 /// The record key of client `id`.
-pub(crate) fn record_key(id: uuid::Uuid) -> String {
+pub(crate) fn client_record_key(id: uuid::Uuid) -> String {
     format!("{RECORD_PREFIX}{{{id}}}")
 }
 
@@ -179,7 +179,7 @@ impl Registry {
             ("watchdog_ms", watchdog_timeout.as_millis().to_string()),
         ];
         Registry {
-            key: Key::from(record_key(identity.id)),
+            key: Key::from(client_record_key(identity.id)),
             field_prefix: format!("{}:", identity.id),
             info,
             ttl_ms: ttl.as_millis().max(1) as i64,

@@ -184,7 +184,7 @@ impl Request {
                 Place::Publish => conn.publish_arg(),
                 Place::Expected(before) => {
                     debug_assert!(lease.is_some(), "no lease, no expected holds");
-                    int_arg(match (lease, conn.records_optional(), before) {
+                    int_arg(match (lease, conn.request_records_optional(), before) {
                         (Some(lease), true, _) => i64::from(lease.holds()),
                         (_, _, Before::Acquire) => -1,
                         (_, _, Before::Release) => 0,
@@ -216,7 +216,7 @@ mod tests {
         let (keys, args) = call.parts();
         assert_eq!(keys, [Key::from("k"), lease.request_record()]);
         let expected = |sentinel| {
-            if lease.conn.records_optional() {
+            if lease.conn.request_records_optional() {
                 int_arg(i64::from(lease.holds()))
             } else {
                 int_arg(sentinel)
@@ -230,7 +230,7 @@ mod tests {
                 expected(-1),
                 static_arg(""),
                 expected(0),
-                Value::Integer(lease.conn.record_ttl_ms()),
+                Value::Integer(lease.conn.request_record_ttl_ms()),
                 Value::Integer(42),
             ]
         );
@@ -246,15 +246,16 @@ mod tests {
             ".rid()",
             "request_record(",
             "record_key(",
-            "records_optional(",
+            "request_records_optional(",
             "publish_arg(",
             "publish_command(",
             "Call::",
-            "forget_record(",
+            "forget_request_record(",
         ];
         // The fair waiter's leave forgets its record once it ran (one
         // call, the engine's method).
-        const ALLOWED: &[(&str, &str)] = &[("fair_lock/queue.rs", "call.forget_record(conn)")];
+        const ALLOWED: &[(&str, &str)] =
+            &[("fair_lock/queue.rs", "call.forget_request_record(conn)")];
         fn walk(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
             for entry in std::fs::read_dir(dir).unwrap() {
                 let path = entry.unwrap().path();

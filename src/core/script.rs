@@ -421,7 +421,7 @@ impl Script {
         // reference-counted, so a copy is one vector, not their bytes.
         // (`Value::Array` hands fred the vector as it is.)
         //
-        // fred's future (about 5 KiB) is not boxed: it is built in place in
+        // fred's future (large) is not boxed: it is built in place in
         // the caller's future, which the hot callers box once where it is
         // made (a try, `Acquiring::attempt`; a release, `Hold::release`).
         // A box of its own cost more than the copies it saved: an

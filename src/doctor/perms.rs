@@ -80,7 +80,7 @@ impl Private {
             .map(String::from)
             .unwrap_or_default();
         let field = client.field(0, "");
-        let record = crate::naming::record_key(&key, &field);
+        let record = crate::naming::request_record_key(&key, &field);
         let record = String::from_utf8_lossy(record.as_bytes()).into_owned();
         Private {
             queue: client.fair_lock(&name).queue_key().to_owned(),

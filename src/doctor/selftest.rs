@@ -298,7 +298,7 @@ async fn cleanup(client: &Client, target: &Target, perms: &Perms, waiter: &Owner
     let redis = client.redis();
     let p = &perms.private;
     let records = [Owner::current(), *waiter]
-        .map(|o| crate::naming::record_key(&p.key, &client.field(o.id(), "")))
+        .map(|o| crate::naming::request_record_key(&p.key, &client.field(o.id(), "")))
         .map(|k| String::from_utf8_lossy(k.as_bytes()).into_owned());
     let names: Vec<&str> = [&p.key, &p.queue, &p.timeouts, &p.token]
         .into_iter()

@@ -53,7 +53,7 @@ impl Fair {
         let member = waits
             .then(|| Member::join(engine, self.client.id(), &self.names, &own_channel))
             .flatten();
-        let tries = FairTries {
+        let tries = FairWait {
             calls: &calls,
             waits,
             member: member.as_ref(),
@@ -139,7 +139,7 @@ impl Fair {
 /// One queued wait of a fair lock: the contract's extension (see
 /// `core::handoff::Handoff`): its tries, their numbering, its grants.
 #[derive(Clone, Copy)]
-struct FairTries<'a> {
+struct FairWait<'a> {
     calls: &'a Calls,
     /// Queue if busy (not a single try).
     waits: bool,
@@ -148,7 +148,7 @@ struct FairTries<'a> {
     member: Option<&'a Member>,
 }
 
-impl Handoff for FairTries<'_> {
+impl Handoff for FairWait<'_> {
     /// A wait behind its client's oldest wait on the lock is re-checked
     /// for by that one (`alive.rs`): it sleeps until told, or `BEHIND`.
     fn covered_for(&self) -> Option<Duration> {

@@ -17,13 +17,10 @@ use crate::naming::{concat, prefix_name};
 #[derive(Clone, Debug)]
 pub(crate) struct Names {
     pub(super) key: Key,
-    pub(super) queue: Key,
-    pub(super) timeouts: Key,
     pub(super) channel: Key,
-    /// `leasehold_grant:{name}` (see the module docs).
-    pub(super) grants: Key,
-    /// `queue`, `timeouts`, `grants`: the acquire's keys after the hash
-    /// (`FairKind::acquire`).
+    /// The queue, the waiters' timeouts and the grants
+    /// (`leasehold_grant:{name}`, see the module docs), in the order the
+    /// acquire takes them after the hash (`FairKind::acquire`).
     tries: [Key; 3],
 }
 
@@ -107,22 +104,35 @@ pub(crate) const GRANTS_PREFIX: &str = "leasehold_grant";
 
 impl Names {
     pub(super) fn of(key: &str) -> Names {
-        let queue = Key::from(prefix_name(QUEUE_PREFIX, key));
-        let timeouts = Key::from(prefix_name(TIMEOUTS_PREFIX, key));
-        let grants = Key::from(prefix_name(GRANTS_PREFIX, key));
         Names {
             key: Key::from(key),
-            tries: [queue.clone(), timeouts.clone(), grants.clone()],
-            queue,
-            timeouts,
             channel: Key::from(prefix_name("redisson_lock__channel", key)),
-            grants,
+            tries: [
+                Key::from(prefix_name(QUEUE_PREFIX, key)),
+                Key::from(prefix_name(TIMEOUTS_PREFIX, key)),
+                Key::from(prefix_name(GRANTS_PREFIX, key)),
+            ],
         }
     }
 
     /// The acquire's keys after the hash: queue, timeouts, grants.
     pub(super) fn try_keys(&self) -> &[Key] {
         &self.tries
+    }
+
+    /// `redisson_lock_queue:{name}`: the waiters' fields, in order.
+    pub(super) fn queue(&self) -> &Key {
+        &self.tries[0]
+    }
+
+    /// `redisson_lock_timeout:{name}`: each waiter's timeout, its score.
+    pub(super) fn timeouts(&self) -> &Key {
+        &self.tries[1]
+    }
+
+    /// `leasehold_grant:{name}`: grants not yet taken up.
+    pub(super) fn grants(&self) -> &Key {
+        &self.tries[2]
     }
 
     /// The names of the lock on `key` (a lease's key).
@@ -135,10 +145,10 @@ impl Names {
     pub(super) fn script_keys(&self) -> Vec<Key> {
         vec![
             self.key.clone(),
-            self.queue.clone(),
-            self.timeouts.clone(),
+            self.queue().clone(),
+            self.timeouts().clone(),
             self.channel.clone(),
-            self.grants.clone(),
+            self.grants().clone(),
         ]
     }
 

@@ -343,7 +343,7 @@ impl FairLock {
     /// # }
     /// ```
     pub fn queue_key(&self) -> &str {
-        self.raw().names.queue.as_str().unwrap_or_default()
+        self.raw().names.queue().as_str().unwrap_or_default()
     }
 
     /// The waiters' timeouts key: `redisson_lock_timeout:{<key>}`.
@@ -356,7 +356,7 @@ impl FairLock {
     /// # }
     /// ```
     pub fn timeout_key(&self) -> &str {
-        self.raw().names.timeouts.as_str().unwrap_or_default()
+        self.raw().names.timeouts().as_str().unwrap_or_default()
     }
 }
 

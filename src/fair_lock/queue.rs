@@ -84,9 +84,9 @@ pub(crate) async fn refresh(
     seen: &parking_lot::Mutex<Option<tokio::time::Instant>>,
 ) -> Infallible {
     let keys = [
-        names.queue.clone(),
-        names.timeouts.clone(),
-        names.grants.clone(),
+        names.queue().clone(),
+        names.timeouts().clone(),
+        names.grants().clone(),
     ];
     loop {
         tokio::time::sleep(REFRESH_EVERY).await;
@@ -96,9 +96,10 @@ pub(crate) async fn refresh(
             epoch_ms().into(),
             (THREAD_WAIT.as_millis() as i64).into(),
         ];
-        // Boxed, as the publish below: a fred call's future is about
-        // 5 KiB, and this loop lives inline in every waiting fair-lock
-        // task, which would carry it for the whole wait (6.9 KiB a task).
+        // Boxed, as the publish below: a fred call's future is large, and
+        // this loop lives inline in every waiting fair-lock task, which
+        // would carry it for the whole wait (sizes: BENCHMARKS.md, "Sizes
+        // behind the code").
         let changed = Box::pin(REFRESH.run::<i64>(&conn.redis, &keys, &args)).await;
         // Refreshed (1), or an error: the next round.
         if let Ok(1) = changed {
@@ -175,7 +176,7 @@ impl Leave {
             .for_lease_once(&self.lease, &self.id);
         match call.run(conn, Instant::now()).await {
             Ok(Settled::Ran(reply)) => {
-                call.forget_record(conn);
+                call.forget_request_record(conn);
                 kick_if_unheard(conn, &self.names, &reply);
             }
             Ok(Settled::Stale) => {

@@ -51,7 +51,7 @@ use crate::guard::LockGuard;
 use crate::handle::raw::{sealed, RawLock, RawSingle};
 use crate::handle::Holder;
 use crate::handle::LockHandle;
-use crate::lock::{LockKind, Plain};
+use crate::lock::{LockKind, Unfair};
 use crate::naming::prefix_name;
 
 /// A reentrant distributed lock whose every acquire takes a fencing token
@@ -158,7 +158,7 @@ pub type FencedLock = LockHandle<Fenced>;
 /// ```
 #[derive(Clone, Debug)]
 pub struct Fenced {
-    lock: Plain,
+    lock: Unfair,
     token_key_str: Arc<str>,
     token_key: Key,
 }
@@ -200,7 +200,7 @@ impl Client {
     /// # }
     /// ```
     pub fn fenced_lock(&self, name: &str) -> FencedLock {
-        let lock = Plain::new(self, name);
+        let lock = Unfair::new(self, name);
         let token_key = prefix_name(TOKEN_PREFIX, RawSingle::key(&lock));
         LockHandle::from_raw(Fenced {
             lock,

@@ -1,7 +1,7 @@
 //! What a lock kind gives [`LockHandle`](super::LockHandle): the raw
 //! lock (`lock_api`'s `RawMutex` to its `Mutex<R, T>`).
 //!
-//! A kind is one small struct in its primitive's folder (`raw::Plain` in
+//! A kind is one small struct in its primitive's folder (`raw::Unfair` in
 //! `lock/`, `raw::Fair` in `fair_lock/`, …) that knows its keys and how to
 //! take one hold; the verbs, their rules and their docs live once in
 //! `LockHandle`. The traits are sealed: the family is this crate's, and
@@ -21,7 +21,7 @@ pub(crate) mod sealed {
 }
 
 /// A lock kind: how [`LockHandle`](super::LockHandle) takes one hold of it.
-/// Implemented by [`Plain`](crate::raw::Plain) ([`Lock`](crate::Lock)),
+/// Implemented by [`Plain`](crate::raw::Unfair) ([`Lock`](crate::Lock)),
 /// [`Fair`](crate::raw::Fair), [`Fenced`](crate::raw::Fenced),
 /// [`Read`](crate::raw::Read), [`Write`](crate::raw::Write),
 /// [`Multi`](crate::raw::Multi) and [`Redlock`](crate::raw::Redlock); sealed.

@@ -393,8 +393,8 @@ impl CountDownLatch {
         let reached = wait_for(engine, &self.channel, wake_all, wait, || {
             let redis = engine.redis().clone();
             let key = self.key.clone();
-            // Boxed: a fred call's future is about 5 KiB, and the wait
-            // loop would otherwise carry it inline for the whole wait.
+            // Boxed: a fred call's future is large, and the wait loop would
+            // otherwise carry it inline for the whole wait.
             Box::pin(async move {
                 let count: Option<i64> = redis.get(key).await?;
                 Ok(if count.unwrap_or(0) <= 0 {

@@ -23,7 +23,7 @@
 //! (`core/takes.rs`).
 //!
 //! The fenced lock is this lock with another acquire script (it also takes
-//! a token): it acquires through [`Plain::acquire_with`], and its holds are
+//! a token): it acquires through [`Unfair::acquire_with`], and its holds are
 //! released, renewed and force-unlocked exactly as these.
 //!
 //! # Waiting, dropping, cancelling
@@ -101,22 +101,24 @@ use crate::owner::Owner;
 /// assert!(!lock.is_locked().await?);
 /// # Ok(()) }
 /// ```
-pub type Lock = LockHandle<Plain>;
+pub type Lock = LockHandle<Unfair>;
 
 /// The raw kind of a [`Lock`] (see [`RawLock`]): its client, key and
-/// channel. Not used directly.
+/// channel. Not used directly. Unfair, as Redisson's `RLock`: a release
+/// wakes a waiter, and whoever tries first takes the lock (a waiter may be
+/// overtaken); [`Fair`](crate::raw::Fair) hands it over in arrival order.
 ///
 /// # Example
 ///
 /// ```no_run
 /// # fn f(client: leasehold::Client) {
-/// let lock: leasehold::LockHandle<leasehold::raw::Plain> = client.lock("a");
+/// let lock: leasehold::LockHandle<leasehold::raw::Unfair> = client.lock("a");
 /// # }
 /// ```
 #[derive(Clone, Debug)]
-pub struct Plain {
-    /// One pointer: a handle cloned into every task that waits costs 8 B
-    /// there, and a clone is one reference count.
+pub struct Unfair {
+    /// One pointer: a handle cloned into every task that waits costs one
+    /// word there, and a clone is one reference count.
     inner: Arc<Names>,
 }
 
@@ -163,7 +165,7 @@ pub(super) static HOLDERS: Script =
 /// (one turn, one request record, one set of TTL needs), whichever handle
 /// took its holds, so both are values of this one kind (one type: one
 /// `Kind::id`) that differ only in their acquire script
-/// ([`Plain::acquire_with`]).
+/// ([`Unfair::acquire_with`]).
 #[derive(Debug)]
 pub(crate) struct LockKind {
     /// A recorded script with `acquire.lua`'s `KEYS[1]`, ARGV and reply,
@@ -251,16 +253,16 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub fn lock(&self, name: &str) -> Lock {
-        LockHandle::from_raw(Plain::new(self, name))
+        LockHandle::from_raw(Unfair::new(self, name))
     }
 }
 
-// === impl Plain ===
+// === impl Unfair ===
 
-impl Plain {
-    pub(crate) fn new(client: &Client, name: &str) -> Plain {
+impl Unfair {
+    pub(crate) fn new(client: &Client, name: &str) -> Unfair {
         let (text, key_len) = key_then_channel(client.key_prefix(), name, "redisson_lock__channel");
-        Plain {
+        Unfair {
             inner: Arc::new(Names {
                 client: client.clone(),
                 key: Key::from(text.slice(..key_len)),
@@ -341,9 +343,9 @@ impl Plain {
     }
 }
 
-impl sealed::Sealed for Plain {}
+impl sealed::Sealed for Unfair {}
 
-impl RawLock for Plain {
+impl RawLock for Unfair {
     type Guard = LockGuard;
 
     fn name(&self) -> &str {
@@ -359,7 +361,7 @@ impl RawLock for Plain {
     }
 }
 
-impl RawSingle for Plain {
+impl RawSingle for Unfair {
     fn key(&self) -> &str {
         self.key_str()
     }

@@ -159,7 +159,7 @@ use crate::fair_lock::{Fair, FairLock};
 use crate::fenced_lock::{Fenced, FencedLock};
 use crate::guard::LockGuard;
 use crate::handle::raw::{RawLock, RawSingle};
-use crate::lock::{Lock, Plain};
+use crate::lock::{Lock, Unfair};
 use crate::rw_lock::{Read, ReadLock, Write, WriteLock};
 
 pub use guard::MultiGuard;
@@ -187,7 +187,7 @@ pub struct Member(AnyLock);
 /// in `member_from!` below, and an arm in `with_lock!`.
 #[derive(Clone, Debug)]
 enum AnyLock {
-    Lock(Plain),
+    Lock(Unfair),
     Fenced(Fenced),
     Fair(Fair),
     Read(Read),

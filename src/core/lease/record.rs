@@ -121,9 +121,9 @@ impl State {
     }
 }
 
-/// Deadlines of fixed-term holds: a boxed slice (16 bytes, nothing
-/// allocated while empty), not a `Vec` (24 bytes in every record, for a
-/// list most leases never use and the rest keep short).
+/// Deadlines of fixed-term holds: a boxed slice (two words, nothing
+/// allocated while empty), not a `Vec` (three words in every record, for
+/// a list most leases never use and the rest keep short).
 #[derive(Debug, Default)]
 pub(super) struct Deadlines(Box<[Instant]>);
 
@@ -425,7 +425,7 @@ impl Lease {
     /// does, every hold still counted. A hold whose release's outcome stayed unknown (the
     /// call and its settle gave up) is still counted, and may still be in
     /// Redis: the owner's last release gives it back with its own, so the
-    /// field never keeps a hold nobody has (issue 44, item 5). If that
+    /// field never keeps a hold nobody has. If that
     /// release had run after all, the field holds fewer than counted and
     /// the release script frees what is there.
     pub(crate) fn release_count(&self) -> u32 {

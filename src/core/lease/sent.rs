@@ -85,7 +85,7 @@ impl Lease {
     /// least what is left until the latest fixed deadline too (the longer
     /// of the two: a fixed hold extended beyond the watchdog timeout beside
     /// a watchdog hold of the same owner needs the key that long, and its
-    /// signal counts on it, issue 44 item 2); 0 (only check) otherwise.
+    /// signal counts on it); 0 (only check) otherwise.
     pub(crate) fn renew_ttl(&self) -> Duration {
         let s = self.state.lock();
         let watched = if s.watched > 0 {

@@ -49,10 +49,10 @@ use crate::core::stats::Counters;
 use crate::core::watchdog::Watchdog;
 use crate::error::Result;
 
-/// How many idle records a client keeps for their next acquire (see the
-/// module docs): about 90 KiB at most (a record with its names and signal
-/// is about 350 bytes), and enough for the locks a busy service takes
-/// over and over.
+/// How many idle lease records a client keeps for their next acquire (see
+/// the module docs): a bounded memory cost (BENCHMARKS.md, "Sizes behind
+/// the code"), and enough for the locks a busy service takes over and
+/// over.
 pub(crate) const IDLE_RECORDS: usize = 256;
 
 /// The client's leases, by lock key.
@@ -150,7 +150,7 @@ fn refuse_other_kinds(
 ) -> Result<Option<Arc<Lease>>> {
     // Counted holds, not only live ones: a release of the other kind still
     // on its way (or whose outcome stayed unknown) counts in the field too,
-    // and a try of this kind would read it as its own (issue 44, item 3).
+    // and a try of this kind would read it as its own.
     let other = entry.iter().find(|l| {
         l.owner == owner
             && l.kind.id() != kind
@@ -273,13 +273,13 @@ impl Leases {
 
     /// How many records the table keeps, parked ones included.
     #[cfg(test)]
-    pub(crate) fn records(&self) -> usize {
+    pub(crate) fn lease_records(&self) -> usize {
         self.map.iter().map(|entry| entry.len()).sum()
     }
 
     /// How many records the table keeps that are not parked idle ones: in
     /// use, holding, or (a leak) neither and not parked.
-    pub(crate) fn records_in_use(&self) -> usize {
+    pub(crate) fn lease_records_in_use(&self) -> usize {
         self.map
             .iter()
             .map(|entry| entry.iter().filter(|l| !l.is_idle_parked()).count())
@@ -444,7 +444,7 @@ mod tests {
         assert!(!Arc::ptr_eq(a.lease(), b.lease()));
         assert_eq!((a.key_bytes(), b.key_bytes()), (&b"a"[..], &b"b"[..]));
         assert!(Arc::ptr_eq(get("a").lease(), a.lease()));
-        assert_eq!(table.records(), 2);
+        assert_eq!(table.lease_records(), 2);
 
         let start = Instant::now();
         let (signal_a, _) = a.acquired(1, Term::Watchdog, start, Duration::from_secs(30));
@@ -457,9 +457,12 @@ mod tests {
         // record (it held), and the ring letting it go drops it only.
         b.drain();
         drop(b);
-        assert_eq!((table.records(), table.records_in_use()), (2, 1));
+        assert_eq!(
+            (table.lease_records(), table.lease_records_in_use()),
+            (2, 1)
+        );
         table.park_none();
-        assert_eq!(table.records(), 1);
+        assert_eq!(table.lease_records(), 1);
         assert_eq!(get("a").key_bytes(), b"a");
     }
 
@@ -494,7 +497,11 @@ mod tests {
         let record = Arc::downgrade(first.lease());
         drop(first);
         assert_eq!(
-            (table.records(), table.parked(), table.records_in_use()),
+            (
+                table.lease_records(),
+                table.parked(),
+                table.lease_records_in_use()
+            ),
             (1, 1, 0)
         );
         let again = held_and_settled(get("k0"));
@@ -502,24 +509,28 @@ mod tests {
             std::ptr::eq(Arc::as_ptr(again.lease()), record.as_ptr()),
             "found again"
         );
-        assert_eq!(table.records_in_use(), 1);
+        assert_eq!(table.lease_records_in_use(), 1);
 
         // k0 in use while k1 and k2 push it out of the ring: it stays.
         for key in ["k1", "k2"] {
             drop(held_and_settled(get(key)));
         }
-        assert_eq!((table.records(), table.parked()), (3, 2));
+        assert_eq!((table.lease_records(), table.parked()), (3, 2));
         // Its last user goes: parked anew, the oldest (k1) goes.
         drop(again);
-        assert_eq!((table.records(), table.parked()), (2, 2));
+        assert_eq!((table.lease_records(), table.parked()), (2, 2));
         assert!(record.upgrade().is_some(), "k0 parked anew");
 
         // A record that never held goes at once.
         let waiter = get("w");
-        assert_eq!(table.records(), 3);
+        assert_eq!(table.lease_records(), 3);
         drop(waiter);
         assert_eq!(
-            (table.records(), table.parked(), table.records_in_use()),
+            (
+                table.lease_records(),
+                table.parked(),
+                table.lease_records_in_use()
+            ),
             (2, 2, 0)
         );
     }

@@ -120,8 +120,8 @@ struct Slot {
     /// The message handed over with the wake-up ([`Wake::OneWith`]).
     handed: Mutex<Option<Box<[u8]>>>,
     /// The task parked in a wait, woken after `woken` or `rechecked` is
-    /// set. Not a `Notify`: its `Notified` future would add 64 bytes to
-    /// every parked waiter's future, and its stored permit would outlive
+    /// set. Not a `Notify`: its `Notified` future would grow every parked
+    /// waiter's future, and its stored permit would outlive
     /// the wake-up (the flag is the wake-up).
     waker: AtomicWaker,
 }

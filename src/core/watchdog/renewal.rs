@@ -37,7 +37,7 @@ pub(crate) struct Renewal {
     pub(crate) node: Option<&'static Script>,
     /// Scripts that take the batch's entries packed in one argument
     /// (`ARGV[3]`, see `pack.rs`) after the same nonce and TTL, and give
-    /// the same replies as their unpacked twins, if the kind has them
+    /// the same replies as their unpacked counterparts, if the kind has them
     /// (else a single server's batches go as slot calls, a node's with
     /// `node`).
     pub(crate) packed: Option<PackedScripts>,
