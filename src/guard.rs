@@ -316,7 +316,7 @@ impl LockGuard {
         // A counted reference (the record may go with the hold).
         let key = self.hold.key();
         let release = self.hold.release();
-        // The channel is kept until the release is done, as before.
+        // The channel is kept until the release is done.
         let keep = self.linger;
         async move {
             let released = release.await;

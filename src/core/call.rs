@@ -9,14 +9,15 @@
 //! only as good as the client's idea of what Redis held.
 //!
 //! So every mutating script is *recorded* (`scripts/record_prologue.lua`): it
-//! carries a request id (rid) that only grows per (lock, owner), and
-//! records "rid|reply" in a small request record beside the lock for the request record
-//! TTL. A re-send of the same request replays the recorded reply instead of
+//! carries a request id (rid) that only grows (one counter per client,
+//! `Conn::rid`), and records "rid|reply" in a small request record beside
+//! the lock for the request record TTL. A re-send of the same request replays the recorded reply instead of
 //! running again, and a request older than the recorded one never runs. An
 //! unknown outcome is therefore resolved by **sending the same request
 //! again** until a reply arrives: the reply is the truth, whichever copy
-//! ran. Replies start with the rid, so a reply meant for another command
-//! (a connection out of step) is never taken for ours.
+//! ran. Replies carry the rid (a recorded script's first, a twin's last:
+//! `Call::read`), so a reply meant for another command (a connection out
+//! of step) is never taken for ours.
 //!
 //! # Every script and its rule
 //!

@@ -22,7 +22,9 @@
 //! This module is also the door a kind goes through: it re-exports the
 //! types the trait's methods take and return, so a primitive's folder
 //! names the engine's modules `kind` (this contract) and `script` (its Lua)
-//! and, for the pub/sub-only latch, `wait`.
+//! and, for the pub/sub-only latch, `wait` (the multi-locks, which hold no
+//! lease of their own, name only the engine's lease validation,
+//! `core::lease_millis`).
 
 use std::any::TypeId;
 use std::time::Duration;

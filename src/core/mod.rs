@@ -6,7 +6,7 @@
 //! **While a guard or permit is not lost, nobody else holds what it
 //! holds** — on every path: unlock, drop, cancel, expiry, force-unlock,
 //! re-acquire, reconnect, restart, shutdown, runtime teardown. A primitive
-//! (the lock, and later the fair lock, read-write lock, semaphore …) is a
+//! (the lock, the fair lock, the read-write lock, a semaphore …) is a
 //! thin facade: its Lua scripts, the keys and fields they use, and a
 //! [`Kind`](kind::Kind) telling the engine what to send to acquire and
 //! release its holds and how to renew them. A primitive's folder imports
@@ -17,13 +17,16 @@
 //! | module | what it does |
 //! | --- | --- |
 //! | `conn` | the command and subscriber connections: no blind re-sends, reconnect forever, a fresh connection for teardown |
+//! | `caps` | what the server can do (probed at connect): versions, script flags, undeclared keys, `LPOS`, `WAIT`; `Feature` checks |
 //! | `script` | script handles (source + SHA, reloaded only on `NOSCRIPT`); *recorded* scripts, idempotent by request id |
 //! | `call` | a mutation run to a **definite** outcome: after a timeout or a dropped connection the same request is sent again; its reply, replayed by the request record if it had already run, is the truth |
+//! | `request` | what a primitive asks to send (`Request`: its script, keys, arguments and the places the engine fills); the engine adds the request record, its TTL and the request id |
 //! | `forget` | request records deleted in batches once their calls have ended (only while they still hold that request) |
 //! | `reset` | reconnecting a command connection found out of step with its replies, at most once a second, whoever finds it |
 //! | `fence` | the late-copy bound: a command connection fred replaced is killed on the server (`CLIENT KILL ID`) before a reply that came after it is trusted |
 //! | `kind` | **the contract and the door**: the trait `Kind` a primitive implements (what a try and a release send, the renewal scripts, how replies read, what a hold excludes, its waiting flags), and the types it and a facade use, re-exported |
-//! | `lease` | one record per (key, owner field): the hold count, the live holds' needs (watchdog or fixed deadline), incarnations, the turn |
+//! | `lease` | one lease record per (key, owner, kind): the hold count, the live holds' needs (watchdog or fixed deadline), incarnations, the turn |
+//! | `names` | a lease record's names (channel, request record key, key, field) in one buffer |
 //! | `signal` | a lease's lost signal, shared with its guards: marked lost once, or lost by itself past a lower bound of the key's expiry |
 //! | `backoff` | the pauses of every retry loop: doubling from a first pause up to a cap |
 //! | `boxed` | futures boxed where they are built, not built and then copied into their box |
@@ -31,7 +34,9 @@
 //! | `background` | work that outlives its caller; finished on a fresh connection if the runtime shuts down under it |
 //! | `open` | what keeps the connections open: every client handle and every hold; the last one closes them once the background work is written |
 //! | `watchdog` | one task per watchdog renews every lease in batches (per node on a cluster) and checks every lease after a reconnect |
+//! | `pack` | a renewal batch's entries packed into one argument |
 //! | `pubsub` | one subscription per channel per client; messages wake one, all or N local waiters |
+//! | `takes` | announcing that a try took a lock over waiters of other clients (`leasehold_lock__taken:{name}`) |
 //! | `wait` | the one wait loop: try, subscribe, try, sleep until woken or the bound, repeat |
 //! | `acquire` | `Engine::acquire`: the acquire every lock kind uses, from a `Spec` (plain data): its lease for the current owner, the wait loop, one recorded call per try |
 //! | `handoff` | the contract's one extension, `Handoff`: a wait a release may hand the lock to (the fair lock), adopted without a call |

@@ -21,7 +21,7 @@
 //! nothing. A recorded script may start with a check
 //! ([`Script::recorded_after`]) that answers such a try before the record
 //! is read, and writes none: a busy try then costs the check's reads only
-//! (the plain lock's: `PTTL`, `HEXISTS`), not the record's `GET` and
+//! (the plain lock's: `PTTL`, `HGET`), not the record's `GET` and
 //! `SET`. Nothing is lost: a refused try has no effect to replay, and a
 //! copy of it that runs later is either refused again or, the state
 //! changed, goes through the record like any request.

@@ -208,17 +208,13 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fred::interfaces::KeysInterface;
-
 use crate::client::Client;
 use crate::clock::epoch_ms;
 use crate::core::kind::{Feature, Request};
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::handle::raw::{sealed, RawLock, RawSingle};
-use crate::handle::Holder;
 use crate::handle::LockHandle;
-use crate::lock::{every_field, hold_count_of, holders_of, remaining_lease_of};
 use crate::naming::prefix_name;
 
 pub(crate) use alive::{entry_alive_until, ALIVE_PREFIX};
@@ -369,10 +365,6 @@ impl Fair {
         &self.client
     }
 
-    fn redis(&self) -> &fred::clients::Client {
-        self.client.engine().redis()
-    }
-
     fn check(&self) -> Result<()> {
         self.client.engine().check()?;
         if self.name.is_empty() {
@@ -413,20 +405,12 @@ impl RawSingle for Fair {
         &self.channel
     }
 
-    async fn is_locked(&self) -> Result<bool> {
-        self.check()?;
-        let n: i64 = self.redis().exists(self.names.key.clone()).await?;
-        Ok(n > 0)
+    fn client(&self) -> &Client {
+        &self.client
     }
 
-    async fn hold_count(&self) -> Result<u32> {
-        self.check()?;
-        hold_count_of(self.redis(), &self.client, &self.names.key, "").await
-    }
-
-    async fn remaining_lease(&self) -> Result<Option<Duration>> {
-        self.check()?;
-        remaining_lease_of(self.redis(), &self.names.key).await
+    fn check(&self) -> Result<()> {
+        Fair::check(self)
     }
 
     /// Queued waiters keep their places: the head waiter is handed the
@@ -450,10 +434,5 @@ impl RawSingle for Fair {
             kick_if_unheard(engine.conn(), &self.names, &reply);
         }
         Ok(reply.first() == Some(&1))
-    }
-
-    async fn holders(&self) -> Result<Vec<Holder>> {
-        self.check()?;
-        holders_of(self.redis(), &self.names.key, every_field).await
     }
 }

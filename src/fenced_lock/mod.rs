@@ -49,7 +49,6 @@ use crate::core::script::Script;
 use crate::error::Result;
 use crate::guard::LockGuard;
 use crate::handle::raw::{sealed, RawLock, RawSingle};
-use crate::handle::Holder;
 use crate::handle::LockHandle;
 use crate::lock::{LockKind, Unfair};
 use crate::naming::prefix_name;
@@ -326,8 +325,8 @@ impl RawLock for Fenced {
     }
 }
 
-/// The plain lock's reads, force-unlock (the token counter is left alone)
-/// and holders: the same hash.
+/// The plain lock's hash: its reads (the provided ones) and its
+/// force-unlock (the token counter is left alone).
 impl RawSingle for Fenced {
     fn key(&self) -> &str {
         self.lock.key()
@@ -337,24 +336,16 @@ impl RawSingle for Fenced {
         self.lock.channel()
     }
 
-    fn is_locked(&self) -> impl Future<Output = Result<bool>> + Send + '_ {
-        self.lock.is_locked()
+    fn client(&self) -> &Client {
+        RawSingle::client(&self.lock)
     }
 
-    fn hold_count(&self) -> impl Future<Output = Result<u32>> + Send + '_ {
-        self.lock.hold_count()
-    }
-
-    fn remaining_lease(&self) -> impl Future<Output = Result<Option<Duration>>> + Send + '_ {
-        self.lock.remaining_lease()
+    fn check(&self) -> Result<()> {
+        RawSingle::check(&self.lock)
     }
 
     fn force_unlock(&self) -> impl Future<Output = Result<bool>> + Send + '_ {
         self.lock.force_unlock()
-    }
-
-    fn holders(&self) -> impl Future<Output = Result<Vec<Holder>>> + Send + '_ {
-        self.lock.holders()
     }
 }
 

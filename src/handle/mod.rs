@@ -28,6 +28,7 @@
 
 mod holder;
 pub(crate) mod raw;
+pub(crate) mod reads;
 
 pub use holder::Holder;
 

@@ -11,7 +11,9 @@ use std::fmt::Debug;
 use std::future::Future;
 use std::time::Duration;
 
-use super::Holder;
+use fred::types::Key;
+
+use super::{reads, Holder};
 use crate::error::Result;
 use crate::guard::LeaseSignal;
 
@@ -21,7 +23,7 @@ pub(crate) mod sealed {
 }
 
 /// A lock kind: how [`LockHandle`](super::LockHandle) takes one hold of it.
-/// Implemented by [`Plain`](crate::raw::Unfair) ([`Lock`](crate::Lock)),
+/// Implemented by [`Unfair`](crate::raw::Unfair) ([`Lock`](crate::Lock)),
 /// [`Fair`](crate::raw::Fair), [`Fenced`](crate::raw::Fenced),
 /// [`Read`](crate::raw::Read), [`Write`](crate::raw::Write),
 /// [`Multi`](crate::raw::Multi) and [`Redlock`](crate::raw::Redlock); sealed.
@@ -85,25 +87,69 @@ pub trait RawSingle: RawLock<Guard = crate::LockGuard> {
     #[doc(hidden)]
     fn channel(&self) -> &str;
 
-    /// Whether anyone holds the lock (in this kind's sense).
+    /// The client the handle was made by.
     #[doc(hidden)]
-    fn is_locked(&self) -> impl Future<Output = Result<bool>> + Send + '_;
+    fn client(&self) -> &crate::Client;
 
-    /// The holds the current owner has (0 if none).
+    /// Whether the handle may be used now: its client is not shut down,
+    /// its name is valid, the server has what its scripts need. Every read
+    /// checks it first.
     #[doc(hidden)]
-    fn hold_count(&self) -> impl Future<Output = Result<u32>> + Send + '_;
+    fn check(&self) -> Result<()>;
+
+    /// What follows `<client>:<owner>` in this kind's hash field (the
+    /// write lock's `:write`); the default: nothing.
+    #[doc(hidden)]
+    fn field_suffix(&self) -> &'static str {
+        ""
+    }
+
+    /// Whether anyone holds the lock (in this kind's sense). The default:
+    /// whether the hash exists (the lock family's hash lives exactly while
+    /// someone holds it).
+    #[doc(hidden)]
+    fn is_locked(&self) -> impl Future<Output = Result<bool>> + Send + '_ {
+        async move {
+            self.check()?;
+            reads::exists(self.client().engine().redis(), &Key::from(self.key())).await
+        }
+    }
+
+    /// The holds the current owner has (0 if none). The default: its
+    /// field's count.
+    #[doc(hidden)]
+    fn hold_count(&self) -> impl Future<Output = Result<u32>> + Send + '_ {
+        async move {
+            self.check()?;
+            let client = self.client();
+            let key = Key::from(self.key());
+            reads::hold_count_of(client.engine().redis(), client, &key, self.field_suffix()).await
+        }
+    }
 
     /// The key's remaining TTL, `None` if it has none or is gone.
     #[doc(hidden)]
-    fn remaining_lease(&self) -> impl Future<Output = Result<Option<Duration>>> + Send + '_;
+    fn remaining_lease(&self) -> impl Future<Output = Result<Option<Duration>>> + Send + '_ {
+        async move {
+            self.check()?;
+            reads::remaining_lease_of(self.client().engine().redis(), &Key::from(self.key())).await
+        }
+    }
 
     /// Frees the lock whoever holds it (in this kind's sense).
     #[doc(hidden)]
     fn force_unlock(&self) -> impl Future<Output = Result<bool>> + Send + '_;
 
-    /// The holders of this kind's fields of the lock hash.
+    /// The holders of this kind's fields of the lock hash. The default:
+    /// every field is a holder's.
     #[doc(hidden)]
-    fn holders(&self) -> impl Future<Output = Result<Vec<Holder>>> + Send + '_;
+    fn holders(&self) -> impl Future<Output = Result<Vec<Holder>>> + Send + '_ {
+        async move {
+            self.check()?;
+            let key = Key::from(self.key());
+            reads::holders_of(self.client().engine().redis(), &key, reads::every_field).await
+        }
+    }
 }
 
 /// What a [`RawLock`] hands out: [`LockGuard`](crate::LockGuard),

@@ -12,8 +12,11 @@
 //! `renew.lua` (declared keys), `renew_packed.lua` and
 //! `renew_node_packed.lua` (a single server's and a cluster node's batches
 //! in one argument); `holders.lua` reads it for operators (`holders.rs`).
-//! Each recorded call also keeps a small request record
-//! `leasehold_latch:{name}:<field>` for 30 s.
+//! A recorded call that could not prove its first run by the client's
+//! count also keeps a small request record `leasehold_latch:{name}:<field>`
+//! for the request record TTL (`ClientBuilder::request_record_ttl`),
+//! deleted early once the call ended (`core/forget.rs`); an uncontended
+//! lock and unlock write none.
 //!
 //! A waiting client also listens on `leasehold_lock__taken:{name}` (a
 //! channel Redisson neither publishes nor subscribes to). When many
@@ -37,17 +40,11 @@
 //! releases in the background, a stale guard gives back nothing, and the
 //! key never expires before the owner's longest live hold.
 
-mod holders;
-
-use crate::handle::Holder;
-pub(crate) use holders::{every_field, holders_of};
-
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use fred::bytes_utils::Str;
-use fred::interfaces::{HashesInterface, KeysInterface};
 use fred::types::{Key, Value};
 use futures_util::future::Either;
 use futures_util::FutureExt;
@@ -127,7 +124,7 @@ pub struct Unfair {
 struct Names {
     client: Client,
     /// The key, then the channel, in one buffer
-    /// (`core::key_then_channel`); `key`, `channel_key` and the strings
+    /// (`naming::key_then_channel`); `key`, `channel_key` and the strings
     /// the accessors return are slices of it.
     text: Str,
     key: Key,
@@ -156,9 +153,6 @@ static RENEW_NODE_PACKED: Script = Script::node_renewal(
     "lock.renew_node_packed",
     include_str!("scripts/renew_node_packed.lua"),
 );
-/// Read the hash and its TTL (`holders.rs`). Read-only.
-pub(super) static HOLDERS: Script =
-    Script::plain("lock.holders", include_str!("scripts/holders.lua"));
 
 /// The engine's view of the lock's holds, and of the fenced lock's: they
 /// are holds of the same field, and one field must have one lease record
@@ -370,20 +364,12 @@ impl RawSingle for Unfair {
         &self.inner.text[self.inner.key.as_bytes().len()..]
     }
 
-    async fn is_locked(&self) -> Result<bool> {
-        self.check()?;
-        let n: i64 = self.redis().exists(self.inner.key.clone()).await?;
-        Ok(n > 0)
+    fn client(&self) -> &Client {
+        &self.inner.client
     }
 
-    async fn hold_count(&self) -> Result<u32> {
-        self.check()?;
-        hold_count_of(self.redis(), &self.inner.client, &self.inner.key, "").await
-    }
-
-    async fn remaining_lease(&self) -> Result<Option<Duration>> {
-        self.check()?;
-        remaining_lease_of(self.redis(), &self.inner.key).await
+    fn check(&self) -> Result<()> {
+        Unfair::check(self)
     }
 
     async fn force_unlock(&self) -> Result<bool> {
@@ -403,34 +389,6 @@ impl RawSingle for Unfair {
             .await?;
         Ok(reply.first() == Some(&1))
     }
-
-    async fn holders(&self) -> Result<Vec<Holder>> {
-        self.check()?;
-        holders_of(self.redis(), &self.inner.key, every_field).await
-    }
-}
-
-/// The holds `client`'s current owner has in field `<client>:<owner><suffix>`
-/// of the hash `key` (every kind's `hold_count`).
-pub(crate) async fn hold_count_of(
-    redis: &fred::clients::Client,
-    client: &Client,
-    key: &Key,
-    suffix: &str,
-) -> Result<u32> {
-    let field = client.field(Owner::current().id(), suffix);
-    let count: Option<i64> = redis.hget(key.clone(), field).await?;
-    Ok(count.unwrap_or(0).clamp(0, u32::MAX as i64) as u32)
-}
-
-/// The TTL of `key`, `None` if it has none or is gone (every kind's
-/// `remaining_lease`).
-pub(crate) async fn remaining_lease_of(
-    redis: &fred::clients::Client,
-    key: &Key,
-) -> Result<Option<Duration>> {
-    let ttl: i64 = redis.pttl(key.clone()).await?;
-    Ok((ttl >= 0).then(|| Duration::from_millis(ttl as u64)))
 }
 
 // === impl LockKind ===
@@ -472,7 +430,7 @@ impl Kind for LockKind {
     fn acquire_reply(&self, reply: &[i64]) -> AcquireReply {
         match reply {
             // A third element is the fenced lock's token (see
-            // `Lock::acquire_with`).
+            // `Unfair::acquire_with`).
             [1, count, token @ ..] => AcquireReply::Held {
                 count: (*count).clamp(1, u32::MAX as i64) as u32,
                 token: token.first().map(|t| (*t).max(0) as u64),
@@ -523,7 +481,6 @@ mod lua_lint {
     #[test]
     fn pieces_share_only_what_they_declare() {
         crate::core::lua_lint::check(&[
-            &HOLDERS,
             &ACQUIRE,
             &FORCE_UNLOCK,
             &RELEASE,

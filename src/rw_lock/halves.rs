@@ -156,14 +156,17 @@ macro_rules! half {
                 self.names.is_locked($mode)
             }
 
-            fn hold_count(&self) -> impl Future<Output = Result<u32>> + Send + '_ {
-                self.names.hold_count($mode)
+            fn client(&self) -> &crate::Client {
+                &self.names.client
             }
 
-            fn remaining_lease(
-                &self,
-            ) -> impl Future<Output = Result<Option<Duration>>> + Send + '_ {
-                self.names.remaining_lease()
+            fn check(&self) -> Result<()> {
+                self.names.check()
+            }
+
+            /// The write lock's field is its owner's with `:write` after it.
+            fn field_suffix(&self) -> &'static str {
+                $mode.suffix()
             }
 
             fn force_unlock(&self) -> impl Future<Output = Result<bool>> + Send + '_ {

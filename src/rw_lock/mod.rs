@@ -124,9 +124,9 @@ use crate::core::kind::{
 use crate::core::script::Script;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
+use crate::handle::reads::holders_of;
 use crate::handle::Holder;
 use crate::handle::LockHandle;
-use crate::lock::{hold_count_of, holders_of, remaining_lease_of};
 use crate::naming::{concat, prefix_name};
 use crate::owner::Owner;
 
@@ -495,16 +495,6 @@ impl Names {
             )
             .await?;
         Ok(locked == 1)
-    }
-
-    async fn hold_count(&self, mode: Mode) -> Result<u32> {
-        self.check()?;
-        hold_count_of(self.redis(), &self.client, &self.key, mode.suffix()).await
-    }
-
-    async fn remaining_lease(&self) -> Result<Option<Duration>> {
-        self.check()?;
-        remaining_lease_of(self.redis(), &self.key).await
     }
 
     /// The holders of `mode`: the writer's field is its owner's with

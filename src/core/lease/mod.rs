@@ -1,4 +1,6 @@
-//! Leases: what the client holds, one record per (lock key, owner field).
+//! Leases: what the client holds, one lease record per (lock key, owner,
+//! kind): kinds that share a field (the plain and the fenced lock) are one
+//! kind.
 //!
 //! A [`Lease`] is the client's view of one hash field in Redis (or, for a
 //! semaphore, one permit): how many holds Redis counts for it, which live

@@ -70,7 +70,7 @@
 //! | --- | --- |
 //! | `handle.rs` | [`Watchdog`]: its settings, the process-wide one, registering leases and client records |
 //! | `cycle.rs` | the renewal task and its thread: every interval, every lease and client record renewed; the reconnect [`check`] |
-//! | `renewal.rs` | how a kind is renewed: [`Renewal`] and [`Packed`] scripts, their entries and replies |
+//! | `renewal.rs` | how a kind is renewed: [`Renewal`] and [`PackedScripts`], their replies (each lease's entry is its kind's: `Kind::renew_entry`) |
 //! | `batch.rs` | a cycle's leases cut into calls: grouped by connection, renewal and target (server, node or slot), chunked |
 //! | `send.rs` | one chunk sent: whole (to a node, or packed) or per slot, in a transaction for a migrating slot; sent again on failure |
 //! | `verdict.rs` | a reply read and applied (renewed, gone, elsewhere); no reply in time: leases that could expire declared lost |

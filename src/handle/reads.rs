@@ -1,18 +1,58 @@
-//! Who holds a lock, for operators: [`LockHandle::holders`](crate::LockHandle::holders).
+//! The reads every kind of the lock family shares (their hash: Redisson's
+//! `<uuid>:<id>[suffix]` → count), the bodies of `RawSingle`'s provided
+//! methods: whether the hash exists, the current owner's hold count, the
+//! key's TTL, and who holds it ([`LockHandle::holders`](crate::LockHandle::holders)).
 //!
-//! One read-only script (`scripts/holders.lua`) reads the lock hash and
-//! its TTL together; each field is parsed into the client uuid and owner
-//! id when it has leasehold's (and Redisson's `RLock`) shape
-//! `<uuid>:<decimal id>` (a write lock's holder: with `:write` after
-//! it), and kept raw otherwise.
+//! The holders are read by one read-only script (`scripts/holders.lua`)
+//! with the hash's TTL; each field is parsed into the client uuid and
+//! owner id when it has leasehold's (and Redisson's `RLock`) shape
+//! `<uuid>:<decimal id>` (a write lock's holder: with `:write` after it),
+//! and kept raw otherwise.
 
 use std::time::Duration;
 
 use fred::types::{Key, Value};
 
-use super::HOLDERS;
+use fred::interfaces::{HashesInterface, KeysInterface};
+
+use crate::client::Client;
+use crate::core::script::Script;
 use crate::error::{Error, Result};
 use crate::handle::Holder;
+use crate::owner::Owner;
+
+/// Read the hash and its TTL. Read-only.
+static HOLDERS: Script = Script::plain("lock.holders", include_str!("scripts/holders.lua"));
+
+/// Whether the hash `key` exists (every lock kind holds it exactly while
+/// someone holds the lock).
+pub(crate) async fn exists(redis: &fred::clients::Client, key: &Key) -> Result<bool> {
+    let n: i64 = redis.exists(key.clone()).await?;
+    Ok(n > 0)
+}
+
+/// The holds `client`'s current owner has in field `<client>:<owner><suffix>`
+/// of the hash `key` (every kind's `hold_count`).
+pub(crate) async fn hold_count_of(
+    redis: &fred::clients::Client,
+    client: &Client,
+    key: &Key,
+    suffix: &str,
+) -> Result<u32> {
+    let field = client.field(Owner::current().id(), suffix);
+    let count: Option<i64> = redis.hget(key.clone(), field).await?;
+    Ok(count.unwrap_or(0).clamp(0, u32::MAX as i64) as u32)
+}
+
+/// The TTL of `key`, `None` if it has none or is gone (every kind's
+/// `remaining_lease`).
+pub(crate) async fn remaining_lease_of(
+    redis: &fred::clients::Client,
+    key: &Key,
+) -> Result<Option<Duration>> {
+    let ttl: i64 = redis.pttl(key.clone()).await?;
+    Ok((ttl >= 0).then(|| Duration::from_millis(ttl as u64)))
+}
 
 /// The holders of the lock hash `key`. Every kind of the lock family keeps
 /// Redisson's `<uuid>:<id>[suffix]` → count hash (the read-write lock its
@@ -98,5 +138,14 @@ mod tests {
         assert_eq!(split_field("not-a-uuid:1"), None);
         assert_eq!(split_field("plain"), None);
         assert_eq!(split_field(&format!("{id}:99999999999999999999999")), None);
+    }
+}
+
+/// The script's pieces share only what they declare (`core/lua_lint.rs`).
+#[cfg(test)]
+mod lua_lint {
+    #[test]
+    fn pieces_share_only_what_they_declare() {
+        crate::core::lua_lint::check(&[&super::HOLDERS]);
     }
 }
