@@ -56,7 +56,7 @@ pub(crate) fn request_record_key(key: &str, field: &str) -> fred::types::Key {
     fred::types::Key::from(concat(request_record_parts(key, field)))
 }
 
-/// The parts of [`record_key`], in order: the prefix, what [`braces`] opens
+/// The parts of [`request_record_key`], in order: the prefix, what [`braces`] opens
 /// with, `key`, what it closes with, `:`, `field`. (A lease record writes
 /// them after its channel, see `names.rs`.)
 pub(crate) fn request_record_parts<'a>(key: &'a str, field: &'a str) -> [&'a str; 6] {
@@ -64,7 +64,7 @@ pub(crate) fn request_record_parts<'a>(key: &'a str, field: &'a str) -> [&'a str
     [REQUEST_RECORD_PREFIX, open, key, close, ":", field]
 }
 
-/// The prefix of a request record's key (see [`record_key`]).
+/// The prefix of a request record's key (see [`request_record_key`]).
 pub(crate) const REQUEST_RECORD_PREFIX: &str = "leasehold_latch";
 
 /// An owner's hash field: `prefix` (the client's `<client-uuid>:`), the

@@ -71,7 +71,7 @@ pub(crate) struct Conn {
     /// Until when (a `clock::ticks_ms` stamp) requests must read their
     /// record even on what looks like a first run: a call ended with an unknown
     /// outcome, or a replaced connection could not be killed (see
-    /// [`Conn::records_optional`]). 0: never set.
+    /// [`Conn::request_records_optional`]). 0: never set.
     unsettled_until: AtomicU64,
     /// What the server can do, probed at connect (`caps.rs`).
     pub(crate) info: ServerInfo,
