@@ -250,24 +250,6 @@ impl Handoff for NoHandoff {
     }
 }
 
-impl<H: Handoff + ?Sized> Handoff for &H {
-    fn granted(&self, message: &[u8]) -> Option<Granted> {
-        (**self).granted(message)
-    }
-
-    fn acquire(&self, kind: &dyn Kind, lease: &Lease, at: &Try<'_>) -> Request {
-        (**self).acquire(kind, lease, at)
-    }
-
-    fn numbered(&self, rid: u64) {
-        (**self).numbered(rid)
-    }
-
-    fn covered_for(&self) -> Option<Duration> {
-        (**self).covered_for()
-    }
-}
-
 // === impl Listing ===
 
 impl Drop for Listing {

@@ -45,25 +45,21 @@ impl Fair {
         let engine = self.client.engine();
         let owner = Owner::current();
         let field = self.client.field(owner.id(), "");
-        let waits = wait != Some(Duration::ZERO);
         let own_channel: Arc<str> = waiter_channel(&self.channel, &field).into();
-        let calls = Calls::default();
-        // A wait is kept alive by the client, with the client's other
-        // waits on this lock (`alive.rs`), or else by its own refreshes.
-        let member = waits
-            .then(|| Member::join(engine, self.client.id(), &self.names, &own_channel))
-            .flatten();
-        let tries = FairWait {
-            calls: &calls,
-            waits,
-            member: member.as_ref(),
-        };
-        if !waits {
+        if wait == Some(Duration::ZERO) {
             // One try, not queued: the kind's own request.
             let spec = self.spec(owner.id(), &field, &own_channel);
             let hold = engine.acquire(spec, lease, wait).await?;
             return Ok(hold.map(|h| self.guard(h, owner)));
         }
+        let calls = Calls::default();
+        // A wait is kept alive by the client, with the client's other
+        // waits on this lock (`alive.rs`), or else by its own refreshes.
+        let member = Member::join(engine, self.client.id(), &self.names, &own_channel);
+        let tries = FairWait {
+            calls: &calls,
+            member: member.as_ref(),
+        };
         // The waiter's channel stays subscribed from now until a moment
         // after the hold it gets ends, so an owner that locks again and
         // again queues and is told with one script call each.
@@ -141,8 +137,6 @@ impl Fair {
 #[derive(Clone, Copy)]
 struct FairWait<'a> {
     calls: &'a Calls,
-    /// Queue if busy (not a single try).
-    waits: bool,
     /// Its place in its client's group of waits on this lock, if the
     /// client keeps them alive (`alive.rs`).
     member: Option<&'a Member>,
@@ -167,7 +161,7 @@ impl Handoff for FairWait<'_> {
     /// The kind's try, queueing if busy and marked as a member of its
     /// client's group of waits (`alive.rs`).
     fn acquire(&self, _kind: &dyn Kind, lease: &Lease, at: &Try<'_>) -> Request {
-        try_request(lease, at, self.waits, self.member.map_or(0, Member::mark))
+        try_request(lease, at, true, self.member.map_or(0, Member::mark))
     }
 
     fn granted(&self, message: &[u8]) -> Option<Granted> {
