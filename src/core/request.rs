@@ -256,41 +256,14 @@ mod tests {
         // call, the engine's method).
         const ALLOWED: &[(&str, &str)] =
             &[("fair_lock/queue.rs", "call.forget_request_record(conn)")];
-        fn walk(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
-            for entry in std::fs::read_dir(dir).unwrap() {
-                let path = entry.unwrap().path();
-                if path.is_dir() {
-                    walk(&path, out);
-                } else if path.extension().is_some_and(|e| e == "rs") {
-                    out.push(path);
-                }
-            }
-        }
-        let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-        let mut files = Vec::new();
-        for primitive in [
-            "lock",
-            "fair_lock",
-            "fenced_lock",
-            "rw_lock",
-            "semaphore",
-            "latch",
-            "multi",
-        ] {
-            walk(&src.join(primitive), &mut files);
-        }
-        assert!(files.len() > 12, "read {} files", files.len());
+        let sources = crate::core::kind::tests::primitive_sources();
+        assert!(sources.len() > 12, "read {} files", sources.len());
         let mut found = Vec::new();
-        for path in files {
-            let rel = path
-                .strip_prefix(&src)
-                .unwrap()
-                .to_string_lossy()
-                .replace('\\', "/");
-            for (n, line) in std::fs::read_to_string(&path).unwrap().lines().enumerate() {
+        for (_, rel, source) in &sources {
+            for (n, line) in source.lines().enumerate() {
                 let code = line.split("//").next().unwrap_or("");
                 for needle in ENGINE_ONLY {
-                    let allowed = ALLOWED.iter().any(|(f, l)| rel == *f && code.contains(l));
+                    let allowed = ALLOWED.iter().any(|(f, l)| rel == f && code.contains(l));
                     if code.contains(needle) && !allowed {
                         found.push(format!("src/{rel}:{}: {}", n + 1, line.trim()));
                     }
