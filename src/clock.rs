@@ -1,6 +1,8 @@
 //! The crate's two clocks, in one place.
 //!
-//! * [`epoch_ms`]: the wall clock, in milliseconds since the Unix epoch.
+//! * [`epoch_ms`]: the wall clock, in milliseconds since the Unix epoch
+//!   ([`epoch_ms_precise`] with their fraction, for the doctor's clock
+//!   check).
 //!   What goes to Redis as a time: Redisson's scripts score fair waiters
 //!   and permits with the client's `System.currentTimeMillis()`, so ours
 //!   do too; a client record's start and a wait's start are shown to
@@ -23,6 +25,15 @@ pub(crate) fn epoch_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis().min(i64::MAX as u128) as i64)
+}
+
+/// The wall clock in epoch milliseconds with their fraction: for the
+/// doctor's comparison with the server's `TIME` (microseconds), where a
+/// whole millisecond is too coarse.
+pub(crate) fn epoch_ms_precise() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64() * 1000.0)
 }
 
 /// Monotonic milliseconds since the first call in this process, plus one:

@@ -2,7 +2,7 @@
 //! persistence, replication, cluster, round trip and clock. Each reads
 //! what it can and says `not checked` for what it may not read.
 
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use fred::clients::Client as FredClient;
 use fred::types::Value;
@@ -10,6 +10,7 @@ use fred::types::Value;
 use super::probe::{self, args, cmd, config_get, Info, Kind, Target};
 use super::{Check, Status};
 use crate::client::Client;
+use crate::clock::epoch_ms_precise;
 
 /// Redis versions, as (major, minor, patch).
 type Version = (u32, u32, u32);
@@ -476,9 +477,9 @@ pub(super) async fn latency(redis: &FredClient, pings: u32, client: &Client) -> 
 pub(super) async fn clock(redis: &FredClient, target: &Target, tolerance: Duration) -> Check {
     let mut worst: Option<(f64, f64, String)> = None;
     for node in &target.nodes {
-        let before = epoch_ms();
+        let before = epoch_ms_precise();
         let reply = cmd::<Vec<String>>(redis, node.server.as_ref(), "TIME", vec![]).await;
-        let after = epoch_ms();
+        let after = epoch_ms_precise();
         let reply = match reply {
             Ok(r) => r,
             Err(e) => {
@@ -531,12 +532,6 @@ fn bytes(n: i64) -> String {
         unit += 1;
     }
     format!("{} {}", (value * 10.0).round() / 10.0, UNITS[unit])
-}
-
-fn epoch_ms() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64() * 1000.0)
 }
 
 /// A duration in ms with one decimal below 10 ms.
