@@ -232,6 +232,15 @@ impl Error {
     pub(crate) fn protocol(what: impl Into<String>) -> Error {
         Error::Protocol(what.into())
     }
+
+    /// A [`Redis`](Error::Redis) timeout of this crate's own (a bound it
+    /// put on a wait for a reply), as a caller would get one from fred.
+    pub(crate) fn timed_out(what: impl Into<String>) -> Error {
+        Error::Redis(fred::error::Error::new(
+            fred::error::ErrorKind::Timeout,
+            what.into(),
+        ))
+    }
 }
 
 /// Whether a failed command may still have run: the connection dropped or

@@ -496,6 +496,6 @@ impl LockGuard {
 
 /// A lock key as text: every key is made from a `&str` (a non-text key
 /// would read as "").
-fn key_text(key: &fred::types::Key) -> &str {
+fn key_text(key: &crate::core::kind::Key) -> &str {
     key.as_str().unwrap_or_default()
 }

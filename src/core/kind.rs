@@ -29,7 +29,12 @@
 use std::any::TypeId;
 use std::time::Duration;
 
-use fred::types::{Key, Value};
+// The wire's own types, fred's: a key (reference-counted bytes, cloned
+// without a copy), an argument or reply, and the two byte strings they are
+// made of. A primitive names them through this door, never through fred.
+pub(crate) use fred::bytes::Bytes;
+pub(crate) use fred::bytes_utils::Str;
+pub(crate) use fred::types::{Key, Value};
 
 // What a kind's methods take and return, and what a facade hands the
 // engine (`Engine::acquire` with a `Spec`, `Engine::run_once` with a
@@ -347,6 +352,25 @@ pub(crate) mod tests {
                 "src/{primitive} names {} engine modules (at most {most}): {modules:?}",
                 modules.len()
             );
+        }
+    }
+
+    /// fred stays behind the door: no primitive file names it (in code, not
+    /// in comments); the wire's types come through `core::kind`, and reads
+    /// and plain commands are `Conn` methods (`core/read.rs`).
+    #[test]
+    fn a_primitive_does_not_name_fred() {
+        let sources = primitive_sources();
+        assert!(sources.len() >= 7, "read {} files", sources.len());
+        for (_, path, source) in sources.iter().filter(|(_, p, _)| p.ends_with(".rs")) {
+            for (n, line) in source.lines().enumerate() {
+                let code = line.split("//").next().unwrap_or("");
+                assert!(
+                    !code.contains("fred::"),
+                    "src/{path}:{}: a primitive names fred: {line}",
+                    n + 1
+                );
+            }
         }
     }
 }

@@ -88,6 +88,7 @@ pub(crate) mod names;
 pub(crate) mod open;
 pub(crate) mod pack;
 pub(crate) mod pubsub;
+mod read;
 pub(crate) mod registry;
 pub(crate) mod request;
 pub(crate) mod reset;

@@ -40,14 +40,12 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, LazyLock, Weak};
 use std::time::Duration;
 
-use fred::interfaces::{ClientLike, KeysInterface};
-use fred::types::{Expiration, Key};
 use parking_lot::Mutex;
 use tokio::time::Instant;
 
 use super::kind::Names;
 use super::queue::{REFRESH_EVERY, THREAD_WAIT};
-use crate::core::kind::{spawn_here, Conn, Engine};
+use crate::core::kind::{spawn_here, Conn, Engine, Key};
 
 /// How often a waiter that is not its group's oldest re-checks: the bound
 /// of a lost message for it (its group's oldest re-checks for the rest,
@@ -112,7 +110,7 @@ impl Member {
         if !(info.undeclared_keys && info.alive_keys) {
             return None;
         }
-        let one_key = !engine.redis().is_clustered();
+        let one_key = !engine.conn().clustered;
         let mut clients = CLIENTS.lock();
         let beats = clients.entry(client).or_default();
         beats.one_key = one_key;
@@ -209,11 +207,8 @@ pub(crate) fn entry_alive_until(entry: &str) -> Option<f64> {
 }
 
 /// Sets one alive key for a thread wait.
-async fn set(conn: &Conn, key: &Key) -> fred::prelude::FredResult<()> {
-    let ttl = Expiration::PX(THREAD_WAIT.as_millis() as i64);
-    conn.redis
-        .set::<(), _, _>(key.clone(), 1, Some(ttl), None, false)
-        .await
+async fn set(conn: &Conn, key: &Key) -> crate::error::Result<()> {
+    conn.set_for(key, THREAD_WAIT).await
 }
 
 /// The client's renewal task: every `REFRESH_EVERY`, sets the alive key of

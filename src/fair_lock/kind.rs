@@ -3,12 +3,10 @@
 
 use std::time::Duration;
 
-use fred::types::{Key, Value};
-
 use super::queue::{kick_if_unheard, GRANT, THREAD_WAIT};
 use crate::clock::epoch_ms;
 use crate::core::kind::{
-    hand_here, Before, Kind, Lease, Policy, Renewal, Reply, Request, Try, Wake,
+    hand_here, Before, Key, Kind, Lease, Policy, Renewal, Reply, Request, Try, Value, Wake,
 };
 use crate::core::script::Script;
 use crate::naming::{concat, prefix_name};

@@ -42,13 +42,11 @@ use std::time::Duration;
 
 use crate::clock::epoch_ms;
 
-use fred::bytes_utils::Str;
-use fred::types::Value;
 use tokio::time::Instant;
 
 use super::kind::{Names, KICK, LEAVE, REFRESH};
 use crate::core::kind::{
-    spawn_here, BoxFuture, Conn, Engine, Job, LeaseRef, Request, RequestId, Settled,
+    spawn_here, BoxFuture, Conn, Engine, Job, LeaseRef, Request, RequestId, Settled, Str, Value,
 };
 
 /// How long a waiter counts as alive after it last showed up (Redisson's
@@ -100,7 +98,7 @@ pub(crate) async fn refresh(
         // this loop lives inline in every waiting fair-lock task, which
         // would carry it for the whole wait (sizes: BENCHMARKS.md, "Sizes
         // behind the code").
-        let changed = Box::pin(REFRESH.run::<i64>(&conn.redis, &keys, &args)).await;
+        let changed = Box::pin(conn.eval::<i64>(&REFRESH, &keys, &args)).await;
         // Refreshed (1), or an error: the next round.
         if let Ok(1) = changed {
             *seen.lock() = Some(sent);

@@ -41,10 +41,8 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fred::interfaces::KeysInterface;
-use fred::types::Key;
-
 use crate::client::Client;
+use crate::core::kind::Key;
 use crate::core::script::Script;
 use crate::error::Result;
 use crate::guard::LockGuard;
@@ -248,11 +246,13 @@ impl FencedLock {
     /// ```
     pub async fn token(&self) -> Result<Option<u64>> {
         self.raw().lock.check()?;
-        let token: Option<i64> = self
+        let token = self
             .raw()
             .lock
-            .redis()
-            .get(self.raw().token_key.clone())
+            .client()
+            .engine()
+            .conn()
+            .get_int(&self.raw().token_key)
             .await?;
         Ok(token.map(|t| t.max(0) as u64))
     }
@@ -283,11 +283,16 @@ impl FencedLock {
     /// ```
     pub async fn delete_token(&self) -> Result<bool> {
         self.raw().lock.check()?;
-        let deleted: i64 = DELETE_TOKEN
-            .run(
-                self.raw().lock.redis(),
+        let deleted: i64 = self
+            .raw()
+            .lock
+            .client()
+            .engine()
+            .conn()
+            .eval(
+                &DELETE_TOKEN,
                 &[Key::from(self.key()), self.raw().token_key.clone()],
-                &Vec::<fred::types::Value>::new(),
+                &[],
             )
             .await?;
         Ok(deleted == 1)

@@ -11,7 +11,7 @@ use std::fmt::Debug;
 use std::future::Future;
 use std::time::Duration;
 
-use fred::types::Key;
+use crate::core::kind::Key;
 
 use super::{reads, Holder};
 use crate::error::Result;
@@ -111,7 +111,7 @@ pub trait RawSingle: RawLock<Guard = crate::LockGuard> {
     fn is_locked(&self) -> impl Future<Output = Result<bool>> + Send + '_ {
         async move {
             self.check()?;
-            reads::exists(self.client().engine().redis(), &Key::from(self.key())).await
+            reads::exists(self.client(), &Key::from(self.key())).await
         }
     }
 
@@ -121,9 +121,8 @@ pub trait RawSingle: RawLock<Guard = crate::LockGuard> {
     fn hold_count(&self) -> impl Future<Output = Result<u32>> + Send + '_ {
         async move {
             self.check()?;
-            let client = self.client();
             let key = Key::from(self.key());
-            reads::hold_count_of(client.engine().redis(), client, &key, self.field_suffix()).await
+            reads::hold_count_of(self.client(), &key, self.field_suffix()).await
         }
     }
 
@@ -132,7 +131,7 @@ pub trait RawSingle: RawLock<Guard = crate::LockGuard> {
     fn remaining_lease(&self) -> impl Future<Output = Result<Option<Duration>>> + Send + '_ {
         async move {
             self.check()?;
-            reads::remaining_lease_of(self.client().engine().redis(), &Key::from(self.key())).await
+            reads::remaining_lease_of(self.client(), &Key::from(self.key())).await
         }
     }
 
@@ -147,7 +146,7 @@ pub trait RawSingle: RawLock<Guard = crate::LockGuard> {
         async move {
             self.check()?;
             let key = Key::from(self.key());
-            reads::holders_of(self.client().engine().redis(), &key, reads::every_field).await
+            reads::holders_of(self.client(), &key, reads::every_field).await
         }
     }
 }

@@ -11,11 +11,8 @@
 
 use std::time::Duration;
 
-use fred::types::{Key, Value};
-
-use fred::interfaces::{HashesInterface, KeysInterface};
-
 use crate::client::Client;
+use crate::core::kind::{Key, Value};
 use crate::core::script::Script;
 use crate::error::{Error, Result};
 use crate::handle::Holder;
@@ -26,32 +23,22 @@ static HOLDERS: Script = Script::plain("lock.holders", include_str!("scripts/hol
 
 /// Whether the hash `key` exists (every lock kind holds it exactly while
 /// someone holds the lock).
-pub(crate) async fn exists(redis: &fred::clients::Client, key: &Key) -> Result<bool> {
-    let n: i64 = redis.exists(key.clone()).await?;
-    Ok(n > 0)
+pub(crate) async fn exists(client: &Client, key: &Key) -> Result<bool> {
+    client.engine().conn().exists(key).await
 }
 
 /// The holds `client`'s current owner has in field `<client>:<owner><suffix>`
 /// of the hash `key` (every kind's `hold_count`).
-pub(crate) async fn hold_count_of(
-    redis: &fred::clients::Client,
-    client: &Client,
-    key: &Key,
-    suffix: &str,
-) -> Result<u32> {
+pub(crate) async fn hold_count_of(client: &Client, key: &Key, suffix: &str) -> Result<u32> {
     let field = client.field(Owner::current().id(), suffix);
-    let count: Option<i64> = redis.hget(key.clone(), field).await?;
+    let count = client.engine().conn().hash_int(key, field).await?;
     Ok(count.unwrap_or(0).clamp(0, u32::MAX as i64) as u32)
 }
 
 /// The TTL of `key`, `None` if it has none or is gone (every kind's
 /// `remaining_lease`).
-pub(crate) async fn remaining_lease_of(
-    redis: &fred::clients::Client,
-    key: &Key,
-) -> Result<Option<Duration>> {
-    let ttl: i64 = redis.pttl(key.clone()).await?;
-    Ok((ttl >= 0).then(|| Duration::from_millis(ttl as u64)))
+pub(crate) async fn remaining_lease_of(client: &Client, key: &Key) -> Result<Option<Duration>> {
+    client.engine().conn().ttl(key).await
 }
 
 /// The holders of the lock hash `key`. Every kind of the lock family keeps
@@ -59,11 +46,15 @@ pub(crate) async fn remaining_lease_of(
 /// `mode` field beside them): `owner_part` says, for each field, the part
 /// to read as `<uuid>:<id>`, or `None` to leave the field out.
 pub(crate) async fn holders_of(
-    redis: &fred::clients::Client,
+    client: &Client,
     key: &Key,
     owner_part: impl Fn(&str) -> Option<&str>,
 ) -> Result<Vec<Holder>> {
-    let reply: Value = HOLDERS.run(redis, std::slice::from_ref(key), &[]).await?;
+    let reply: Value = client
+        .engine()
+        .conn()
+        .eval(&HOLDERS, std::slice::from_ref(key), &[])
+        .await?;
     parse(reply, owner_part)
         .ok_or_else(|| Error::protocol("unexpected reply to the holders script"))
 }

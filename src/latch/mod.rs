@@ -45,12 +45,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use fred::interfaces::KeysInterface;
-use fred::types::{Key, Value};
-
 use crate::client::Client;
 
-use crate::core::kind::{Reply, Request, Wake};
+use crate::core::kind::{Key, Reply, Request, Value, Wake};
 use crate::core::script::Script;
 use crate::core::wait::{wait_for, Step};
 use crate::error::{Error, Result};
@@ -292,7 +289,7 @@ impl CountDownLatch {
     /// ```
     pub async fn count(&self) -> Result<u64> {
         self.check()?;
-        let count: Option<i64> = self.client.redis().get(self.key.clone()).await?;
+        let count = self.client.engine().conn().get_int(&self.key).await?;
         Ok(count.unwrap_or(0).max(0) as u64)
     }
 
@@ -353,9 +350,10 @@ impl CountDownLatch {
     /// Whether the channel lies in another hash slot than the key on a
     /// cluster: then scripts leave it out and the client publishes.
     fn channel_apart(&self) -> bool {
-        self.client.engine().clustered()
-            && fred::util::redis_keyslot(self.key_str.as_bytes())
-                != fred::util::redis_keyslot(self.channel.as_bytes())
+        self.client
+            .engine()
+            .conn()
+            .apart(&self.key_str, &self.channel)
     }
 
     /// Publishes `message` from the client if the script could not.
@@ -391,12 +389,12 @@ impl CountDownLatch {
         self.check()?;
         let engine = self.client.engine();
         let reached = wait_for(engine, &self.channel, wake_all, wait, || {
-            let redis = engine.redis().clone();
+            let conn = engine.conn().clone();
             let key = self.key.clone();
             // Boxed: a fred call's future is large, and the wait loop would
             // otherwise carry it inline for the whole wait.
             Box::pin(async move {
-                let count: Option<i64> = redis.get(key).await?;
+                let count = conn.get_int(&key).await?;
                 Ok(if count.unwrap_or(0) <= 0 {
                     Step::Done(())
                 } else {

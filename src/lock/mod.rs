@@ -44,14 +44,13 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fred::bytes_utils::Str;
-use fred::types::{Key, Value};
 use futures_util::future::Either;
 use futures_util::FutureExt;
 
 use crate::client::Client;
 use crate::core::kind::{
-    static_arg, AcquireReply, Before, Kind, Lease, PackedScripts, Renewal, Request, Spec, Try,
+    static_arg, AcquireReply, Before, Key, Kind, Lease, PackedScripts, Renewal, Request, Spec, Str,
+    Try, Value,
 };
 use crate::core::script::Script;
 use crate::error::{Error, Result};
@@ -274,10 +273,6 @@ impl Unfair {
     /// members by client id).
     pub(crate) fn client(&self) -> &Client {
         &self.inner.client
-    }
-
-    pub(crate) fn redis(&self) -> &fred::clients::Client {
-        self.inner.client.engine().redis()
     }
 
     pub(crate) fn check(&self) -> Result<()> {

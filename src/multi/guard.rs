@@ -248,10 +248,7 @@ fn signal_of(guards: &[LockGuard], quorum: usize, drift: Duration) -> LeaseSigna
 }
 
 fn unlock_timed_out(key: &str, bound: Duration) -> Error {
-    Error::Redis(fred::error::Error::new(
-        fred::error::ErrorKind::Timeout,
-        format!(
-            "the unlock of `{key}` got no answer within {bound:?}; it goes on in the background"
-        ),
+    Error::timed_out(format!(
+        "the unlock of `{key}` got no answer within {bound:?}; it goes on in the background"
     ))
 }

@@ -151,7 +151,6 @@ mod redlock;
 
 use std::time::Duration;
 
-use fred::interfaces::ClientLike;
 use tokio::time::Instant;
 
 use crate::error::Result;
@@ -310,15 +309,7 @@ impl Member {
     /// kind.
     fn order(&self) -> (String, String, uuid::Uuid, &'static str) {
         let client = with_lock!(self, l => l.client());
-        let config = client.redis().client_config();
-        let mut hosts: Vec<String> = config
-            .server
-            .hosts()
-            .iter()
-            .map(|h| h.to_string())
-            .collect();
-        hosts.sort();
-        let server = format!("{}/{}", hosts.join(","), config.database.unwrap_or(0));
+        let server = client.engine().conn().server_label();
         (
             self.key().to_owned(),
             server,

@@ -5,7 +5,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use fred::interfaces::ClientLike;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::time::Instant;
 
@@ -380,14 +379,7 @@ impl Redlock {
 /// A connection error if `client` (a single server, not a cluster) is
 /// known to be disconnected: its try would only wait out the server timeout.
 fn known_down(client: &Client) -> Option<Error> {
-    let redis = client.redis();
-    if redis.is_clustered() || redis.is_connected() {
-        return None;
-    }
-    Some(Error::Redis(fred::error::Error::new(
-        fred::error::ErrorKind::IO,
-        "not connected (reconnecting)",
-    )))
+    client.engine().conn().known_down()
 }
 
 /// Releases `guards` at once, each within `bound` (a slower release

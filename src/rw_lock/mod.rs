@@ -115,11 +115,9 @@ use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fred::types::{Key, Value};
-
 use crate::client::Client;
 use crate::core::kind::{
-    ttl_ms, wake_all_on_one, Feature, Kind, Lease, Policy, Renewal, Request, Spec, Try,
+    ttl_ms, wake_all_on_one, Feature, Key, Kind, Lease, Policy, Renewal, Request, Spec, Try, Value,
 };
 use crate::core::script::Script;
 use crate::error::{Error, Result};
@@ -435,10 +433,6 @@ impl Names {
         self.client.engine().require(Feature::UndeclaredKeys)
     }
 
-    fn redis(&self) -> &fred::clients::Client {
-        self.client.engine().redis()
-    }
-
     /// What an acquire of `mode` by `owner` (holding `field`) takes.
     fn spec<'a>(&'a self, mode: Mode, owner: Owner, field: &'a str) -> Spec<'a> {
         Spec {
@@ -487,9 +481,12 @@ impl Names {
 
     async fn is_locked(&self, mode: Mode) -> Result<bool> {
         self.check()?;
-        let locked: i64 = IS_LOCKED
-            .run(
-                self.redis(),
+        let locked: i64 = self
+            .client
+            .engine()
+            .conn()
+            .eval(
+                &IS_LOCKED,
                 std::slice::from_ref(&self.key),
                 &[mode.as_str().into()],
             )
@@ -502,7 +499,7 @@ impl Names {
     async fn holders(&self, mode: Mode) -> Result<Vec<Holder>> {
         self.check()?;
         let suffix = Mode::Write.suffix();
-        holders_of(self.redis(), &self.key, |field| match mode {
+        holders_of(&self.client, &self.key, |field| match mode {
             Mode::Write => field.strip_suffix(suffix),
             Mode::Read => (field != "mode" && !field.ends_with(suffix)).then_some(field),
         })

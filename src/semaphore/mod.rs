@@ -80,13 +80,12 @@ use std::time::Duration;
 
 use crate::clock::epoch_ms;
 
-use fred::bytes::Bytes;
-use fred::types::{Key, Value};
 use tokio::time::Instant;
 
 use crate::client::Client;
 use crate::core::kind::{
-    wake_count, AcquireReply, Kind, Lease, Policy, ReleaseReply, Renewal, Reply, Request, Spec, Try,
+    wake_count, AcquireReply, Bytes, Key, Kind, Lease, Policy, ReleaseReply, Renewal, Reply,
+    Request, Spec, Try, Value,
 };
 use crate::core::script::Script;
 use crate::error::{Error, Result};
