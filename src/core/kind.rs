@@ -52,13 +52,13 @@ pub(crate) use super::Engine;
 
 // The handoff extension's surface: what a primitive whose waits keep a
 // queue of their own needs (the fair lock: its grants, its queue entry
-// left exactly once in the background, its waiters' refreshes).
-pub(crate) use super::background::{spawn_here, BoxFuture, Job};
-pub(crate) use super::call::Settled;
+// left once by the engine, its waiters' refreshes and its kicks, tasks on
+// the connection).
+pub(crate) use super::background::spawn_here;
 pub(crate) use super::conn::Conn;
 pub(crate) use super::handoff::{hand_here, Granted, Handoff};
 pub(crate) use super::lease::LeaseRef;
-pub(crate) use super::request::RequestId;
+pub(crate) use super::once::{Armed, Once};
 
 /// One acquire try, as the engine hands it to [`Kind::acquire`].
 #[derive(Clone, Copy, Debug)]

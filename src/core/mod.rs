@@ -85,6 +85,7 @@ pub(crate) mod lease;
 #[cfg(test)]
 pub(crate) mod lua_lint;
 pub(crate) mod names;
+pub(crate) mod once;
 pub(crate) mod open;
 pub(crate) mod pack;
 pub(crate) mod pubsub;

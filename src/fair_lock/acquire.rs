@@ -76,7 +76,6 @@ impl Fair {
                 lease: lease_ref,
                 names: self.names.clone(),
                 tries: calls.tries.clone(),
-                id: Default::default(),
             },
         );
         let outcome = {

@@ -42,11 +42,9 @@ use std::time::Duration;
 
 use crate::clock::epoch_ms;
 
-use tokio::time::Instant;
-
 use super::kind::{Names, KICK, LEAVE, REFRESH};
 use crate::core::kind::{
-    spawn_here, BoxFuture, Conn, Engine, Job, LeaseRef, Request, RequestId, Settled, Str, Value,
+    spawn_here, Armed, Conn, Engine, LeaseRef, Once, Reply, Request, Str, Value,
 };
 
 /// How long a waiter counts as alive after it last showed up (Redisson's
@@ -112,9 +110,10 @@ pub(crate) async fn refresh(
     }
 }
 
-/// Removes one waiter from the queue (see the module docs). Run inline
-/// when an acquire ends without the lock, and as a background job when it
-/// is dropped.
+/// Removes one waiter from the queue (see the module docs), sent once by
+/// the engine under the lease's turn (so after an acquire call still being
+/// settled: it may queue the waiter again): now when an acquire ends
+/// without the lock, in the background when it is dropped.
 #[derive(Debug)]
 pub(crate) struct Leave {
     pub(crate) lease: LeaseRef,
@@ -123,32 +122,26 @@ pub(crate) struct Leave {
     /// nonce is one of them): only a grant to this very wait is given
     /// back.
     pub(crate) tries: Arc<parking_lot::Mutex<Option<(u64, u64)>>>,
-    /// The leave's request id, chosen when it is first sent (under the
-    /// turn: newer than every try of this wait) and kept, so running the
-    /// job again sends the same request.
-    pub(crate) id: RequestId,
 }
 
-impl Leave {
+impl Once for Leave {
+    fn lease(&self) -> &LeaseRef {
+        &self.lease
+    }
+
     /// `under_turn`: run under the lease's turn (not the fallback of a
     /// shutdown that found the turn taken).
-    async fn leave(&self, conn: &Arc<Conn>, under_turn: bool) {
+    fn request(&self, under_turn: bool) -> Option<Request> {
         if self.lease.waits() > 0 {
             // Another wait of this owner is in progress (tasks sharing an
             // owner, or a wait retried at once): the place in the queue,
             // and a grant made to it, are that wait's now. Read under the
             // turn, so no try of that wait is in flight.
-            return;
+            return None;
         }
         // Under the lease's turn: whether this client counts holds of the
         // field (an adopted grant must never be given back here).
         let counted = i64::from(self.lease.holds() > 0);
-        let request = Request::new(&LEAVE, self.names.script_keys())
-            .arg(Value::String(self.lease.field()))
-            .arg(epoch_ms())
-            .publish()
-            .arg(counted)
-            .args(Names::hand_over_args());
         // The request ids that count as this wait's: its own tries, or,
         // under the turn, any. Then no try of the owner is in flight, no
         // other wait of it is in progress (above) and no hold is counted
@@ -164,45 +157,28 @@ impl Leave {
                 .lock()
                 .map_or((1, 0), |(first, last)| (first as i64, last as i64))
         };
-        // Recorded on the lease's record: a copy of this leave that arrives
-        // after a later wait of the owner tried finds a newer request id
-        // there and never runs (it could give back a grant that wait
-        // adopted: under the turn any nonce counts).
-        let call = request
-            .arg(first)
-            .arg(last)
-            .for_lease_once(&self.lease, &self.id);
-        match call.run(conn, Instant::now()).await {
-            Ok(Settled::Ran(reply)) => {
-                call.forget_request_record(conn);
-                kick_if_unheard(conn, &self.names, &reply);
-            }
-            Ok(Settled::Stale) => {
-                tracing::debug!(key = ?self.names.key, "fair lock: a newer request of the owner ran first; the leave is void");
-            }
-            Err(e) => {
-                tracing::warn!(key = ?self.names.key, error = %e, "fair lock: could not leave the queue; the entry runs out by itself");
-            }
-        }
-    }
-}
-
-impl Job for Leave {
-    fn run<'a>(&'a self, conn: &'a Arc<Conn>, fallback: bool) -> BoxFuture<'a, ()> {
-        Box::pin(async move {
-            // After any acquire of this lease still being settled: it may
-            // queue the waiter again.
-            let turn = if fallback {
-                self.lease.try_turn()
-            } else {
-                Some(self.lease.turn().await)
-            };
-            self.leave(conn, turn.is_some()).await;
-        })
+        // Recorded on the lease's record (the engine's `Once`): a copy of
+        // this leave that arrives after a later wait of the owner tried
+        // finds a newer request id there and never runs (it could give
+        // back a grant that wait adopted: under the turn any nonce counts).
+        Some(
+            Request::new(&LEAVE, self.names.script_keys())
+                .arg(Value::String(self.lease.field()))
+                .arg(epoch_ms())
+                .publish()
+                .arg(counted)
+                .args(Names::hand_over_args())
+                .arg(first)
+                .arg(last),
+        )
     }
 
-    fn order(&self) -> u64 {
-        u64::MAX
+    fn ran(&self, conn: &Arc<Conn>, reply: &Reply) {
+        kick_if_unheard(conn, &self.names, reply);
+    }
+
+    fn what(&self) -> &'static str {
+        "leave the fair lock's queue"
     }
 }
 
@@ -211,26 +187,24 @@ impl Job for Leave {
 /// [`Lease::wait_began`](crate::core::kind::Lease::wait_began)) from
 /// [`Queued::new`] until it is disarmed, leaves or is dropped.
 pub(crate) struct Queued {
-    engine: Arc<Engine>,
-    job: Option<Leave>,
+    leave: Armed<Leave>,
     /// Still counted among the owner's waits.
     counted: bool,
 }
 
 impl Queued {
-    pub(crate) fn new(engine: Arc<Engine>, job: Leave) -> Queued {
-        job.lease.wait_began();
+    pub(crate) fn new(engine: Arc<Engine>, leave: Leave) -> Queued {
+        leave.lease.wait_began();
         Queued {
-            engine,
-            job: Some(job),
+            leave: Armed::new(engine, leave),
             counted: true,
         }
     }
 
     /// The wait is over (its leave, if any, must not count it).
     fn uncount(&mut self) {
-        if let Some(job) = self.job.as_ref().filter(|_| self.counted) {
-            job.lease.wait_ended();
+        if let Some(leave) = self.leave.get().filter(|_| self.counted) {
+            leave.lease.wait_ended();
         }
         self.counted = false;
     }
@@ -238,31 +212,25 @@ impl Queued {
     /// The acquire got the lock: its entry is gone already.
     pub(crate) fn disarm(&mut self) {
         self.uncount();
-        self.job = None;
+        self.leave.disarm();
     }
 
     /// The acquire ended without the lock: leave now.
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe: the job stays armed until the leave has run, so a
-    /// drop half-way leaves in the background (again: the leave is
-    /// idempotent).
+    /// Cancel safe: the leave stays armed until it has run, so a drop
+    /// half-way leaves in the background (the same request again).
     pub(crate) async fn leave_now(&mut self) {
         self.uncount();
-        if let Some(job) = &self.job {
-            job.run(self.engine.conn(), false).await;
-        }
-        self.job = None;
+        self.leave.send_now().await;
     }
 }
 
 impl Drop for Queued {
     fn drop(&mut self) {
+        // Before the armed leave drops (a field: after this) and is sent.
         self.uncount();
-        if let Some(job) = self.job.take() {
-            self.engine.spawn_job(job);
-        }
     }
 }
 
