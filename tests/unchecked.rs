@@ -350,6 +350,91 @@ async fn a_plain_release_on_its_way_frees_no_fair_hold_of_the_same_owner() {
     assert_eq!(bad, 0, "rounds with the new hold freed under its guard");
 }
 
+/// One owner switches kinds on one name right after an acquire of the
+/// first kind was dropped in flight: its script ran, its reply had not
+/// come, so a background job counts the hold it took and gives it back,
+/// under that kind's lease record's turn. The new kind's try must not find
+/// that hold in the shared field and take it for its own (the fair and the
+/// plain acquire's checks answer "one more than counted" as a hold already
+/// taken): the job's give-back would then free the lock under the new
+/// guard. Found by the random history under CPU load (seeds with a
+/// kind-switching task in every overlap). `first_fair`: the dropped
+/// acquire is the fair lock's. Returns the rounds that ended with the new
+/// hold gone, not told, or the lock taken by another client.
+async fn cancelled_kind_switch_overlaps(rounds: usize, first_fair: bool) -> usize {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(&server.addr()).await;
+    let url = proxy.url();
+    let c = client_with(&server, |b| b.url(&url)).await;
+    let other = support::fixture::client(&server).await;
+    let mut bad = 0;
+    for round in 0..rounds {
+        let name = format!("cancelled-switch-{round}");
+        let ok = Owner::new()
+            .scope(async {
+                let field = field_of(&c);
+                // Sent, and dropped while the proxy still carries it.
+                proxy.delay(Duration::from_millis(80));
+                let first = async {
+                    if first_fair {
+                        c.fair_lock(&name).lock().await
+                    } else {
+                        c.lock(&name).lock().await
+                    }
+                };
+                let _ = tokio::time::timeout(Duration::from_millis(20), first).await;
+                let second = async {
+                    if first_fair {
+                        c.lock(&name).lock().await
+                    } else {
+                        c.fair_lock(&name).lock().await
+                    }
+                };
+                let again = match within(HANG, "the other kind", second).await {
+                    Ok(g) => g,
+                    Err(e) => panic!("round {round}: {e}"),
+                };
+                proxy.pass();
+                // The background job's give-back has landed by now.
+                tokio::time::sleep(Duration::from_millis(400)).await;
+                let held = server.cmd(&["HGET", &name, &field]) == "1";
+                let stolen = other.lock(&name).try_lock().await.unwrap();
+                let ok = held && stolen.is_none() || again.is_lost();
+                if !ok {
+                    eprintln!(
+                        "round {round}: the new hold is gone (field: {:?}), not told lost",
+                        server.cmd(&["HGET", &name, &field])
+                    );
+                }
+                if let Some(g) = stolen {
+                    g.unlock().await.unwrap();
+                }
+                drop(again);
+                ok
+            })
+            .await;
+        if !ok {
+            bad += 1;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    c.shutdown().await.unwrap();
+    other.shutdown().await.unwrap();
+    bad
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plain_acquire_dropped_in_flight_is_not_taken_for_a_fair_hold() {
+    let bad = cancelled_kind_switch_overlaps(12, false).await;
+    assert_eq!(bad, 0, "rounds with the new hold freed under its guard");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fair_acquire_dropped_in_flight_is_not_taken_for_a_plain_hold() {
+    let bad = cancelled_kind_switch_overlaps(12, true).await;
+    assert_eq!(bad, 0, "rounds with the new hold freed under its guard");
+}
+
 /// Item 2: a read hold extended beyond the watchdog timeout beside a
 /// watchdog read hold of the same owner. The read renewal sent each
 /// entry's own TTL (the watchdog timeout while a watchdog hold lives)

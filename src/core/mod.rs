@@ -295,9 +295,10 @@ impl Engine {
     /// The lease record of (`key`, `owner`, `kind`) in this client, made
     /// with `init` the first time (see `lease::Leases::get`).
     ///
-    /// A release of the same owner through another kind that shares the
-    /// field, still on its way (`lease::Got::Settling`), lands first: a
-    /// dropped guard's release may not have taken its turn yet, so the
+    /// A call of the same owner through another kind that shares the
+    /// field, still on its way (`lease::Got::Settling`: a release, or an
+    /// acquire dropped in flight and settled in the background), lands
+    /// first: a dropped guard's release may not have taken its turn yet, so the
     /// table is asked again until those holds are given back, for up to a
     /// command timeout; then the owner is refused (holds whose release's
     /// outcome stayed unknown).

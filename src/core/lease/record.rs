@@ -448,6 +448,13 @@ impl Lease {
         self.state.lock().holds
     }
 
+    /// Whether a call of this record is under way (its turn is taken): an
+    /// acquire whose hold is in Redis before it is counted here (the call
+    /// may even be a background job's, its caller gone), or a release.
+    pub(crate) fn in_call(&self) -> bool {
+        self.turn.available_permits() == 0
+    }
+
     /// The current incarnation (see [`is_current`](Self::is_current)).
     pub(crate) fn incarnation(&self) -> u64 {
         self.state.lock().incarnation

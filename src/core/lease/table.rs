@@ -141,6 +141,13 @@ impl Hasher for Prehashed {
 /// as a hold it took, and the owner has two guards for one hold in Redis.
 /// Kinds of one field on one record (a plain and a fenced lock) share a
 /// kind and are not refused. One comparison per record of the key.
+///
+/// A record of the other kind with a call under way is waited for too
+/// (`Got::Settling`), even with no hold counted: an acquire dropped in
+/// flight has its hold in Redis before a background job counts it and
+/// gives it back (under the record's turn), and a try of this kind sent
+/// meanwhile would take that hold for its own, then lose it to the
+/// give-back with its guard still trusted.
 fn refuse_other_kinds(
     entry: &[Arc<Lease>],
     field: &[u8],
@@ -150,17 +157,19 @@ fn refuse_other_kinds(
 ) -> Result<Option<Arc<Lease>>> {
     // Counted holds, not only live ones: a release of the other kind still
     // on its way (or whose outcome stayed unknown) counts in the field too,
-    // and a try of this kind would read it as its own.
+    // and a try of this kind would read it as its own. And a call under
+    // way: its hold may be in the field before it is counted.
     let other = entry.iter().find(|l| {
         l.owner == owner
             && l.kind.id() != kind
             && l.key_bytes() == key
             && l.field_bytes() == field
-            && l.holds() > 0
+            && (l.holds() > 0 || l.in_call())
     });
     match other {
         None => Ok(None),
-        // Only releases under way: the caller waits for them.
+        // Only calls under way (releases, or an acquire being settled): the
+        // caller waits for them.
         Some(other) if other.live_holds() == 0 => Ok(Some(other.clone())),
         Some(_) => Err(crate::Error::invalid(format!(
             "the current owner holds `{}` through another lock kind (a lock, fair lock or read \
@@ -175,10 +184,11 @@ fn refuse_other_kinds(
 pub(crate) enum Got {
     /// The record to use.
     Lease(LeaseRef),
-    /// A record of another kind of the same owner sharing the field, whose
-    /// holds are all given up but still counted: a release under way. The
-    /// caller waits for its turn (the release has then landed, or its
-    /// outcome is settled) and asks again.
+    /// A record of another kind of the same owner sharing the field, with
+    /// no live hold but a call under way: a release, or an acquire whose
+    /// caller is gone and which a background job settles. The caller waits
+    /// for its turn (the call has then landed, or its outcome is settled)
+    /// and asks again.
     Settling(LeaseRef),
 }
 
