@@ -271,6 +271,26 @@ async fn a_release_of_unknown_outcome_leaves_no_hold_behind() {
     c.shutdown().await.unwrap();
 }
 
+/// Whether `again`, the owner's new hold of `name` (field `field`), is
+/// intact: the field holds it (count 1) and another client cannot take the
+/// lock, or else its guard was told lost. Lets `again` go.
+async fn new_hold_kept(
+    server: &RedisServer,
+    other: &Client,
+    name: &str,
+    field: &str,
+    again: leasehold::LockGuard,
+) -> bool {
+    let held = server.cmd(&["HGET", name, field]) == "1";
+    let stolen = other.lock(name).try_lock().await.unwrap();
+    let ok = held && stolen.is_none() || again.is_lost();
+    if let Some(g) = stolen {
+        g.unlock().await.unwrap();
+    }
+    drop(again);
+    ok
+}
+
 /// A boxed acquire borrowing its client and name.
 type Take<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
 
@@ -308,14 +328,7 @@ async fn kind_switch_overlaps(
                 };
                 // The dropped guard's release has landed by now.
                 tokio::time::sleep(Duration::from_millis(150)).await;
-                let held = server.cmd(&["HGET", &name, &field]) == "1";
-                let stolen = other.lock(&name).try_lock().await.unwrap();
-                let ok = held && stolen.is_none() || again.is_lost();
-                if let Some(g) = stolen {
-                    g.unlock().await.unwrap();
-                }
-                drop(again);
-                ok
+                new_hold_kept(&server, &other, &name, &field, again).await
             })
             .await;
         if !ok {
@@ -397,19 +410,10 @@ async fn cancelled_kind_switch_overlaps(rounds: usize, first_fair: bool) -> usiz
                 proxy.pass();
                 // The background job's give-back has landed by now.
                 tokio::time::sleep(Duration::from_millis(400)).await;
-                let held = server.cmd(&["HGET", &name, &field]) == "1";
-                let stolen = other.lock(&name).try_lock().await.unwrap();
-                let ok = held && stolen.is_none() || again.is_lost();
+                let ok = new_hold_kept(&server, &other, &name, &field, again).await;
                 if !ok {
-                    eprintln!(
-                        "round {round}: the new hold is gone (field: {:?}), not told lost",
-                        server.cmd(&["HGET", &name, &field])
-                    );
+                    eprintln!("round {round}: the new hold is gone, not told lost");
                 }
-                if let Some(g) = stolen {
-                    g.unlock().await.unwrap();
-                }
-                drop(again);
                 ok
             })
             .await;
