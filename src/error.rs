@@ -233,6 +233,15 @@ impl Error {
         Error::Protocol(what.into())
     }
 
+    /// A [`Redis`](Error::Redis) I/O error of this crate's own (a connection
+    /// it knows is down), as a caller would get one from fred.
+    pub(crate) fn disconnected(what: impl Into<String>) -> Error {
+        Error::Redis(fred::error::Error::new(
+            fred::error::ErrorKind::IO,
+            what.into(),
+        ))
+    }
+
     /// A [`Redis`](Error::Redis) timeout of this crate's own (a bound it
     /// put on a wait for a reply), as a caller would get one from fred.
     pub(crate) fn timed_out(what: impl Into<String>) -> Error {

@@ -1,13 +1,21 @@
 //! What a facade sends outside the exactly-once door: reads (is a lock
 //! held, a hold count, a TTL, a latch's count, a fence's last token) and the
 //! few plain commands whose outcome needs no record (a fair waiter's alive
-//! key, a read-only or idempotent script).
+//! key, a read-only or idempotent script); and what a facade asks of the
+//! connection without sending anything (two names' slots, the server's
+//! label, whether it is known to be down).
 //!
 //! They are [`Conn`] methods so that the fred client, its command traits
 //! and its error type stay in the call layer: a primitive names a key and
 //! gets a Rust value or this crate's [`Error`] back. Each is one command
 //! (or one script), sent as it is: a read sent again after a reconnect
 //! reads again, which is what it would have done.
+//!
+//! # Cancel safety
+//!
+//! Every async method is cancel safe: a dropped read changes nothing, and
+//! a dropped `set_for` or `eval` may or may not have run, which their
+//! idempotence makes harmless (the next refresh or read runs again).
 
 use std::time::Duration;
 
@@ -92,9 +100,6 @@ impl Conn {
         if self.redis.is_clustered() || self.redis.is_connected() {
             return None;
         }
-        Some(Error::Redis(fred::error::Error::new(
-            fred::error::ErrorKind::IO,
-            "not connected (reconnecting)",
-        )))
+        Some(Error::disconnected("not connected (reconnecting)"))
     }
 }

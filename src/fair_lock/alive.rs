@@ -206,11 +206,6 @@ pub(crate) fn entry_alive_until(entry: &str) -> Option<f64> {
         .ok()
 }
 
-/// Sets one alive key for a thread wait.
-async fn set(conn: &Conn, key: &Key) -> crate::error::Result<()> {
-    conn.set_for(key, THREAD_WAIT).await
-}
-
 /// The client's renewal task: every `REFRESH_EVERY`, sets the alive key of
 /// each lock it has waits on that are `FRESH` (concurrently: one round
 /// trip); ends when it has none (the next wait starts it again).
@@ -248,7 +243,8 @@ async fn renew(client: uuid::Uuid, conn: Weak<Conn>) {
             }
         };
         let Some(conn) = conn.upgrade() else { continue };
-        let sets = keys.iter().map(|key| set(&conn, key));
+        // Each alive key kept for a thread wait.
+        let sets = keys.iter().map(|key| conn.set_for(key, THREAD_WAIT));
         for result in futures_util::future::join_all(sets).await {
             if let Err(e) = result {
                 tracing::debug!(error = %e, "fair lock: an alive key was not renewed; the next round tries again");

@@ -111,7 +111,11 @@ pub trait RawSingle: RawLock<Guard = crate::LockGuard> {
     fn is_locked(&self) -> impl Future<Output = Result<bool>> + Send + '_ {
         async move {
             self.check()?;
-            reads::exists(self.client(), &Key::from(self.key())).await
+            self.client()
+                .engine()
+                .conn()
+                .exists(&Key::from(self.key()))
+                .await
         }
     }
 
@@ -131,7 +135,11 @@ pub trait RawSingle: RawLock<Guard = crate::LockGuard> {
     fn remaining_lease(&self) -> impl Future<Output = Result<Option<Duration>>> + Send + '_ {
         async move {
             self.check()?;
-            reads::remaining_lease_of(self.client(), &Key::from(self.key())).await
+            self.client()
+                .engine()
+                .conn()
+                .ttl(&Key::from(self.key()))
+                .await
         }
     }
 

@@ -1,7 +1,8 @@
 //! The reads every kind of the lock family shares (their hash: Redisson's
-//! `<uuid>:<id>[suffix]` → count), the bodies of `RawSingle`'s provided
-//! methods: whether the hash exists, the current owner's hold count, the
-//! key's TTL, and who holds it ([`LockHandle::holders`](crate::LockHandle::holders)).
+//! `<uuid>:<id>[suffix]` → count) beyond one command, for `RawSingle`'s
+//! provided methods: the current owner's hold count, and who holds it
+//! ([`LockHandle::holders`](crate::LockHandle::holders)). Whether the hash
+//! exists and its TTL are one `Conn` read each (`core/read.rs`).
 //!
 //! The holders are read by one read-only script (`scripts/holders.lua`)
 //! with the hash's TTL; each field is parsed into the client uuid and
@@ -21,24 +22,12 @@ use crate::owner::Owner;
 /// Read the hash and its TTL. Read-only.
 static HOLDERS: Script = Script::plain("lock.holders", include_str!("scripts/holders.lua"));
 
-/// Whether the hash `key` exists (every lock kind holds it exactly while
-/// someone holds the lock).
-pub(crate) async fn exists(client: &Client, key: &Key) -> Result<bool> {
-    client.engine().conn().exists(key).await
-}
-
 /// The holds `client`'s current owner has in field `<client>:<owner><suffix>`
 /// of the hash `key` (every kind's `hold_count`).
 pub(crate) async fn hold_count_of(client: &Client, key: &Key, suffix: &str) -> Result<u32> {
     let field = client.field(Owner::current().id(), suffix);
     let count = client.engine().conn().hash_int(key, field).await?;
     Ok(count.unwrap_or(0).clamp(0, u32::MAX as i64) as u32)
-}
-
-/// The TTL of `key`, `None` if it has none or is gone (every kind's
-/// `remaining_lease`).
-pub(crate) async fn remaining_lease_of(client: &Client, key: &Key) -> Result<Option<Duration>> {
-    client.engine().conn().ttl(key).await
 }
 
 /// The holders of the lock hash `key`. Every kind of the lock family keeps
